@@ -1,0 +1,230 @@
+//! Errors of schema loading, plan building and decoding.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A schema file could not be read or compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// The file could not be read.
+    #[error("cannot read schema file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// `protox` rejected the `.proto` file (syntax error, missing import, ...).
+    #[error("cannot compile {path}: {message} (check the file and the include paths)")]
+    Compile {
+        /// The file.
+        path: PathBuf,
+        /// What protox said.
+        message: String,
+    },
+    /// The bytes are not a valid `FileDescriptorSet`.
+    #[error("{origin} is not a valid protobuf FileDescriptorSet: {message}")]
+    DescriptorSet {
+        /// Where the bytes came from (a path, or "descriptor bytes").
+        origin: String,
+        /// What prost-reflect said.
+        message: String,
+    },
+}
+
+/// The requested columns cannot be read from the message: found when the plan is built.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The message name is not in the schema.
+    #[error("message '{message}' is not in the schema; known messages include: {known}")]
+    UnknownMessage {
+        /// The requested name.
+        message: String,
+        /// A few names that are in the schema.
+        known: String,
+    },
+    /// No field has the column's name (or path).
+    #[error("column '{column}': message '{message}' has no field '{field}'")]
+    UnknownField {
+        /// The column.
+        column: String,
+        /// The message searched.
+        message: String,
+        /// The missing field name.
+        field: String,
+    },
+    /// The column's name matches several nested fields.
+    #[error("column '{column}' is ambiguous: it matches {candidates}; bind it to one with an explicit path")]
+    AmbiguousField {
+        /// The column.
+        column: String,
+        /// The matching paths, comma separated.
+        candidates: String,
+    },
+    /// The declared column type does not fit the field type.
+    #[error("column '{column}': field '{field}' has protobuf type {field_type}, which cannot be read as Arrow {column_type}{hint}")]
+    TypeMismatch {
+        /// The column (dotted for struct children).
+        column: String,
+        /// The field's full name.
+        field: String,
+        /// The protobuf type, as written in a .proto file.
+        field_type: String,
+        /// The declared Arrow type.
+        column_type: String,
+        /// Advice, starting with "; " when present.
+        hint: String,
+    },
+    /// The path goes through a repeated field or a scalar.
+    #[error("column '{column}': path '{path}' cannot pass through field '{field}' ({reason})")]
+    BadPath {
+        /// The column.
+        column: String,
+        /// The path.
+        path: String,
+        /// The offending field.
+        field: String,
+        /// Why.
+        reason: String,
+    },
+    /// Something in the schema weir does not read (for example proto2 groups as columns).
+    #[error("column '{column}': {what} is not supported")]
+    Unsupported {
+        /// The column.
+        column: String,
+        /// What is not supported.
+        what: String,
+    },
+    /// Two columns read the same repeated field, or a column name is used twice.
+    #[error("column '{column}': {reason}")]
+    Conflict {
+        /// The column.
+        column: String,
+        /// Why.
+        reason: String,
+    },
+    /// The options are not usable.
+    #[error("invalid decoder options: {0}")]
+    Options(String),
+}
+
+/// What was wrong with a message's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeErrorKind {
+    /// A varint ran past the end of its buffer.
+    TruncatedVarint,
+    /// A varint had more than 10 bytes.
+    VarintTooLong,
+    /// A fixed32/fixed64 value ran past the end of its buffer.
+    TruncatedField,
+    /// A length-delimited field claims more bytes than remain.
+    LengthPastEnd {
+        /// The declared length.
+        length: u64,
+        /// The bytes that remain.
+        remaining: usize,
+    },
+    /// Wire type 6 or 7.
+    InvalidWireType(u8),
+    /// A field number of 0.
+    FieldNumberZero,
+    /// An end-group tag with no matching start-group.
+    UnexpectedEndGroup(u32),
+    /// An end-group tag whose field number differs from its start-group.
+    EndGroupMismatch {
+        /// The start-group's field number.
+        expected: u32,
+        /// The end-group's field number.
+        found: u32,
+    },
+    /// A group that never ends.
+    UnterminatedGroup(u32),
+    /// A known field arrived with a wire type its type cannot have.
+    WireTypeMismatch {
+        /// The field's full name.
+        field: String,
+        /// The wire type on the wire.
+        found: u8,
+        /// The wire type the field needs.
+        expected: u8,
+    },
+    /// A string field is not valid UTF-8.
+    InvalidUtf8 {
+        /// The field's full name.
+        field: String,
+    },
+    /// Messages or groups nested deeper than the limit.
+    TooDeep(usize),
+    /// A packed field's payload is not a whole number of elements.
+    BadPackedLength {
+        /// The field's full name.
+        field: String,
+    },
+    /// A message is larger than 4 GiB.
+    TooLarge,
+    /// A sub-message that must become JSON text could not be rendered.
+    Json(String),
+    /// A value does not fit its column (for example a Timestamp past the year 2262 in
+    /// nanoseconds).
+    OutOfRange {
+        /// The field's full name.
+        field: String,
+    },
+}
+
+/// A message that could not be decoded. Its partial row has been rolled back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// Byte offset in the message where the problem starts.
+    pub offset: usize,
+    /// What was wrong.
+    pub kind: DecodeErrorKind,
+}
+
+impl DecodeError {
+    pub(crate) fn new(offset: usize, kind: DecodeErrorKind) -> Self {
+        Self { offset, kind }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use DecodeErrorKind::*;
+        match &self.kind {
+            TruncatedVarint => write!(f, "truncated varint"),
+            VarintTooLong => write!(f, "varint longer than 10 bytes"),
+            TruncatedField => write!(f, "truncated fixed-width value"),
+            LengthPastEnd { length, remaining } => write!(
+                f,
+                "length {length} runs past the end ({remaining} bytes remain)"
+            ),
+            InvalidWireType(t) => write!(f, "invalid wire type {t}"),
+            FieldNumberZero => write!(f, "field number 0"),
+            UnexpectedEndGroup(n) => write!(f, "end-group for field {n} without a start-group"),
+            EndGroupMismatch { expected, found } => write!(
+                f,
+                "end-group for field {found} closes a group started by field {expected}"
+            ),
+            UnterminatedGroup(n) => write!(f, "group of field {n} never ends"),
+            WireTypeMismatch {
+                field,
+                found,
+                expected,
+            } => write!(
+                f,
+                "field {field} has wire type {found}, expected {expected}"
+            ),
+            InvalidUtf8 { field } => write!(f, "string field {field} is not valid UTF-8"),
+            TooDeep(limit) => write!(f, "nesting deeper than {limit}"),
+            BadPackedLength { field } => {
+                write!(f, "packed field {field} has a length that is not a whole number of elements")
+            }
+            TooLarge => write!(f, "message larger than 4 GiB"),
+            Json(msg) => write!(f, "cannot render sub-message as JSON: {msg}"),
+            OutOfRange { field } => write!(f, "value of {field} does not fit its column type"),
+        }?;
+        write!(f, " at byte {}", self.offset)
+    }
+}
+
+impl std::error::Error for DecodeError {}

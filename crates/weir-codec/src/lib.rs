@@ -1,0 +1,55 @@
+//! # weir-codec
+//!
+//! Decoders that turn message bytes into Apache Arrow [`RecordBatch`]es. This crate owns the
+//! [`Decoder`] trait, the schema loading ([`ProtoSchema`]) and the protobuf decoder
+//! ([`ProtoDecoder`]). It does no I/O beyond reading schema files: sources hand it message slices.
+//!
+//! The protobuf decoder is compiled at start-up from a runtime schema (a `.proto` file compiled
+//! with `protox`, or a `FileDescriptorSet`) and the columns the caller asks for. Every question
+//! about the schema is answered once, when the decode plan is built; the per-message loop only
+//! reads a tag, indexes a table by field number and appends to a typed column buffer.
+//! See [`protobuf`] for the type mapping and the presence rules.
+
+pub mod error;
+pub mod protobuf;
+pub mod schema;
+
+pub use arrow_array::RecordBatch;
+pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+pub use error::{DecodeError, DecodeErrorKind, PlanError, SchemaError};
+pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
+pub use schema::ProtoSchema;
+
+/// Rows per batch when the caller does not choose.
+pub const DEFAULT_BATCH_SIZE: usize = 8192;
+
+/// Turns one message at a time into rows of Arrow columns.
+///
+/// A decoder buffers rows until the caller takes them with [`Decoder::flush`] (on demand) or
+/// [`Decoder::take_full_batch`] (once `batch_size` rows are buffered). A message that fails to
+/// decode leaves no trace: its partial row is rolled back and the rows before it stay intact.
+pub trait Decoder: Send {
+    /// The Arrow schema of the batches this decoder produces.
+    fn schema(&self) -> SchemaRef;
+
+    /// Decodes one message and appends it as one row.
+    fn decode(&mut self, message: &[u8]) -> Result<(), DecodeError>;
+
+    /// Rows decoded and not yet taken.
+    fn buffered_rows(&self) -> usize;
+
+    /// The number of rows at which [`Decoder::take_full_batch`] returns a batch.
+    fn batch_size(&self) -> usize;
+
+    /// Takes every buffered row as one batch; `None` when nothing is buffered.
+    fn flush(&mut self) -> Option<RecordBatch>;
+
+    /// Takes a batch once `batch_size` rows are buffered; `None` before that.
+    fn take_full_batch(&mut self) -> Option<RecordBatch> {
+        if self.buffered_rows() >= self.batch_size() {
+            self.flush()
+        } else {
+            None
+        }
+    }
+}

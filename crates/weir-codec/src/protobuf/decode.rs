@@ -1,0 +1,673 @@
+//! The per-message loop: read a tag, index the field table, convert, write a slot or append to
+//! a column. No hashing, no string comparison, no allocation (outside JSON-text columns) and no
+//! dynamic dispatch per field: `Op` and `ColumnData` are matched as plain enums.
+
+use prost::Message as _;
+use prost_reflect::{DynamicMessage, SerializeOptions};
+
+use super::columns::{column_len, push_offset, truncate, Column, ColumnData};
+use super::plan::{CommitOp, DefaultVal, Entry, Op, Plan, VarintConv, NONE};
+use super::wire::{
+    read_fixed32, read_fixed64, read_len, read_varint, skip_field, split_tag, zigzag32, zigzag64,
+    WT_LEN,
+};
+use crate::error::{DecodeError, DecodeErrorKind};
+use arrow_schema::TimeUnit;
+
+/// Value slots of one scope. A slot is set when its generation equals the scope's current one,
+/// so starting a new row is one increment, not a clear.
+#[derive(Debug)]
+pub(crate) struct ScopeState {
+    vals: Vec<u64>,
+    gens: Vec<u32>,
+    gen: u32,
+    /// (slot, start, end) of every occurrence of a JSON-text sub-message, in wire order.
+    json: Vec<(u32, u32, u32)>,
+}
+
+/// Everything a decoder mutates.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) scopes: Vec<ScopeState>,
+    pub(crate) cols: Vec<Column>,
+    pub(crate) rows: usize,
+}
+
+/// A slot value read at commit time.
+#[derive(Clone, Copy)]
+enum Val {
+    Null,
+    Bits(u64),
+    Str(u32),
+}
+
+#[inline(always)]
+fn apply(conv: VarintConv, v: u64) -> u64 {
+    match conv {
+        VarintConv::Raw => v,
+        VarintConv::Zigzag32 => zigzag32(v) as i64 as u64,
+        VarintConv::Zigzag64 => zigzag64(v) as u64,
+    }
+}
+
+/// Appends a decoded varint to a repeated column; the column type decides the truncation.
+#[inline(always)]
+fn push_varint(data: &mut ColumnData, v: u64) {
+    match data {
+        ColumnData::I32(x) => x.push(v as i32),
+        ColumnData::I64(x) => x.push(v as i64),
+        ColumnData::U32(x) => x.push(v as u32),
+        ColumnData::U64(x) => x.push(v),
+        ColumnData::Bool(x) => x.push(v != 0),
+        _ => {}
+    }
+}
+
+#[inline(always)]
+fn push_fixed32(data: &mut ColumnData, v: u32) {
+    match data {
+        ColumnData::F32(x) => x.push(f32::from_bits(v)),
+        ColumnData::U32(x) => x.push(v),
+        ColumnData::I32(x) => x.push(v as i32),
+        _ => {}
+    }
+}
+
+#[inline(always)]
+fn push_fixed64(data: &mut ColumnData, v: u64) {
+    match data {
+        ColumnData::F64(x) => x.push(f64::from_bits(v)),
+        ColumnData::U64(x) => x.push(v),
+        ColumnData::I64(x) => x.push(v as i64),
+        _ => {}
+    }
+}
+
+/// Appends bytes as one row of a Utf8/Binary column.
+#[inline(always)]
+fn push_bytes(col: &mut Column, bytes: &[u8], at: usize) -> Result<(), DecodeError> {
+    if let ColumnData::Bytes { offsets, data } = &mut col.data {
+        data.extend_from_slice(bytes);
+        if !push_offset(offsets, data.len()) {
+            return Err(DecodeError::new(at, DecodeErrorKind::TooLarge));
+        }
+    }
+    if let Some(v) = &mut col.validity {
+        v.push(true);
+    }
+    Ok(())
+}
+
+/// Appends a null (a zero value under a cleared validity bit).
+fn push_null(col: &mut Column) {
+    match &mut col.data {
+        ColumnData::Bool(x) => x.push(false),
+        ColumnData::I32(x) => x.push(0),
+        ColumnData::I64(x) => x.push(0),
+        ColumnData::U32(x) => x.push(0),
+        ColumnData::U64(x) => x.push(0),
+        ColumnData::F32(x) => x.push(0.0),
+        ColumnData::F64(x) => x.push(0.0),
+        ColumnData::Bytes { offsets, data } => {
+            let end = data.len();
+            push_offset(offsets, end);
+        }
+        ColumnData::Struct { len, .. } => *len += 1,
+        ColumnData::List { offsets, .. } => {
+            let last = offsets.last().copied().unwrap_or(0);
+            offsets.push(last);
+        }
+    }
+    if let Some(v) = &mut col.validity {
+        v.push(false);
+    }
+}
+
+fn rendered_json(
+    plan: &Plan,
+    desc: u32,
+    buf: &[u8],
+    ranges: impl Iterator<Item = (usize, usize)>,
+    out: &mut Vec<u8>,
+) -> Result<(), DecodeError> {
+    // Cold path: only columns that ask for a sub-message as JSON text come here. The canonical
+    // proto3 JSON mapping is prost-reflect's; writing it again would only add bugs.
+    let mut at = 0;
+    let mut msg = DynamicMessage::new(plan.json[desc as usize].clone());
+    for (s, e) in ranges {
+        at = s;
+        msg.merge(&buf[s..e])
+            .map_err(|err| DecodeError::new(s, DecodeErrorKind::Json(err.to_string())))?;
+    }
+    let mut ser = serde_json::Serializer::new(out);
+    msg.serialize_with_options(&mut ser, &SerializeOptions::new())
+        .map_err(|err| DecodeError::new(at, DecodeErrorKind::Json(err.to_string())))
+}
+
+impl State {
+    pub(crate) fn new(plan: &Plan) -> Self {
+        let scopes = plan
+            .scopes
+            .iter()
+            .map(|s| ScopeState {
+                vals: vec![0; s.nslots as usize],
+                gens: vec![0; s.nslots as usize],
+                gen: 0,
+                json: Vec::new(),
+            })
+            .collect();
+        Self {
+            scopes,
+            cols: super::columns::clone_empty(&plan.columns),
+            rows: 0,
+        }
+    }
+
+    /// Decodes one top-level message as one row, or rolls the row back.
+    pub(crate) fn decode_row(&mut self, plan: &Plan, buf: &[u8]) -> Result<(), DecodeError> {
+        if buf.len() > u32::MAX as usize {
+            return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
+        }
+        match self.decode_scope(plan, 0, buf, 0, buf.len(), 0) {
+            Ok(()) => {
+                self.rows += 1;
+                Ok(())
+            }
+            Err(e) => {
+                for &c in &plan.top {
+                    truncate(&mut self.cols, c, self.rows);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    #[inline]
+    fn begin_scope(&mut self, scope: usize) {
+        let s = &mut self.scopes[scope];
+        if s.gen == u32::MAX {
+            s.gens.iter_mut().for_each(|g| *g = 0);
+            s.gen = 0;
+        }
+        s.gen += 1;
+        s.json.clear();
+    }
+
+    fn decode_scope(
+        &mut self,
+        plan: &Plan,
+        scope: usize,
+        buf: &[u8],
+        start: usize,
+        end: usize,
+        depth: usize,
+    ) -> Result<(), DecodeError> {
+        self.begin_scope(scope);
+        let root = plan.scopes[scope].root;
+        self.decode_fields(plan, root, buf, start, end, scope, depth)?;
+        self.commit(plan, scope, buf)
+    }
+
+    #[inline(always)]
+    fn set(&mut self, scope: usize, slot: u32, v: u64) {
+        let s = &mut self.scopes[scope];
+        s.vals[slot as usize] = v;
+        s.gens[slot as usize] = s.gen;
+    }
+
+    #[inline(always)]
+    fn is_set(&self, scope: usize, slot: u32) -> bool {
+        let s = &self.scopes[scope];
+        s.gens[slot as usize] == s.gen
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decode_fields(
+        &mut self,
+        plan: &Plan,
+        msg: u32,
+        buf: &[u8],
+        mut pos: usize,
+        end: usize,
+        scope: usize,
+        depth: usize,
+    ) -> Result<(), DecodeError> {
+        let table = &plan.msgs[msg as usize];
+        while pos < end {
+            let tag_at = pos;
+            let tag = read_varint(buf, &mut pos, end)?;
+            let (field, wt) = split_tag(tag, tag_at)?;
+            let e = table.lookup(field);
+            if e.op == Op::Skip {
+                skip_field(buf, &mut pos, end, field, wt, tag_at, depth, plan.max_depth)?;
+                continue;
+            }
+            if wt != e.wire {
+                let packable = matches!(
+                    e.op,
+                    Op::RepVarint(_) | Op::RepFixed32 | Op::RepFixed64 | Op::RepEnumName
+                );
+                if packable && wt == WT_LEN {
+                    pos = self.decode_packed(plan, e, buf, pos, end)?;
+                    continue;
+                }
+                return Err(DecodeError::new(
+                    tag_at,
+                    DecodeErrorKind::WireTypeMismatch {
+                        field: plan.names[e.name as usize].clone(),
+                        found: wt,
+                        expected: e.wire,
+                    },
+                ));
+            }
+            if e.oneof != 0 {
+                self.clear_oneof(plan, scope, e.oneof - 1, field);
+            }
+            match e.op {
+                Op::Varint(conv) => {
+                    let v = read_varint(buf, &mut pos, end)?;
+                    self.set(scope, e.slot, apply(conv, v));
+                }
+                Op::Fixed32 => {
+                    let v = read_fixed32(buf, &mut pos, end)?;
+                    self.set(scope, e.slot, v as u64);
+                }
+                Op::Fixed64 => {
+                    let v = read_fixed64(buf, &mut pos, end)?;
+                    self.set(scope, e.slot, v);
+                }
+                Op::Str | Op::Bytes => {
+                    let vend = read_len(buf, &mut pos, end)?;
+                    if e.op == Op::Str {
+                        check_utf8(plan, e, buf, pos, vend)?;
+                    }
+                    self.set(scope, e.slot, ((pos as u64) << 32) | (vend - pos) as u64);
+                    pos = vend;
+                }
+                Op::SubMsg => {
+                    let vend = read_len(buf, &mut pos, end)?;
+                    if depth >= plan.max_depth {
+                        return Err(DecodeError::new(
+                            tag_at,
+                            DecodeErrorKind::TooDeep(plan.max_depth),
+                        ));
+                    }
+                    self.set(scope, e.slot, 1);
+                    self.decode_fields(plan, e.target, buf, pos, vend, scope, depth + 1)?;
+                    pos = vend;
+                }
+                Op::Json => {
+                    let vend = read_len(buf, &mut pos, end)?;
+                    self.set(scope, e.slot, 1);
+                    self.scopes[scope]
+                        .json
+                        .push((e.slot, pos as u32, vend as u32));
+                    pos = vend;
+                }
+                Op::RepVarint(conv) => {
+                    let v = read_varint(buf, &mut pos, end)?;
+                    push_varint(&mut self.cols[e.target as usize].data, apply(conv, v));
+                }
+                Op::RepFixed32 => {
+                    let v = read_fixed32(buf, &mut pos, end)?;
+                    push_fixed32(&mut self.cols[e.target as usize].data, v);
+                }
+                Op::RepFixed64 => {
+                    let v = read_fixed64(buf, &mut pos, end)?;
+                    push_fixed64(&mut self.cols[e.target as usize].data, v);
+                }
+                Op::RepStr | Op::RepBytes => {
+                    let vend = read_len(buf, &mut pos, end)?;
+                    if e.op == Op::RepStr {
+                        check_utf8(plan, e, buf, pos, vend)?;
+                    }
+                    push_bytes(&mut self.cols[e.target as usize], &buf[pos..vend], pos)?;
+                    pos = vend;
+                }
+                Op::RepEnumName => {
+                    let at = pos;
+                    let v = read_varint(buf, &mut pos, end)?;
+                    self.push_enum_name(plan, e.target, e.slot, v as i32, at)?;
+                }
+                Op::RepMsg => {
+                    let vend = read_len(buf, &mut pos, end)?;
+                    if depth >= plan.max_depth {
+                        return Err(DecodeError::new(
+                            tag_at,
+                            DecodeErrorKind::TooDeep(plan.max_depth),
+                        ));
+                    }
+                    self.decode_scope(plan, e.target as usize, buf, pos, vend, depth + 1)?;
+                    pos = vend;
+                }
+                Op::RepJson => {
+                    let vend = read_len(buf, &mut pos, end)?;
+                    let col = &mut self.cols[e.target as usize];
+                    if let ColumnData::Bytes { offsets, data } = &mut col.data {
+                        rendered_json(plan, e.slot, buf, std::iter::once((pos, vend)), data)?;
+                        if !push_offset(offsets, data.len()) {
+                            return Err(DecodeError::new(pos, DecodeErrorKind::TooLarge));
+                        }
+                    }
+                    pos = vend;
+                }
+                Op::Skip => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A packed repeated scalar: a length, then values back to back.
+    fn decode_packed(
+        &mut self,
+        plan: &Plan,
+        e: &Entry,
+        buf: &[u8],
+        mut pos: usize,
+        end: usize,
+    ) -> Result<usize, DecodeError> {
+        let len_at = pos;
+        let vend = read_len(buf, &mut pos, end)?;
+        let bad_len = || {
+            DecodeError::new(
+                len_at,
+                DecodeErrorKind::BadPackedLength {
+                    field: plan.names[e.name as usize].clone(),
+                },
+            )
+        };
+        match e.op {
+            Op::RepFixed32 => {
+                let bytes = &buf[pos..vend];
+                if bytes.len() % 4 != 0 {
+                    return Err(bad_len());
+                }
+                let data = &mut self.cols[e.target as usize].data;
+                for c in bytes.chunks_exact(4) {
+                    push_fixed32(data, u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+                }
+            }
+            Op::RepFixed64 => {
+                let bytes = &buf[pos..vend];
+                if bytes.len() % 8 != 0 {
+                    return Err(bad_len());
+                }
+                let data = &mut self.cols[e.target as usize].data;
+                for c in bytes.chunks_exact(8) {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(c);
+                    push_fixed64(data, u64::from_le_bytes(b));
+                }
+            }
+            Op::RepVarint(conv) => {
+                let data = &mut self.cols[e.target as usize].data;
+                while pos < vend {
+                    let v = read_varint(buf, &mut pos, vend)?;
+                    push_varint(data, apply(conv, v));
+                }
+            }
+            Op::RepEnumName => {
+                while pos < vend {
+                    let at = pos;
+                    let v = read_varint(buf, &mut pos, vend)?;
+                    self.push_enum_name(plan, e.target, e.slot, v as i32, at)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(vend)
+    }
+
+    fn push_enum_name(
+        &mut self,
+        plan: &Plan,
+        col: u32,
+        table: u32,
+        n: i32,
+        at: usize,
+    ) -> Result<(), DecodeError> {
+        let col = &mut self.cols[col as usize];
+        match plan.enums[table as usize].name(n) {
+            Some(name) => push_bytes(col, name.as_bytes(), at),
+            None => push_unknown_enum(col, n, at),
+        }
+    }
+
+    #[cold]
+    fn clear_oneof(&mut self, plan: &Plan, scope: usize, oneof: u32, field: u32) {
+        let s = &mut self.scopes[scope];
+        let mut cleared_json = false;
+        for (num, slots) in &plan.oneofs[oneof as usize].members {
+            if *num == field {
+                continue;
+            }
+            for &slot in slots {
+                if s.gens[slot as usize] == s.gen {
+                    s.gens[slot as usize] = 0;
+                    cleared_json = true;
+                }
+            }
+        }
+        if cleared_json && !s.json.is_empty() {
+            let gens = &s.gens;
+            let gen = s.gen;
+            s.json.retain(|(slot, _, _)| gens[*slot as usize] == gen);
+        }
+    }
+
+    #[inline(always)]
+    fn value(&self, scope: usize, slot: u32, guard: u32, default: DefaultVal) -> Val {
+        let s = &self.scopes[scope];
+        if s.gens[slot as usize] == s.gen {
+            Val::Bits(s.vals[slot as usize])
+        } else if guard == NONE || s.gens[guard as usize] == s.gen {
+            match default {
+                DefaultVal::Null => Val::Null,
+                DefaultVal::Bits(b) => Val::Bits(b),
+                DefaultVal::Str(i) => Val::Str(i),
+            }
+        } else {
+            Val::Null
+        }
+    }
+
+    /// Appends one value to every column of `scope` from its slots.
+    fn commit(&mut self, plan: &Plan, scope: usize, buf: &[u8]) -> Result<(), DecodeError> {
+        for op in &plan.scopes[scope].ops {
+            match *op {
+                CommitOp::Leaf {
+                    col,
+                    slot,
+                    guard,
+                    default,
+                } => {
+                    let v = self.value(scope, slot, guard, default);
+                    push_leaf(&mut self.cols[col as usize], v, buf, plan)?;
+                }
+                CommitOp::EnumName {
+                    col,
+                    slot,
+                    guard,
+                    default,
+                    table,
+                } => match self.value(scope, slot, guard, default) {
+                    Val::Bits(n) => self.push_enum_name(plan, col, table, n as i32, 0)?,
+                    _ => push_null(&mut self.cols[col as usize]),
+                },
+                CommitOp::Struct { col, presence } => {
+                    let valid = presence == NONE || self.is_set(scope, presence);
+                    let c = &mut self.cols[col as usize];
+                    if let ColumnData::Struct { len, .. } = &mut c.data {
+                        *len += 1;
+                    }
+                    if let Some(v) = &mut c.validity {
+                        v.push(valid);
+                    }
+                }
+                CommitOp::ListEnd { col } => {
+                    let child = match &self.cols[col as usize].data {
+                        ColumnData::List { child, .. } => *child,
+                        _ => continue,
+                    };
+                    let n = column_len(&self.cols, child);
+                    let c = &mut self.cols[col as usize];
+                    if let ColumnData::List { offsets, .. } = &mut c.data {
+                        if !push_offset(offsets, n) {
+                            return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
+                        }
+                    }
+                    if let Some(v) = &mut c.validity {
+                        v.push(true);
+                    }
+                }
+                CommitOp::Time {
+                    col,
+                    secs,
+                    nanos,
+                    presence,
+                    unit,
+                    name,
+                } => {
+                    if presence != NONE && !self.is_set(scope, presence) {
+                        push_null(&mut self.cols[col as usize]);
+                        continue;
+                    }
+                    let get = |slot| match self.value(scope, slot, NONE, DefaultVal::Bits(0)) {
+                        Val::Bits(b) => b,
+                        _ => 0,
+                    };
+                    let s = get(secs) as i64;
+                    let n = get(nanos) as i32 as i64;
+                    let v = match unit {
+                        TimeUnit::Second => Some(s),
+                        TimeUnit::Millisecond => s
+                            .checked_mul(1_000)
+                            .and_then(|x| x.checked_add(n.div_euclid(1_000_000))),
+                        TimeUnit::Microsecond => s
+                            .checked_mul(1_000_000)
+                            .and_then(|x| x.checked_add(n.div_euclid(1_000))),
+                        TimeUnit::Nanosecond => {
+                            s.checked_mul(1_000_000_000).and_then(|x| x.checked_add(n))
+                        }
+                    };
+                    let Some(v) = v else {
+                        return Err(DecodeError::new(
+                            0,
+                            DecodeErrorKind::OutOfRange {
+                                field: plan.names[name as usize].clone(),
+                            },
+                        ));
+                    };
+                    let c = &mut self.cols[col as usize];
+                    if let ColumnData::I64(x) = &mut c.data {
+                        x.push(v);
+                    }
+                    if let Some(val) = &mut c.validity {
+                        val.push(true);
+                    }
+                }
+                CommitOp::Json { col, slot, desc } => {
+                    if !self.is_set(scope, slot) {
+                        push_null(&mut self.cols[col as usize]);
+                        continue;
+                    }
+                    let s = &self.scopes[scope];
+                    let c = &mut self.cols[col as usize];
+                    if let ColumnData::Bytes { offsets, data } = &mut c.data {
+                        let ranges = s
+                            .json
+                            .iter()
+                            .filter(|r| r.0 == slot)
+                            .map(|r| (r.1 as usize, r.2 as usize));
+                        rendered_json(plan, desc, buf, ranges, data)?;
+                        if !push_offset(offsets, data.len()) {
+                            return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
+                        }
+                    }
+                    if let Some(v) = &mut c.validity {
+                        v.push(true);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[inline(always)]
+fn check_utf8(
+    plan: &Plan,
+    e: &Entry,
+    buf: &[u8],
+    start: usize,
+    end: usize,
+) -> Result<(), DecodeError> {
+    if simdutf8::basic::from_utf8(&buf[start..end]).is_err() {
+        // Slow path only to find where the bad byte is.
+        let at = match simdutf8::compat::from_utf8(&buf[start..end]) {
+            Err(err) => start + err.valid_up_to(),
+            Ok(_) => start,
+        };
+        return Err(DecodeError::new(
+            at,
+            DecodeErrorKind::InvalidUtf8 {
+                field: plan.names[e.name as usize].clone(),
+            },
+        ));
+    }
+    Ok(())
+}
+
+#[cold]
+fn push_unknown_enum(col: &mut Column, n: i32, at: usize) -> Result<(), DecodeError> {
+    // An open enum may carry a number the schema does not name; like the proto3 JSON mapping,
+    // write the number.
+    let mut tmp = [0u8; 12];
+    let mut i = tmp.len();
+    let neg = n < 0;
+    let mut v = (n as i64).unsigned_abs();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if neg {
+        i -= 1;
+        tmp[i] = b'-';
+    }
+    push_bytes(col, &tmp[i..], at)
+}
+
+#[inline(always)]
+fn push_leaf(col: &mut Column, v: Val, buf: &[u8], plan: &Plan) -> Result<(), DecodeError> {
+    let bits = match v {
+        Val::Null => {
+            push_null(col);
+            return Ok(());
+        }
+        Val::Str(i) => return push_bytes(col, &plan.str_defaults[i as usize], 0),
+        Val::Bits(b) => b,
+    };
+    match &mut col.data {
+        ColumnData::I32(x) => x.push(bits as i32),
+        ColumnData::I64(x) => x.push(bits as i64),
+        ColumnData::U32(x) => x.push(bits as u32),
+        ColumnData::U64(x) => x.push(bits),
+        ColumnData::F32(x) => x.push(f32::from_bits(bits as u32)),
+        ColumnData::F64(x) => x.push(f64::from_bits(bits)),
+        ColumnData::Bool(x) => x.push(bits != 0),
+        ColumnData::Bytes { .. } => {
+            let start = (bits >> 32) as usize;
+            let len = (bits & 0xffff_ffff) as usize;
+            return push_bytes(col, &buf[start..start + len], start);
+        }
+        ColumnData::Struct { .. } | ColumnData::List { .. } => {}
+    }
+    if let Some(val) = &mut col.validity {
+        val.push(true);
+    }
+    Ok(())
+}

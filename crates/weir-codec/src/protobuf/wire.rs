@@ -1,0 +1,240 @@
+//! Protobuf wire-format primitives. Written by hand (not prost's `decode_varint`) because the hot
+//! loop needs absolute byte offsets for errors and a bound (`end`) that is not the slice end, so a
+//! sub-message is read in place from the top-level buffer without re-slicing.
+
+use crate::error::{DecodeError, DecodeErrorKind};
+
+pub(crate) const WT_VARINT: u8 = 0;
+pub(crate) const WT_I64: u8 = 1;
+pub(crate) const WT_LEN: u8 = 2;
+pub(crate) const WT_SGROUP: u8 = 3;
+pub(crate) const WT_EGROUP: u8 = 4;
+pub(crate) const WT_I32: u8 = 5;
+
+/// Reads a varint starting at `*pos`, not reading at or past `end`.
+#[inline(always)]
+pub(crate) fn read_varint(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64, DecodeError> {
+    let p = *pos;
+    // Fast path: one-byte varints (tags, small lengths) are the common case.
+    if p < end {
+        let b = buf[p];
+        if b < 0x80 {
+            *pos = p + 1;
+            return Ok(b as u64);
+        }
+    }
+    read_varint_slow(buf, pos, end)
+}
+
+#[inline]
+fn read_varint_slow(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64, DecodeError> {
+    let start = *pos;
+    let avail = &buf[start..end];
+    let mut value: u64 = 0;
+    for (i, &b) in avail.iter().take(10).enumerate() {
+        value |= ((b & 0x7f) as u64) << (7 * i);
+        if b < 0x80 {
+            *pos = start + i + 1;
+            return Ok(value);
+        }
+    }
+    if avail.len() >= 10 {
+        Err(DecodeError::new(start, DecodeErrorKind::VarintTooLong))
+    } else {
+        Err(DecodeError::new(start, DecodeErrorKind::TruncatedVarint))
+    }
+}
+
+/// Reads a length prefix and checks that the payload fits before `end`. Returns the payload end.
+#[inline(always)]
+pub(crate) fn read_len(buf: &[u8], pos: &mut usize, end: usize) -> Result<usize, DecodeError> {
+    let at = *pos;
+    let len = read_varint(buf, pos, end)?;
+    let remaining = end - *pos;
+    if len > remaining as u64 {
+        return Err(DecodeError::new(
+            at,
+            DecodeErrorKind::LengthPastEnd {
+                length: len,
+                remaining,
+            },
+        ));
+    }
+    Ok(*pos + len as usize)
+}
+
+#[inline(always)]
+pub(crate) fn read_fixed32(buf: &[u8], pos: &mut usize, end: usize) -> Result<u32, DecodeError> {
+    let p = *pos;
+    if end - p < 4 {
+        return Err(DecodeError::new(p, DecodeErrorKind::TruncatedField));
+    }
+    *pos = p + 4;
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[p..p + 4]);
+    Ok(u32::from_le_bytes(b))
+}
+
+#[inline(always)]
+pub(crate) fn read_fixed64(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64, DecodeError> {
+    let p = *pos;
+    if end - p < 8 {
+        return Err(DecodeError::new(p, DecodeErrorKind::TruncatedField));
+    }
+    *pos = p + 8;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[p..p + 8]);
+    Ok(u64::from_le_bytes(b))
+}
+
+/// Splits a tag into (field number, wire type), rejecting field 0 and wire types 6/7.
+#[inline(always)]
+pub(crate) fn split_tag(tag: u64, at: usize) -> Result<(u32, u8), DecodeError> {
+    let wt = (tag & 7) as u8;
+    let field = tag >> 3;
+    if field == 0 || field > u32::MAX as u64 {
+        return Err(DecodeError::new(at, DecodeErrorKind::FieldNumberZero));
+    }
+    if wt > 5 {
+        return Err(DecodeError::new(at, DecodeErrorKind::InvalidWireType(wt)));
+    }
+    Ok((field as u32, wt))
+}
+
+/// Skips the value of a field that is not requested, without decoding it.
+/// `tag_at` is where the field's tag starts (for errors).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn skip_field(
+    buf: &[u8],
+    pos: &mut usize,
+    end: usize,
+    field: u32,
+    wt: u8,
+    tag_at: usize,
+    depth: usize,
+    max_depth: usize,
+) -> Result<(), DecodeError> {
+    match wt {
+        WT_VARINT => {
+            // Scan for the last byte; no value is assembled.
+            let start = *pos;
+            let avail = &buf[start..end];
+            match avail.iter().take(10).position(|&b| b < 0x80) {
+                Some(i) => *pos = start + i + 1,
+                None if avail.len() >= 10 => {
+                    return Err(DecodeError::new(start, DecodeErrorKind::VarintTooLong))
+                }
+                None => return Err(DecodeError::new(start, DecodeErrorKind::TruncatedVarint)),
+            }
+        }
+        WT_I64 => {
+            if end - *pos < 8 {
+                return Err(DecodeError::new(*pos, DecodeErrorKind::TruncatedField));
+            }
+            *pos += 8;
+        }
+        WT_I32 => {
+            if end - *pos < 4 {
+                return Err(DecodeError::new(*pos, DecodeErrorKind::TruncatedField));
+            }
+            *pos += 4;
+        }
+        WT_LEN => {
+            *pos = read_len(buf, pos, end)?;
+        }
+        WT_SGROUP => skip_group(buf, pos, end, field, tag_at, depth + 1, max_depth)?,
+        WT_EGROUP => {
+            return Err(DecodeError::new(
+                tag_at,
+                DecodeErrorKind::UnexpectedEndGroup(field),
+            ))
+        }
+        _ => return Err(DecodeError::new(tag_at, DecodeErrorKind::InvalidWireType(wt))),
+    }
+    Ok(())
+}
+
+/// Skips a group body up to and including its end-group tag.
+fn skip_group(
+    buf: &[u8],
+    pos: &mut usize,
+    end: usize,
+    group_field: u32,
+    group_at: usize,
+    depth: usize,
+    max_depth: usize,
+) -> Result<(), DecodeError> {
+    if depth > max_depth {
+        return Err(DecodeError::new(group_at, DecodeErrorKind::TooDeep(max_depth)));
+    }
+    while *pos < end {
+        let tag_at = *pos;
+        let tag = read_varint(buf, pos, end)?;
+        let (field, wt) = split_tag(tag, tag_at)?;
+        if wt == WT_EGROUP {
+            if field != group_field {
+                return Err(DecodeError::new(
+                    tag_at,
+                    DecodeErrorKind::EndGroupMismatch {
+                        expected: group_field,
+                        found: field,
+                    },
+                ));
+            }
+            return Ok(());
+        }
+        skip_field(buf, pos, end, field, wt, tag_at, depth, max_depth)?;
+    }
+    Err(DecodeError::new(
+        group_at,
+        DecodeErrorKind::UnterminatedGroup(group_field),
+    ))
+}
+
+#[inline(always)]
+pub(crate) fn zigzag32(v: u64) -> i32 {
+    let v = v as u32;
+    ((v >> 1) as i32) ^ -((v & 1) as i32)
+}
+
+#[inline(always)]
+pub(crate) fn zigzag64(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints() {
+        let buf = [0x96, 0x01, 0x7f];
+        let mut p = 0;
+        assert_eq!(read_varint(&buf, &mut p, 3).unwrap(), 150);
+        assert_eq!(p, 2);
+        assert_eq!(read_varint(&buf, &mut p, 3).unwrap(), 127);
+        let mut p = 0;
+        assert_eq!(
+            read_varint(&buf, &mut p, 1).unwrap_err().kind,
+            DecodeErrorKind::TruncatedVarint
+        );
+        let long = [0xffu8; 11];
+        let mut p = 0;
+        assert_eq!(
+            read_varint(&long, &mut p, 11).unwrap_err().kind,
+            DecodeErrorKind::VarintTooLong
+        );
+        // -1 as int32 is a 10-byte varint
+        let neg = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        let mut p = 0;
+        assert_eq!(read_varint(&neg, &mut p, 10).unwrap() as i32, -1);
+    }
+
+    #[test]
+    fn zigzag() {
+        assert_eq!(zigzag32(1), -1);
+        assert_eq!(zigzag32(4294967294), 2147483647);
+        assert_eq!(zigzag64(3), -2);
+    }
+}

@@ -1,0 +1,92 @@
+//! Loading a protobuf schema at run time: a `.proto` file compiled with `protox`, or a
+//! `FileDescriptorSet` (`protoc --descriptor_set_out`, `buf build -o`).
+
+use std::path::{Path, PathBuf};
+
+use prost_reflect::DescriptorPool;
+
+use crate::error::SchemaError;
+
+/// A set of protobuf message types, loaded once at start-up.
+#[derive(Debug, Clone)]
+pub struct ProtoSchema {
+    pool: DescriptorPool,
+}
+
+impl ProtoSchema {
+    /// Loads `path`: a `.proto` file is compiled (imports resolved from `include_paths`, then
+    /// from the file's own directory; the well-known types are built in); any other file is
+    /// read as a `FileDescriptorSet`.
+    pub fn load(path: impl AsRef<Path>, include_paths: &[PathBuf]) -> Result<Self, SchemaError> {
+        let path = path.as_ref();
+        if path.extension().is_some_and(|e| e == "proto") {
+            Self::from_proto_file(path, include_paths)
+        } else {
+            Self::from_descriptor_set_file(path)
+        }
+    }
+
+    /// Compiles a `.proto` file with `protox` (no `protoc` needed).
+    pub fn from_proto_file(
+        path: impl AsRef<Path>,
+        include_paths: &[PathBuf],
+    ) -> Result<Self, SchemaError> {
+        let path = path.as_ref();
+        // protox wants the file named relative to an include path; make sure its own directory
+        // is one, after the caller's (so the caller's paths win, as with protoc -I).
+        std::fs::metadata(path).map_err(|source| SchemaError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut includes: Vec<PathBuf> = include_paths.to_vec();
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        includes.push(parent);
+        let compile_err = |e: protox::Error| SchemaError::Compile {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        let mut compiler = protox::Compiler::new(&includes).map_err(compile_err)?;
+        compiler.include_imports(true).include_source_info(false);
+        compiler.open_file(path).map_err(compile_err)?;
+        Ok(Self {
+            pool: compiler.descriptor_pool(),
+        })
+    }
+
+    /// Reads a `FileDescriptorSet` file.
+    pub fn from_descriptor_set_file(path: impl AsRef<Path>) -> Result<Self, SchemaError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| SchemaError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::decode_set(&bytes, &path.display().to_string())
+    }
+
+    /// Reads an encoded `FileDescriptorSet`.
+    pub fn from_descriptor_set_bytes(bytes: &[u8]) -> Result<Self, SchemaError> {
+        Self::decode_set(bytes, "descriptor bytes")
+    }
+
+    /// Wraps a descriptor pool built elsewhere.
+    pub fn from_pool(pool: DescriptorPool) -> Self {
+        Self { pool }
+    }
+
+    fn decode_set(bytes: &[u8], origin: &str) -> Result<Self, SchemaError> {
+        let pool = DescriptorPool::decode(bytes).map_err(|e| SchemaError::DescriptorSet {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Self { pool })
+    }
+
+    /// The descriptors.
+    pub fn pool(&self) -> &DescriptorPool {
+        &self.pool
+    }
+}
