@@ -115,6 +115,8 @@ pub enum DecodeErrorKind {
     TruncatedVarint,
     /// A varint had more than 10 bytes.
     VarintTooLong,
+    /// A 10-byte varint whose value does not fit in 64 bits.
+    VarintOverflow,
     /// A fixed32/fixed64 value ran past the end of its buffer.
     TruncatedField,
     /// A length-delimited field claims more bytes than remain.
@@ -193,6 +195,7 @@ impl fmt::Display for DecodeError {
         match &self.kind {
             TruncatedVarint => write!(f, "truncated varint"),
             VarintTooLong => write!(f, "varint longer than 10 bytes"),
+            VarintOverflow => write!(f, "varint overflows 64 bits"),
             TruncatedField => write!(f, "truncated fixed-width value"),
             LengthPastEnd { length, remaining } => write!(
                 f,
@@ -217,7 +220,10 @@ impl fmt::Display for DecodeError {
             InvalidUtf8 { field } => write!(f, "string field {field} is not valid UTF-8"),
             TooDeep(limit) => write!(f, "nesting deeper than {limit}"),
             BadPackedLength { field } => {
-                write!(f, "packed field {field} has a length that is not a whole number of elements")
+                write!(
+                    f,
+                    "packed field {field} has a length that is not a whole number of elements"
+                )
             }
             TooLarge => write!(f, "message larger than 4 GiB"),
             Json(msg) => write!(f, "cannot render sub-message as JSON: {msg}"),

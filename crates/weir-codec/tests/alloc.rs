@@ -72,9 +72,13 @@ fn a_million_messages_allocate_per_batch() {
         ColumnSpec::new("ask_price", DataType::Float64),
         ColumnSpec::new("conditions", DataType::Int32),
     ];
-    let mut dec =
-        ProtoDecoder::new(&schema, "stocks.QuoteNBBO", &cols, ProtoDecoderOptions::default())
-            .unwrap();
+    let mut dec = ProtoDecoder::new(
+        &schema,
+        "stocks.QuoteNBBO",
+        &cols,
+        ProtoDecoderOptions::default(),
+    )
+    .unwrap();
 
     // 1000 distinct messages, cycled: the input is built before counting starts.
     let mut bufs = Vec::new();
@@ -97,11 +101,20 @@ fn a_million_messages_allocate_per_batch() {
                 // Spot-check values once (allocations here are per batch too).
                 let t = batch.column(0).as_string::<i32>();
                 assert_eq!(t.value(5), "O:SPY250005C00000005");
-                assert_eq!(batch.column(1).as_primitive::<Int64Type>().value(7), 1_790_000_000_000_000_007);
+                assert_eq!(
+                    batch.column(1).as_primitive::<Int64Type>().value(7),
+                    1_790_000_000_000_000_007
+                );
                 assert_eq!(batch.column(2).as_primitive::<Int64Type>().value(9), 9);
                 assert_eq!(batch.column(3).as_primitive::<Float64Type>().value(3), 1.03);
                 assert_eq!(batch.column(4).as_primitive::<UInt32Type>().value(3), 4);
-                assert_eq!(batch.column(6).as_primitive::<arrow_array::types::Int32Type>().value(2), -2);
+                assert_eq!(
+                    batch
+                        .column(6)
+                        .as_primitive::<arrow_array::types::Int32Type>()
+                        .value(2),
+                    -2
+                );
                 checked = true;
             }
         }

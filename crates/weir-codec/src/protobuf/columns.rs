@@ -66,11 +66,20 @@ pub(crate) enum ColumnData {
     F32(Vec<f32>),
     F64(Vec<f64>),
     /// Utf8 and Binary: offsets (starting with 0) and bytes.
-    Bytes { offsets: Vec<i32>, data: Vec<u8> },
+    Bytes {
+        offsets: Vec<i32>,
+        data: Vec<u8>,
+    },
     /// Children are other columns; `len` rows.
-    Struct { children: Vec<usize>, len: usize },
+    Struct {
+        children: Vec<usize>,
+        len: usize,
+    },
     /// List and Map: offsets into the child column.
-    List { offsets: Vec<i32>, child: usize },
+    List {
+        offsets: Vec<i32>,
+        child: usize,
+    },
 }
 
 /// One column: values, optional validity, and the Arrow type it becomes.
@@ -84,7 +93,12 @@ pub(crate) struct Column {
 }
 
 impl Column {
-    pub(crate) fn new(data: ColumnData, nullable: bool, data_type: DataType, capacity: usize) -> Self {
+    pub(crate) fn new(
+        data: ColumnData,
+        nullable: bool,
+        data_type: DataType,
+        capacity: usize,
+    ) -> Self {
         let mut c = Self {
             data,
             validity: nullable.then(|| Bits::with_capacity(capacity)),

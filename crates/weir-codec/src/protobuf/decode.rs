@@ -3,7 +3,7 @@
 //! dynamic dispatch per field: `Op` and `ColumnData` are matched as plain enums.
 
 use prost::Message as _;
-use prost_reflect::{DynamicMessage, SerializeOptions};
+use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, SerializeOptions};
 
 use super::columns::{column_len, push_offset, truncate, Column, ColumnData};
 use super::plan::{CommitOp, DefaultVal, Entry, Op, Plan, VarintConv, NONE};
@@ -298,6 +298,7 @@ impl State {
                 }
                 Op::Json => {
                     let vend = read_len(buf, &mut pos, end)?;
+                    check_json_subtree(plan, e.target, buf, pos, vend, tag_at, depth)?;
                     self.set(scope, e.slot, 1);
                     self.scopes[scope]
                         .json
@@ -342,6 +343,7 @@ impl State {
                 }
                 Op::RepJson => {
                     let vend = read_len(buf, &mut pos, end)?;
+                    check_json_subtree(plan, e.slot, buf, pos, vend, tag_at, depth)?;
                     let col = &mut self.cols[e.target as usize];
                     if let ColumnData::Bytes { offsets, data } = &mut col.data {
                         rendered_json(plan, e.slot, buf, std::iter::once((pos, vend)), data)?;
@@ -433,21 +435,31 @@ impl State {
         }
     }
 
+    /// A oneof member arrived: forget the other members' values in this row, including the
+    /// elements a displaced message member appended to its lists.
     #[cold]
     fn clear_oneof(&mut self, plan: &Plan, scope: usize, oneof: u32, field: u32) {
-        let s = &mut self.scopes[scope];
         let mut cleared_json = false;
-        for (num, slots) in &plan.oneofs[oneof as usize].members {
-            if *num == field {
+        for m in &plan.oneofs[oneof as usize].members {
+            if m.field == field {
                 continue;
             }
-            for &slot in slots {
+            let s = &mut self.scopes[scope];
+            for &slot in &m.slots {
                 if s.gens[slot as usize] == s.gen {
                     s.gens[slot as usize] = 0;
                     cleared_json = true;
                 }
             }
+            for &list in &m.lists {
+                // This row's elements sit after the list's last committed offset.
+                if let ColumnData::List { offsets, child } = &self.cols[list as usize].data {
+                    let (child, keep) = (*child, offsets.last().copied().unwrap_or(0) as usize);
+                    truncate(&mut self.cols, child, keep);
+                }
+            }
         }
+        let s = &mut self.scopes[scope];
         if cleared_json && !s.json.is_empty() {
             let gens = &s.gens;
             let gen = s.gen;
@@ -592,6 +604,71 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// Walks a sub-message that will be rendered as JSON text with weir's own wire checks, so that
+/// the depth limit counts from the real root and errors carry weir's kinds and offsets; only
+/// then does prost-reflect render it. Cold path: it looks fields up in the descriptor.
+#[cold]
+fn check_json_subtree(
+    plan: &Plan,
+    desc: u32,
+    buf: &[u8],
+    start: usize,
+    end: usize,
+    tag_at: usize,
+    depth: usize,
+) -> Result<(), DecodeError> {
+    if depth >= plan.max_depth {
+        return Err(DecodeError::new(
+            tag_at,
+            DecodeErrorKind::TooDeep(plan.max_depth),
+        ));
+    }
+    check_wire(plan, &plan.json[desc as usize], buf, start, end, depth + 1)
+}
+
+fn check_wire(
+    plan: &Plan,
+    desc: &MessageDescriptor,
+    buf: &[u8],
+    mut pos: usize,
+    end: usize,
+    depth: usize,
+) -> Result<(), DecodeError> {
+    while pos < end {
+        let tag_at = pos;
+        let tag = read_varint(buf, &mut pos, end)?;
+        let (field, wt) = split_tag(tag, tag_at)?;
+        let fd = desc.get_field(field);
+        match fd.as_ref().map(|f| f.kind()) {
+            Some(Kind::Message(m)) if wt == WT_LEN => {
+                let vend = read_len(buf, &mut pos, end)?;
+                if depth >= plan.max_depth {
+                    return Err(DecodeError::new(
+                        tag_at,
+                        DecodeErrorKind::TooDeep(plan.max_depth),
+                    ));
+                }
+                check_wire(plan, &m, buf, pos, vend, depth + 1)?;
+                pos = vend;
+            }
+            Some(Kind::String) if wt == WT_LEN => {
+                let vend = read_len(buf, &mut pos, end)?;
+                if simdutf8::basic::from_utf8(&buf[pos..vend]).is_err() {
+                    let at = match simdutf8::compat::from_utf8(&buf[pos..vend]) {
+                        Err(err) => pos + err.valid_up_to(),
+                        Ok(_) => pos,
+                    };
+                    let field = fd.map(|f| f.full_name().to_string()).unwrap_or_default();
+                    return Err(DecodeError::new(at, DecodeErrorKind::InvalidUtf8 { field }));
+                }
+                pos = vend;
+            }
+            _ => skip_field(buf, &mut pos, end, field, wt, tag_at, depth, plan.max_depth)?,
+        }
+    }
+    Ok(())
 }
 
 #[inline(always)]

@@ -33,8 +33,8 @@
 //! # Semantics
 //!
 //! A singular field seen twice keeps the last value; a singular sub-message seen twice is merged;
-//! repeated fields append; a later oneof member clears the earlier one (limitation: a repeated
-//! field inside a displaced oneof message keeps the elements it already appended). Fields not
+//! repeated fields append; a later oneof member clears the earlier one, including what a
+//! displaced message member had appended to its lists. Fields not
 //! requested and unknown fields (groups included) are skipped without being decoded. A known
 //! field with the wrong wire type is an error rather than a silent drop. Map entries are kept in
 //! wire order, duplicates included. proto2 groups cannot be requested as columns (they are
@@ -44,7 +44,9 @@
 //!
 //! A message that is malformed is rejected with a [`DecodeError`] naming the problem and the byte
 //! offset; its partial row is rolled back, and rows before and after it are intact. Nesting is
-//! limited to [`ProtoDecoderOptions::max_depth`] (100).
+//! limited to [`ProtoDecoderOptions::max_depth`] (100), counted from the root, through
+//! sub-messages, groups and sub-messages rendered as JSON alike. A 10-byte varint that
+//! overflows 64 bits is rejected.
 
 mod columns;
 mod decode;

@@ -15,9 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
-use prost_reflect::{
-    EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor, Syntax, Value,
-};
+use prost_reflect::{EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor, Syntax, Value};
 
 use super::columns::{Bits, Column, ColumnData};
 use super::wire::{WT_I32, WT_I64, WT_LEN, WT_VARINT};
@@ -56,7 +54,8 @@ pub(crate) enum Op {
     Bytes,
     /// Singular sub-message decoded with field table `target`; `slot` marks presence.
     SubMsg,
-    /// Singular sub-message kept as JSON text: byte ranges recorded for `slot`.
+    /// Singular sub-message kept as JSON text: byte ranges recorded for `slot`; checked
+    /// against descriptor `target`.
     Json,
     /// Repeated varint appended to column `target`.
     RepVarint(VarintConv),
@@ -176,10 +175,19 @@ pub(crate) struct ScopePlan {
     pub(crate) ops: Vec<CommitOp>,
 }
 
+/// One member of a oneof: its field number, the slots it sets and, for a message member, the
+/// list columns below it (whose elements of the current row are dropped when it is displaced).
+#[derive(Debug)]
+pub(crate) struct OneofMember {
+    pub(crate) field: u32,
+    pub(crate) slots: Vec<u32>,
+    pub(crate) lists: Vec<u32>,
+}
+
 /// A oneof: setting one member clears the slots of the others.
 #[derive(Debug)]
 pub(crate) struct OneofPlan {
-    pub(crate) members: Vec<(u32, Vec<u32>)>,
+    pub(crate) members: Vec<OneofMember>,
 }
 
 /// Names of an enum's values by number.
@@ -262,6 +270,8 @@ struct MsgBuild {
     parent: Option<usize>,
     /// Every slot allocated in this message and below (for clearing a oneof member).
     subtree: Vec<u32>,
+    /// Every list/map column bound in this message and below.
+    subtree_lists: Vec<u32>,
     presence: u32,
     /// Column names bound to each repeated field (conflict detection).
     repeated_owner: BTreeMap<u32, String>,
@@ -570,7 +580,7 @@ fn type_mismatch(column: &str, fd: &FieldDescriptor, dt: &DataType) -> PlanError
     }
 }
 
-/// Does this scalar kind fit this Arrow type? Returns the varint conversion / wire type.
+/// Can a singular or repeated scalar of this kind be read into this Arrow type?
 fn scalar_fits(kind: &Kind, dt: &DataType) -> bool {
     match kind {
         Kind::Double => *dt == DataType::Float64,
@@ -606,13 +616,18 @@ fn repeated_op(kind: &Kind, enum_name: bool) -> (Op, u8) {
     match scalar_op(kind) {
         (Op::Fixed64, w) => (Op::RepFixed64, w),
         (Op::Fixed32, w) => (Op::RepFixed32, w),
-        (Op::Varint(c), w) if enum_name => {
-            let _ = c;
-            (Op::RepEnumName, w)
-        }
+        (Op::Varint(_), w) if enum_name => (Op::RepEnumName, w),
         (Op::Varint(c), w) => (Op::RepVarint(c), w),
         (Op::Str, w) => (Op::RepStr, w),
         (_, w) => (Op::RepBytes, w),
+    }
+}
+
+/// Storage of a Utf8 column (JSON text).
+fn text_storage() -> ColumnData {
+    ColumnData::Bytes {
+        offsets: Vec::new(),
+        data: Vec::new(),
     }
 }
 
@@ -627,10 +642,7 @@ fn storage_for(dt: &DataType) -> Option<ColumnData> {
         DataType::UInt64 => ColumnData::U64(Vec::new()),
         DataType::Float32 => ColumnData::F32(Vec::new()),
         DataType::Float64 => ColumnData::F64(Vec::new()),
-        DataType::Utf8 | DataType::Binary => ColumnData::Bytes {
-            offsets: Vec::new(),
-            data: Vec::new(),
-        },
+        DataType::Utf8 | DataType::Binary => text_storage(),
         _ => return None,
     })
 }
@@ -654,6 +666,7 @@ impl Builder {
             scope,
             parent: None,
             subtree: Vec::new(),
+            subtree_lists: Vec::new(),
             presence: NONE,
             repeated_owner: BTreeMap::new(),
         });
@@ -707,6 +720,15 @@ impl Builder {
         self.columns.len() - 1
     }
 
+    /// Records list/map column `col` as bound in `msg` (for oneof displacement).
+    fn note_list(&mut self, msg: usize, col: usize) {
+        let mut m = Some(msg);
+        while let Some(i) = m {
+            self.msgs[i].subtree_lists.push(col as u32);
+            m = self.msgs[i].parent;
+        }
+    }
+
     fn op(&mut self, msg: usize, op: CommitOp) {
         let scope = self.msgs[msg].scope;
         self.scopes[scope].ops.push(op);
@@ -722,7 +744,12 @@ impl Builder {
     }
 
     /// The field table entry of a singular sub-message (created on first use).
-    fn sub_msg(&mut self, msg: usize, fd: &FieldDescriptor, column: &str) -> Result<usize, PlanError> {
+    fn sub_msg(
+        &mut self,
+        msg: usize,
+        fd: &FieldDescriptor,
+        column: &str,
+    ) -> Result<usize, PlanError> {
         let num = fd.number();
         if let Some(e) = self.msgs[msg].entries.get(&num) {
             if e.op == Op::SubMsg {
@@ -757,6 +784,7 @@ impl Builder {
             scope,
             parent: Some(msg),
             subtree: Vec::new(),
+            subtree_lists: Vec::new(),
             presence: NONE,
             repeated_owner: BTreeMap::new(),
         });
@@ -802,7 +830,12 @@ impl Builder {
         slot
     }
 
-    fn claim_repeated(&mut self, msg: usize, fd: &FieldDescriptor, column: &str) -> Result<(), PlanError> {
+    fn claim_repeated(
+        &mut self,
+        msg: usize,
+        fd: &FieldDescriptor,
+        column: &str,
+    ) -> Result<(), PlanError> {
         if let Some(owner) = self.msgs[msg].repeated_owner.get(&fd.number()) {
             return Err(PlanError::Conflict {
                 column: column.into(),
@@ -818,7 +851,15 @@ impl Builder {
         Ok(())
     }
 
-    fn set_entry(&mut self, msg: usize, fd: &FieldDescriptor, op: Op, wire: u8, slot: u32, target: u32) {
+    fn set_entry(
+        &mut self,
+        msg: usize,
+        fd: &FieldDescriptor,
+        op: Op,
+        wire: u8,
+        slot: u32,
+        target: u32,
+    ) {
         let name = self.name_id(fd);
         self.msgs[msg].entries.insert(
             fd.number(),
@@ -894,8 +935,8 @@ impl Builder {
                 let json = *dt == DataType::Utf8 && wrapper_inner(&m).is_none();
                 if json {
                     let num = fd.number();
-                    let slot = match self.msgs[msg].entries.get(&num) {
-                        Some(e) if e.op == Op::Json => e.slot,
+                    let (slot, desc) = match self.msgs[msg].entries.get(&num) {
+                        Some(e) if e.op == Op::Json => (e.slot, e.target),
                         Some(_) => {
                             return Err(PlanError::Conflict {
                                 column: column.into(),
@@ -907,18 +948,25 @@ impl Builder {
                         }
                         None => {
                             let slot = self.alloc_slot(msg);
-                            self.set_entry(msg, fd, Op::Json, WT_LEN, slot, NONE);
+                            let desc = self.json.len() as u32;
+                            self.json.push(m.clone());
+                            self.set_entry(msg, fd, Op::Json, WT_LEN, slot, desc);
                             let oneof = self.oneof_id(msg, fd);
                             if let Some(e) = self.msgs[msg].entries.get_mut(&num) {
                                 e.oneof = oneof;
                             }
-                            slot
+                            (slot, desc)
                         }
                     };
-                    let desc = self.json.len() as u32;
-                    self.json.push(m.clone());
-                    let col = self.column(storage_for(dt).unwrap_or(ColumnData::Bool(Bits::default())), true, dt.clone(), cap);
-                    self.op(msg, CommitOp::Json { col: col as u32, slot, desc });
+                    let col = self.column(text_storage(), true, dt.clone(), cap);
+                    self.op(
+                        msg,
+                        CommitOp::Json {
+                            col: col as u32,
+                            slot,
+                            desc,
+                        },
+                    );
                     return Ok((col, Field::new(column, dt.clone(), true)));
                 }
                 let child = self.sub_msg(msg, fd, column)?;
@@ -1016,13 +1064,13 @@ impl Builder {
                 let mut ids = Vec::with_capacity(children.len());
                 let mut fields = Vec::with_capacity(children.len());
                 for cf in children.iter() {
-                    let sub = m.get_field_by_name(cf.name()).ok_or_else(|| {
-                        PlanError::UnknownField {
-                            column: format!("{column}.{}", cf.name()),
-                            message: m.full_name().to_string(),
-                            field: cf.name().to_string(),
-                        }
-                    })?;
+                    let sub =
+                        m.get_field_by_name(cf.name())
+                            .ok_or_else(|| PlanError::UnknownField {
+                                column: format!("{column}.{}", cf.name()),
+                                message: m.full_name().to_string(),
+                                field: cf.name().to_string(),
+                            })?;
                     let (id, f) = self.bind_field(
                         child,
                         &sub,
@@ -1075,7 +1123,7 @@ impl Builder {
                 if *item_dt == DataType::Utf8 && wrapper_inner(&m).is_none() {
                     let desc = self.json.len() as u32;
                     self.json.push(m.clone());
-                    let c = self.column(storage_for(item_dt).unwrap_or(ColumnData::Bool(Bits::default())), false, item_dt.clone(), 0);
+                    let c = self.column(text_storage(), false, item_dt.clone(), 0);
                     self.set_entry(msg, fd, Op::RepJson, WT_LEN, desc, c as u32);
                     (c, item.as_ref().clone())
                 } else {
@@ -1083,7 +1131,10 @@ impl Builder {
                     let root = self.scopes[scope].root;
                     let (c, f) = self.bind_message_value(root, &m, fd, &item_col, item_dt)?;
                     self.set_entry(msg, fd, Op::RepMsg, WT_LEN, NONE, scope as u32);
-                    (c, f.with_name(item.name()).with_nullable(item.is_nullable()))
+                    (
+                        c,
+                        f.with_name(item.name()).with_nullable(item.is_nullable()),
+                    )
                 }
             }
             kind => {
@@ -1112,6 +1163,7 @@ impl Builder {
             out.clone(),
             cap,
         );
+        self.note_list(msg, col);
         self.op(msg, CommitOp::ListEnd { col: col as u32 });
         Ok((col, Field::new(column, out, false)))
     }
@@ -1140,8 +1192,13 @@ impl Builder {
         let vf = entry.map_entry_value_field();
         let (kc, kfield) =
             self.bind_field(root, &kf, &format!("{column}.key"), kv[0].data_type(), NONE)?;
-        let (vc, vfield) =
-            self.bind_field(root, &vf, &format!("{column}.value"), kv[1].data_type(), NONE)?;
+        let (vc, vfield) = self.bind_field(
+            root,
+            &vf,
+            &format!("{column}.value"),
+            kv[1].data_type(),
+            NONE,
+        )?;
         // A map value that is a message is null when the entry has none.
         let struct_dt = DataType::Struct(Fields::from(vec![
             kfield.with_name(kv[0].name()).with_nullable(false),
@@ -1174,6 +1231,7 @@ impl Builder {
             out.clone(),
             cap,
         );
+        self.note_list(msg, col);
         self.op(msg, CommitOp::ListEnd { col: col as u32 });
         Ok((col, Field::new(column, out, false)))
     }
@@ -1190,12 +1248,17 @@ impl Builder {
                 if e.oneof == 0 {
                     continue;
                 }
-                let slots = if e.op == Op::SubMsg {
-                    self.msgs[e.target as usize].subtree.clone()
+                let (slots, lists) = if e.op == Op::SubMsg {
+                    let child = &self.msgs[e.target as usize];
+                    (child.subtree.clone(), child.subtree_lists.clone())
                 } else {
-                    vec![e.slot]
+                    (vec![e.slot], Vec::new())
                 };
-                oneofs[e.oneof as usize - 1].members.push((*num, slots));
+                oneofs[e.oneof as usize - 1].members.push(OneofMember {
+                    field: *num,
+                    slots,
+                    lists,
+                });
             }
         }
         let msgs = self

@@ -34,6 +34,11 @@ fn read_varint_slow(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64, Deco
     for (i, &b) in avail.iter().take(10).enumerate() {
         value |= ((b & 0x7f) as u64) << (7 * i);
         if b < 0x80 {
+            // The 10th byte holds only bit 63: anything more overflows 64 bits (rejected like
+            // prost and protobuf-go do, rather than silently dropping bits).
+            if i == 9 && b > 1 {
+                return Err(DecodeError::new(start, DecodeErrorKind::VarintOverflow));
+            }
             *pos = start + i + 1;
             return Ok(value);
         }
@@ -121,6 +126,9 @@ pub(crate) fn skip_field(
             let start = *pos;
             let avail = &buf[start..end];
             match avail.iter().take(10).position(|&b| b < 0x80) {
+                Some(9) if avail[9] > 1 => {
+                    return Err(DecodeError::new(start, DecodeErrorKind::VarintOverflow))
+                }
                 Some(i) => *pos = start + i + 1,
                 None if avail.len() >= 10 => {
                     return Err(DecodeError::new(start, DecodeErrorKind::VarintTooLong))
@@ -150,7 +158,12 @@ pub(crate) fn skip_field(
                 DecodeErrorKind::UnexpectedEndGroup(field),
             ))
         }
-        _ => return Err(DecodeError::new(tag_at, DecodeErrorKind::InvalidWireType(wt))),
+        _ => {
+            return Err(DecodeError::new(
+                tag_at,
+                DecodeErrorKind::InvalidWireType(wt),
+            ))
+        }
     }
     Ok(())
 }
@@ -166,7 +179,10 @@ fn skip_group(
     max_depth: usize,
 ) -> Result<(), DecodeError> {
     if depth > max_depth {
-        return Err(DecodeError::new(group_at, DecodeErrorKind::TooDeep(max_depth)));
+        return Err(DecodeError::new(
+            group_at,
+            DecodeErrorKind::TooDeep(max_depth),
+        ));
     }
     while *pos < end {
         let tag_at = *pos;
@@ -229,6 +245,20 @@ mod tests {
         let neg = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
         let mut p = 0;
         assert_eq!(read_varint(&neg, &mut p, 10).unwrap() as i32, -1);
+        // A 10th byte above 1 would need bit 64: rejected, both when read and when skipped.
+        let over = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+        let mut p = 0;
+        assert_eq!(
+            read_varint(&over, &mut p, 10).unwrap_err().kind,
+            DecodeErrorKind::VarintOverflow
+        );
+        let mut p = 0;
+        assert_eq!(
+            skip_field(&over, &mut p, 10, 1, WT_VARINT, 0, 0, 100)
+                .unwrap_err()
+                .kind,
+            DecodeErrorKind::VarintOverflow
+        );
     }
 
     #[test]

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit/differential/adversarial tests, the allocation
+# count and a short stable fuzz run. Installs nothing beyond the Rust toolchain it finds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Reuse one build directory outside the clone, so repeated runs on one machine reuse the build.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
+export CARGO_TERM_COLOR=never
+
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== cargo test"
+cargo test --workspace --locked
