@@ -26,8 +26,14 @@ pub struct FuzzTarget {
     anchor_rows: Vec<bool>,
 }
 
+/// The weir-codec crate directory (the harness is compiled both from it and from `fuzz/`).
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if dir.ends_with("fuzz") {
+        dir.parent().map(Path::to_path_buf).unwrap_or(dir)
+    } else {
+        dir
+    }
 }
 
 fn load_seeds(schema: &ProtoSchema, message: &str) -> Vec<Vec<u8>> {

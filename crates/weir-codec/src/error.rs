@@ -130,6 +130,8 @@ pub enum DecodeErrorKind {
     InvalidWireType(u8),
     /// A field number of 0.
     FieldNumberZero,
+    /// A tag that does not fit in 32 bits (field numbers end at 2^29 - 1).
+    FieldNumberTooLarge,
     /// An end-group tag with no matching start-group.
     UnexpectedEndGroup(u32),
     /// An end-group tag whose field number differs from its start-group.
@@ -203,6 +205,7 @@ impl fmt::Display for DecodeError {
             ),
             InvalidWireType(t) => write!(f, "invalid wire type {t}"),
             FieldNumberZero => write!(f, "field number 0"),
+            FieldNumberTooLarge => write!(f, "field number above 536870911"),
             UnexpectedEndGroup(n) => write!(f, "end-group for field {n} without a start-group"),
             EndGroupMismatch { expected, found } => write!(
                 f,

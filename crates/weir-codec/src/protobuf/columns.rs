@@ -35,6 +35,21 @@ impl Bits {
         self.len = i + 1;
     }
 
+    /// Sets the last bit (the current row of a direct column).
+    #[inline(always)]
+    pub(crate) fn set_last(&mut self, v: bool) {
+        if self.len == 0 {
+            return;
+        }
+        let i = self.len - 1;
+        let last = &mut self.bytes[i / 8];
+        if v {
+            *last |= 1 << (i % 8);
+        } else {
+            *last &= !(1 << (i % 8));
+        }
+    }
+
     fn truncate(&mut self, len: usize) {
         if len >= self.len {
             return;
@@ -183,8 +198,10 @@ pub(crate) fn truncate(cols: &mut [Column], id: usize, len: usize) {
             ColumnData::Bytes { offsets, data } => {
                 if len + 1 < offsets.len() {
                     offsets.truncate(len + 1);
-                    data.truncate(offsets[len] as usize);
                 }
+                // Also drops bytes a direct column wrote for a row whose offset is not pushed.
+                let keep = offsets.last().copied().unwrap_or(0) as usize;
+                data.truncate(keep);
             }
             ColumnData::Struct { children, len: n } => {
                 if len < *n {

@@ -6,23 +6,48 @@ use prost::Message as _;
 use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, SerializeOptions};
 
 use super::columns::{column_len, push_offset, truncate, Column, ColumnData};
-use super::plan::{CommitOp, DefaultVal, Entry, Op, Plan, VarintConv, NONE};
+use super::plan::{CommitOp, DefaultVal, Entry, LeafPlan, Op, Plan, Prefill, VarintConv, NONE};
 use super::wire::{
-    read_fixed32, read_fixed64, read_len, read_varint, skip_field, split_tag, zigzag32, zigzag64,
-    WT_LEN,
+    read_fixed32, read_fixed64, read_len, read_varint, skip_field, skip_varint, split_tag,
+    zigzag32, zigzag64, WT_I32, WT_I64, WT_LEN, WT_VARINT,
 };
 use crate::error::{DecodeError, DecodeErrorKind};
 use arrow_schema::TimeUnit;
 
-/// Value slots of one scope. A slot is set when its generation equals the scope's current one,
-/// so starting a new row is one increment, not a clear.
-#[derive(Debug)]
+/// Value slots of one scope, with a bitset of the slots set in the current row (cleared when a
+/// row or element starts; one word for up to 64 slots).
+#[derive(Debug, Default)]
 pub(crate) struct ScopeState {
     vals: Vec<u64>,
-    gens: Vec<u32>,
-    gen: u32,
+    set: Vec<u64>,
     /// (slot, start, end) of every occurrence of a JSON-text sub-message, in wire order.
     json: Vec<(u32, u32, u32)>,
+}
+
+impl ScopeState {
+    #[inline(always)]
+    fn begin(&mut self) {
+        for w in self.set.iter_mut() {
+            *w = 0;
+        }
+        self.json.clear();
+    }
+
+    #[inline(always)]
+    fn put(&mut self, slot: u32, v: u64) {
+        self.vals[slot as usize] = v;
+        self.set[(slot >> 6) as usize] |= 1u64 << (slot & 63);
+    }
+
+    #[inline(always)]
+    fn has(&self, slot: u32) -> bool {
+        (self.set[(slot >> 6) as usize] >> (slot & 63)) & 1 != 0
+    }
+
+    #[inline(always)]
+    fn unset(&mut self, slot: u32) {
+        self.set[(slot >> 6) as usize] &= !(1u64 << (slot & 63));
+    }
 }
 
 /// Everything a decoder mutates.
@@ -151,8 +176,7 @@ impl State {
             .iter()
             .map(|s| ScopeState {
                 vals: vec![0; s.nslots as usize],
-                gens: vec![0; s.nslots as usize],
-                gen: 0,
+                set: vec![0; (s.nslots as usize).div_ceil(64)],
                 json: Vec::new(),
             })
             .collect();
@@ -168,7 +192,10 @@ impl State {
         if buf.len() > u32::MAX as usize {
             return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
         }
-        match self.decode_scope(plan, 0, buf, 0, buf.len(), 0) {
+        let mut sc = std::mem::take(&mut self.scopes[0]);
+        let result = self.decode_scope(plan, 0, &mut sc, buf, 0, buf.len(), 0);
+        self.scopes[0] = sc;
+        match result {
             Ok(()) => {
                 self.rows += 1;
                 Ok(())
@@ -182,43 +209,23 @@ impl State {
         }
     }
 
-    #[inline]
-    fn begin_scope(&mut self, scope: usize) {
-        let s = &mut self.scopes[scope];
-        if s.gen == u32::MAX {
-            s.gens.iter_mut().for_each(|g| *g = 0);
-            s.gen = 0;
-        }
-        s.gen += 1;
-        s.json.clear();
-    }
-
+    /// Decodes one scope (a row, or an element of a repeated message) and commits it.
+    #[allow(clippy::too_many_arguments)]
     fn decode_scope(
         &mut self,
         plan: &Plan,
         scope: usize,
+        sc: &mut ScopeState,
         buf: &[u8],
         start: usize,
         end: usize,
         depth: usize,
     ) -> Result<(), DecodeError> {
-        self.begin_scope(scope);
+        sc.begin();
+        self.prefill(&plan.scopes[scope].prefill, plan);
         let root = plan.scopes[scope].root;
-        self.decode_fields(plan, root, buf, start, end, scope, depth)?;
-        self.commit(plan, scope, buf)
-    }
-
-    #[inline(always)]
-    fn set(&mut self, scope: usize, slot: u32, v: u64) {
-        let s = &mut self.scopes[scope];
-        s.vals[slot as usize] = v;
-        s.gens[slot as usize] = s.gen;
-    }
-
-    #[inline(always)]
-    fn is_set(&self, scope: usize, slot: u32) -> bool {
-        let s = &self.scopes[scope];
-        s.gens[slot as usize] == s.gen
+        self.decode_fields(plan, root, sc, buf, start, end, depth)?;
+        self.commit(plan, scope, sc, buf)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -226,62 +233,82 @@ impl State {
         &mut self,
         plan: &Plan,
         msg: u32,
+        sc: &mut ScopeState,
         buf: &[u8],
         mut pos: usize,
         end: usize,
-        scope: usize,
         depth: usize,
     ) -> Result<(), DecodeError> {
         let table = &plan.msgs[msg as usize];
         while pos < end {
             let tag_at = pos;
             let tag = read_varint(buf, &mut pos, end)?;
-            let (field, wt) = split_tag(tag, tag_at)?;
-            let e = table.lookup(field);
-            if e.op == Op::Skip {
-                skip_field(buf, &mut pos, end, field, wt, tag_at, depth, plan.max_depth)?;
-                continue;
-            }
-            if wt != e.wire {
-                let packable = matches!(
-                    e.op,
-                    Op::RepVarint(_) | Op::RepFixed32 | Op::RepFixed64 | Op::RepEnumName
-                );
-                if packable && wt == WT_LEN {
-                    pos = self.decode_packed(plan, e, buf, pos, end)?;
+            let e = table.lookup_tag(tag);
+            // Fast path: the tag is exactly the expected field and wire type of a requested
+            // field outside any oneof. Everything else is checked here.
+            if tag != e.fast_tag || matches!(e.op, Op::Skip) {
+                let (field, wt) = split_tag(tag, tag_at)?;
+                if matches!(e.op, Op::Skip) {
+                    // Unrequested field: common wire types inline, groups and errors out of line.
+                    match wt {
+                        WT_VARINT => skip_varint(buf, &mut pos, end)?,
+                        WT_LEN => pos = read_len(buf, &mut pos, end)?,
+                        WT_I64 if end - pos >= 8 => pos += 8,
+                        WT_I32 if end - pos >= 4 => pos += 4,
+                        _ => skip_field(
+                            buf,
+                            &mut pos,
+                            end,
+                            field,
+                            wt,
+                            tag_at,
+                            depth,
+                            plan.max_depth,
+                        )?,
+                    }
                     continue;
                 }
-                return Err(DecodeError::new(
-                    tag_at,
-                    DecodeErrorKind::WireTypeMismatch {
-                        field: plan.names[e.name as usize].clone(),
-                        found: wt,
-                        expected: e.wire,
-                    },
-                ));
-            }
-            if e.oneof != 0 {
-                self.clear_oneof(plan, scope, e.oneof - 1, field);
+                if wt != e.wire {
+                    let packable = matches!(
+                        e.op,
+                        Op::RepVarint(_) | Op::RepFixed32 | Op::RepFixed64 | Op::RepEnumName
+                    );
+                    if packable && wt == WT_LEN {
+                        pos = self.decode_packed(plan, e, buf, pos, end)?;
+                        continue;
+                    }
+                    return Err(DecodeError::new(
+                        tag_at,
+                        DecodeErrorKind::WireTypeMismatch {
+                            field: plan.names[e.name as usize].clone(),
+                            found: wt,
+                            expected: e.wire,
+                        },
+                    ));
+                }
+                if e.oneof != 0 {
+                    self.clear_oneof(plan, sc, e.oneof - 1, field);
+                }
             }
             match e.op {
                 Op::Varint(conv) => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.set(scope, e.slot, apply(conv, v));
+                    sc.put(e.slot, apply(conv, v));
                 }
                 Op::Fixed32 => {
                     let v = read_fixed32(buf, &mut pos, end)?;
-                    self.set(scope, e.slot, v as u64);
+                    sc.put(e.slot, v as u64);
                 }
                 Op::Fixed64 => {
                     let v = read_fixed64(buf, &mut pos, end)?;
-                    self.set(scope, e.slot, v);
+                    sc.put(e.slot, v);
                 }
                 Op::Str | Op::Bytes => {
                     let vend = read_len(buf, &mut pos, end)?;
-                    if e.op == Op::Str {
+                    if matches!(e.op, Op::Str) {
                         check_utf8(plan, e, buf, pos, vend)?;
                     }
-                    self.set(scope, e.slot, ((pos as u64) << 32) | (vend - pos) as u64);
+                    sc.put(e.slot, ((pos as u64) << 32) | (vend - pos) as u64);
                     pos = vend;
                 }
                 Op::SubMsg => {
@@ -292,17 +319,15 @@ impl State {
                             DecodeErrorKind::TooDeep(plan.max_depth),
                         ));
                     }
-                    self.set(scope, e.slot, 1);
-                    self.decode_fields(plan, e.target, buf, pos, vend, scope, depth + 1)?;
+                    sc.put(e.slot, 1);
+                    self.decode_fields(plan, e.target, sc, buf, pos, vend, depth + 1)?;
                     pos = vend;
                 }
                 Op::Json => {
                     let vend = read_len(buf, &mut pos, end)?;
                     check_json_subtree(plan, e.target, buf, pos, vend, tag_at, depth)?;
-                    self.set(scope, e.slot, 1);
-                    self.scopes[scope]
-                        .json
-                        .push((e.slot, pos as u32, vend as u32));
+                    sc.put(e.slot, 1);
+                    sc.json.push((e.slot, pos as u32, vend as u32));
                     pos = vend;
                 }
                 Op::RepVarint(conv) => {
@@ -319,7 +344,7 @@ impl State {
                 }
                 Op::RepStr | Op::RepBytes => {
                     let vend = read_len(buf, &mut pos, end)?;
-                    if e.op == Op::RepStr {
+                    if matches!(e.op, Op::RepStr) {
                         check_utf8(plan, e, buf, pos, vend)?;
                     }
                     push_bytes(&mut self.cols[e.target as usize], &buf[pos..vend], pos)?;
@@ -338,7 +363,11 @@ impl State {
                             DecodeErrorKind::TooDeep(plan.max_depth),
                         ));
                     }
-                    self.decode_scope(plan, e.target as usize, buf, pos, vend, depth + 1)?;
+                    let t = e.target as usize;
+                    let mut inner = std::mem::take(&mut self.scopes[t]);
+                    let r = self.decode_scope(plan, t, &mut inner, buf, pos, vend, depth + 1);
+                    self.scopes[t] = inner;
+                    r?;
                     pos = vend;
                 }
                 Op::RepJson => {
@@ -353,10 +382,167 @@ impl State {
                     }
                     pos = vend;
                 }
+                Op::DVarI32 => {
+                    let v = read_varint(buf, &mut pos, end)?;
+                    self.put_direct(e, |d| match d {
+                        ColumnData::I32(x) => set_last(x, v as i32),
+                        _ => {}
+                    });
+                }
+                Op::DVarI64 => {
+                    let v = read_varint(buf, &mut pos, end)?;
+                    self.put_direct(e, |d| match d {
+                        ColumnData::I64(x) => set_last(x, v as i64),
+                        _ => {}
+                    });
+                }
+                Op::DVarU32 => {
+                    let v = read_varint(buf, &mut pos, end)?;
+                    self.put_direct(e, |d| match d {
+                        ColumnData::U32(x) => set_last(x, v as u32),
+                        _ => {}
+                    });
+                }
+                Op::DVarU64 => {
+                    let v = read_varint(buf, &mut pos, end)?;
+                    self.put_direct(e, |d| match d {
+                        ColumnData::U64(x) => set_last(x, v),
+                        _ => {}
+                    });
+                }
+                Op::DVarBool => {
+                    let v = read_varint(buf, &mut pos, end)?;
+                    self.put_direct(e, |d| match d {
+                        ColumnData::Bool(x) => x.set_last(v != 0),
+                        _ => {}
+                    });
+                }
+                Op::DZig32 => {
+                    let v = zigzag32(read_varint(buf, &mut pos, end)?);
+                    self.put_direct(e, |d| match d {
+                        ColumnData::I32(x) => set_last(x, v),
+                        _ => {}
+                    });
+                }
+                Op::DZig64 => {
+                    let v = zigzag64(read_varint(buf, &mut pos, end)?);
+                    self.put_direct(e, |d| match d {
+                        ColumnData::I64(x) => set_last(x, v),
+                        _ => {}
+                    });
+                }
+                Op::DF32 | Op::DFixU32 | Op::DFixI32 => {
+                    let v = read_fixed32(buf, &mut pos, end)?;
+                    self.put_direct(e, |d| match d {
+                        ColumnData::F32(x) => set_last(x, f32::from_bits(v)),
+                        ColumnData::U32(x) => set_last(x, v),
+                        ColumnData::I32(x) => set_last(x, v as i32),
+                        _ => {}
+                    });
+                }
+                Op::DF64 => {
+                    let v = read_fixed64(buf, &mut pos, end)?;
+                    self.put_direct(e, |d| match d {
+                        ColumnData::F64(x) => set_last(x, f64::from_bits(v)),
+                        _ => {}
+                    });
+                }
+                Op::DFixU64 | Op::DFixI64 => {
+                    let v = read_fixed64(buf, &mut pos, end)?;
+                    self.put_direct(e, |d| match d {
+                        ColumnData::U64(x) => set_last(x, v),
+                        ColumnData::I64(x) => set_last(x, v as i64),
+                        _ => {}
+                    });
+                }
+                Op::DStr | Op::DBytes => {
+                    let vend = read_len(buf, &mut pos, end)?;
+                    if matches!(e.op, Op::DStr) {
+                        check_utf8(plan, e, buf, pos, vend)?;
+                    }
+                    let bytes = &buf[pos..vend];
+                    self.put_direct(e, |d| {
+                        if let ColumnData::Bytes { offsets, data } = d {
+                            // Last occurrence wins: drop what this row held so far.
+                            let start = offsets.last().copied().unwrap_or(0) as usize;
+                            data.truncate(start);
+                            data.extend_from_slice(bytes);
+                        }
+                    });
+                    pos = vend;
+                }
                 Op::Skip => {}
             }
         }
         Ok(())
+    }
+
+    /// Writes into the current row of a direct column and marks it valid if it can be null.
+    #[inline(always)]
+    fn put_direct(&mut self, e: &Entry, write: impl FnOnce(&mut ColumnData)) {
+        let c = &mut self.cols[e.target as usize];
+        write(&mut c.data);
+        if e.slot != 0 {
+            if let Some(v) = &mut c.validity {
+                v.set_last(true);
+            }
+        }
+    }
+
+    /// Starts a row in every direct column of a scope: its default, and null if it can be.
+    #[inline(always)]
+    fn prefill(&mut self, p: &Prefill, plan: &Plan) {
+        let cols = &mut self.cols;
+        fn each<T: Copy>(
+            list: &[(u32, T)],
+            cols: &mut [Column],
+            values: impl Fn(&mut ColumnData) -> Option<&mut Vec<T>>,
+        ) {
+            for &(c, d) in list {
+                if let Some(v) = values(&mut cols[c as usize].data) {
+                    v.push(d);
+                }
+            }
+        }
+        each(&p.f64, cols, |d| match d {
+            ColumnData::F64(v) => Some(v),
+            _ => None,
+        });
+        each(&p.i64, cols, |d| match d {
+            ColumnData::I64(v) => Some(v),
+            _ => None,
+        });
+        each(&p.u32, cols, |d| match d {
+            ColumnData::U32(v) => Some(v),
+            _ => None,
+        });
+        each(&p.i32, cols, |d| match d {
+            ColumnData::I32(v) => Some(v),
+            _ => None,
+        });
+        each(&p.u64, cols, |d| match d {
+            ColumnData::U64(v) => Some(v),
+            _ => None,
+        });
+        each(&p.f32, cols, |d| match d {
+            ColumnData::F32(v) => Some(v),
+            _ => None,
+        });
+        for &(c, d) in &p.bool {
+            if let ColumnData::Bool(v) = &mut cols[c as usize].data {
+                v.push(d);
+            }
+        }
+        for &(c, i) in &p.bytes {
+            if let ColumnData::Bytes { data, .. } = &mut cols[c as usize].data {
+                data.extend_from_slice(&plan.str_defaults[i as usize]);
+            }
+        }
+        for &c in &p.invalid {
+            if let Some(v) = &mut cols[c as usize].validity {
+                v.push(false);
+            }
+        }
     }
 
     /// A packed repeated scalar: a length, then values back to back.
@@ -438,16 +624,15 @@ impl State {
     /// A oneof member arrived: forget the other members' values in this row, including the
     /// elements a displaced message member appended to its lists.
     #[cold]
-    fn clear_oneof(&mut self, plan: &Plan, scope: usize, oneof: u32, field: u32) {
+    fn clear_oneof(&mut self, plan: &Plan, sc: &mut ScopeState, oneof: u32, field: u32) {
         let mut cleared_json = false;
         for m in &plan.oneofs[oneof as usize].members {
             if m.field == field {
                 continue;
             }
-            let s = &mut self.scopes[scope];
             for &slot in &m.slots {
-                if s.gens[slot as usize] == s.gen {
-                    s.gens[slot as usize] = 0;
+                if sc.has(slot) {
+                    sc.unset(slot);
                     cleared_json = true;
                 }
             }
@@ -459,20 +644,18 @@ impl State {
                 }
             }
         }
-        let s = &mut self.scopes[scope];
-        if cleared_json && !s.json.is_empty() {
-            let gens = &s.gens;
-            let gen = s.gen;
-            s.json.retain(|(slot, _, _)| gens[*slot as usize] == gen);
+        if cleared_json && !sc.json.is_empty() {
+            let set = sc.set.clone();
+            sc.json
+                .retain(|(slot, _, _)| (set[(*slot >> 6) as usize] >> (*slot & 63)) & 1 != 0);
         }
     }
 
     #[inline(always)]
-    fn value(&self, scope: usize, slot: u32, guard: u32, default: DefaultVal) -> Val {
-        let s = &self.scopes[scope];
-        if s.gens[slot as usize] == s.gen {
-            Val::Bits(s.vals[slot as usize])
-        } else if guard == NONE || s.gens[guard as usize] == s.gen {
+    fn value(sc: &ScopeState, slot: u32, guard: u32, default: DefaultVal) -> Val {
+        if sc.has(slot) {
+            Val::Bits(sc.vals[slot as usize])
+        } else if guard == NONE || sc.has(guard) {
             match default {
                 DefaultVal::Null => Val::Null,
                 DefaultVal::Bits(b) => Val::Bits(b),
@@ -484,8 +667,116 @@ impl State {
     }
 
     /// Appends one value to every column of `scope` from its slots.
-    fn commit(&mut self, plan: &Plan, scope: usize, buf: &[u8]) -> Result<(), DecodeError> {
-        for op in &plan.scopes[scope].ops {
+    fn commit(
+        &mut self,
+        plan: &Plan,
+        scope: usize,
+        sc: &ScopeState,
+        buf: &[u8],
+    ) -> Result<(), DecodeError> {
+        let sp = &plan.scopes[scope];
+        let s = sc;
+        let cols = &mut self.cols;
+        let p = &sp.prefill;
+        for &c in &p.string_ends {
+            if let ColumnData::Bytes { offsets, data } = &mut cols[c as usize].data {
+                if !push_offset(offsets, data.len()) {
+                    return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
+                }
+            }
+        }
+        for &(c, guard) in &p.guards {
+            if s.has(guard) {
+                if let Some(v) = &mut cols[c as usize].validity {
+                    v.set_last(true);
+                }
+            }
+        }
+        let l = &sp.leaves;
+        commit_leaves(
+            &l.f64,
+            cols,
+            s,
+            |d| match d {
+                ColumnData::F64(v) => Some(v),
+                _ => None,
+            },
+            f64::from_bits,
+        );
+        commit_leaves(
+            &l.i64,
+            cols,
+            s,
+            |d| match d {
+                ColumnData::I64(v) => Some(v),
+                _ => None,
+            },
+            |b| b as i64,
+        );
+        commit_leaves(
+            &l.u32,
+            cols,
+            s,
+            |d| match d {
+                ColumnData::U32(v) => Some(v),
+                _ => None,
+            },
+            |b| b as u32,
+        );
+        commit_leaves(
+            &l.i32,
+            cols,
+            s,
+            |d| match d {
+                ColumnData::I32(v) => Some(v),
+                _ => None,
+            },
+            |b| b as i32,
+        );
+        commit_leaves(
+            &l.u64,
+            cols,
+            s,
+            |d| match d {
+                ColumnData::U64(v) => Some(v),
+                _ => None,
+            },
+            |b| b,
+        );
+        commit_leaves(
+            &l.f32,
+            cols,
+            s,
+            |d| match d {
+                ColumnData::F32(v) => Some(v),
+                _ => None,
+            },
+            |b| f32::from_bits(b as u32),
+        );
+        for leaf in &l.bool {
+            let (bits, present) = leaf_value(leaf, s);
+            let c = &mut cols[leaf.col as usize];
+            if let ColumnData::Bool(v) = &mut c.data {
+                v.push(bits != 0);
+            }
+            if let Some(v) = &mut c.validity {
+                v.push(present);
+            }
+        }
+        for leaf in &l.bytes {
+            let (bits, present) = leaf_value(leaf, s);
+            let c = &mut cols[leaf.col as usize];
+            if present && leaf.str_default != NONE && !s.has(leaf.slot) {
+                push_bytes(c, &plan.str_defaults[leaf.str_default as usize], 0)?;
+            } else if present {
+                let start = (bits >> 32) as usize;
+                let len = (bits & 0xffff_ffff) as usize;
+                push_bytes(c, &buf[start..start + len], start)?;
+            } else {
+                push_null(c);
+            }
+        }
+        for op in &sp.ops {
             match *op {
                 CommitOp::Leaf {
                     col,
@@ -493,7 +784,7 @@ impl State {
                     guard,
                     default,
                 } => {
-                    let v = self.value(scope, slot, guard, default);
+                    let v = Self::value(sc, slot, guard, default);
                     push_leaf(&mut self.cols[col as usize], v, buf, plan)?;
                 }
                 CommitOp::EnumName {
@@ -502,12 +793,12 @@ impl State {
                     guard,
                     default,
                     table,
-                } => match self.value(scope, slot, guard, default) {
+                } => match Self::value(sc, slot, guard, default) {
                     Val::Bits(n) => self.push_enum_name(plan, col, table, n as i32, 0)?,
                     _ => push_null(&mut self.cols[col as usize]),
                 },
                 CommitOp::Struct { col, presence } => {
-                    let valid = presence == NONE || self.is_set(scope, presence);
+                    let valid = presence == NONE || sc.has(presence);
                     let c = &mut self.cols[col as usize];
                     if let ColumnData::Struct { len, .. } = &mut c.data {
                         *len += 1;
@@ -540,11 +831,11 @@ impl State {
                     unit,
                     name,
                 } => {
-                    if presence != NONE && !self.is_set(scope, presence) {
+                    if presence != NONE && !sc.has(presence) {
                         push_null(&mut self.cols[col as usize]);
                         continue;
                     }
-                    let get = |slot| match self.value(scope, slot, NONE, DefaultVal::Bits(0)) {
+                    let get = |slot| match Self::value(sc, slot, NONE, DefaultVal::Bits(0)) {
                         Val::Bits(b) => b,
                         _ => 0,
                     };
@@ -579,11 +870,11 @@ impl State {
                     }
                 }
                 CommitOp::Json { col, slot, desc } => {
-                    if !self.is_set(scope, slot) {
+                    if !sc.has(slot) {
                         push_null(&mut self.cols[col as usize]);
                         continue;
                     }
-                    let s = &self.scopes[scope];
+                    let s = sc;
                     let c = &mut self.cols[col as usize];
                     if let ColumnData::Bytes { offsets, data } = &mut c.data {
                         let ranges = s
@@ -679,7 +970,21 @@ fn check_utf8(
     start: usize,
     end: usize,
 ) -> Result<(), DecodeError> {
-    if simdutf8::basic::from_utf8(&buf[start..end]).is_err() {
+    let bytes = &buf[start..end];
+    // Most string fields (tickers, ids, codes) are short ASCII: check eight bytes at a time
+    // before handing anything else to the SIMD validator, whose setup dominates for short input.
+    let mut words = bytes.chunks_exact(8);
+    let mut high = 0u64;
+    for w in words.by_ref() {
+        high |= u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+    }
+    for &b in words.remainder() {
+        high |= b as u64;
+    }
+    if high & 0x8080_8080_8080_8080 == 0 {
+        return Ok(());
+    }
+    if simdutf8::basic::from_utf8(bytes).is_err() {
         // Slow path only to find where the bad byte is.
         let at = match simdutf8::compat::from_utf8(&buf[start..end]) {
             Err(err) => start + err.valid_up_to(),
@@ -716,6 +1021,46 @@ fn push_unknown_enum(col: &mut Column, n: i32, at: usize) -> Result<(), DecodeEr
         tmp[i] = b'-';
     }
     push_bytes(col, &tmp[i..], at)
+}
+
+/// Overwrites the current row of a direct column (pre-filled when the row started).
+#[inline(always)]
+fn set_last<T>(v: &mut [T], x: T) {
+    if let Some(last) = v.last_mut() {
+        *last = x;
+    }
+}
+
+/// A leaf's value bits and whether it is present (not null).
+#[inline(always)]
+fn leaf_value(l: &LeafPlan, s: &ScopeState) -> (u64, bool) {
+    if s.has(l.slot) {
+        (s.vals[l.slot as usize], true)
+    } else {
+        let present = !l.null_default && (l.guard == NONE || s.has(l.guard));
+        (l.default, present)
+    }
+}
+
+/// Commits the leaves of one primitive type: one push per column, no indirect jump.
+#[inline(always)]
+fn commit_leaves<T>(
+    leaves: &[LeafPlan],
+    cols: &mut [Column],
+    s: &ScopeState,
+    values: impl Fn(&mut ColumnData) -> Option<&mut Vec<T>>,
+    conv: impl Fn(u64) -> T,
+) {
+    for leaf in leaves {
+        let (bits, present) = leaf_value(leaf, s);
+        let c = &mut cols[leaf.col as usize];
+        if let Some(v) = values(&mut c.data) {
+            v.push(conv(bits));
+        }
+        if let Some(v) = &mut c.validity {
+            v.push(present);
+        }
+    }
 }
 
 #[inline(always)]

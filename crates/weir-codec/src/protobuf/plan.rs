@@ -73,11 +73,48 @@ pub(crate) enum Op {
     RepMsg,
     /// Repeated message as JSON text: column `target`, descriptor `slot`.
     RepJson,
+    // Direct writes: a singular scalar read by exactly one plain column overwrites that
+    // column's current row (pre-filled with the default when the row started), so it needs no
+    // slot and no commit. `target` is the column; `slot` is 1 when the column has a validity
+    // bit to set. Named by wire encoding, then column type.
+    /// varint -> Int32 (int32, enum number).
+    DVarI32,
+    /// varint -> Int64 / Timestamp.
+    DVarI64,
+    /// varint -> UInt32.
+    DVarU32,
+    /// varint -> UInt64.
+    DVarU64,
+    /// varint -> Boolean.
+    DVarBool,
+    /// zigzag varint -> Int32.
+    DZig32,
+    /// zigzag varint -> Int64.
+    DZig64,
+    /// 4 bytes -> Float32.
+    DF32,
+    /// 4 bytes -> UInt32 (fixed32).
+    DFixU32,
+    /// 4 bytes -> Int32 (sfixed32).
+    DFixI32,
+    /// 8 bytes -> Float64.
+    DF64,
+    /// 8 bytes -> UInt64 (fixed64).
+    DFixU64,
+    /// 8 bytes -> Int64 (sfixed64).
+    DFixI64,
+    /// string -> Utf8.
+    DStr,
+    /// bytes -> Binary.
+    DBytes,
 }
 
 /// One field-table entry.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
+    /// The whole tag (field number and wire type) that takes the fast path: the expected wire
+    /// type, not in a oneof. `u64::MAX` for entries that always take the checked path.
+    pub(crate) fast_tag: u64,
     pub(crate) op: Op,
     /// The wire type the field must arrive with (packed repeated scalars also accept LEN).
     pub(crate) wire: u8,
@@ -90,6 +127,7 @@ pub(crate) struct Entry {
 }
 
 const SKIP: Entry = Entry {
+    fast_tag: u64::MAX,
     op: Op::Skip,
     wire: 0,
     slot: NONE,
@@ -106,16 +144,23 @@ pub(crate) struct MsgPlan {
 }
 
 impl MsgPlan {
+    /// The entry for a raw tag (any u64 off the wire).
     #[inline(always)]
-    pub(crate) fn lookup(&self, field: u32) -> &Entry {
-        match self.dense.get(field as usize) {
-            Some(e) => e,
-            None => self.lookup_sparse(field),
+    pub(crate) fn lookup_tag(&self, tag: u64) -> &Entry {
+        let field = tag >> 3;
+        if field < self.dense.len() as u64 {
+            &self.dense[field as usize]
+        } else {
+            self.lookup_sparse(field)
         }
     }
 
     #[inline(never)]
-    fn lookup_sparse(&self, field: u32) -> &Entry {
+    fn lookup_sparse(&self, field: u64) -> &Entry {
+        if self.sparse.is_empty() || field > u32::MAX as u64 {
+            return &SKIP;
+        }
+        let field = field as u32;
         match self.sparse.binary_search_by_key(&field, |(f, _)| *f) {
             Ok(i) => &self.sparse[i].1,
             Err(_) => &SKIP,
@@ -167,11 +212,63 @@ pub(crate) enum CommitOp {
     Json { col: u32, slot: u32, desc: u32 },
 }
 
+/// A singular scalar column committed from a slot. Kept out of [`CommitOp`] and grouped by
+/// column type, so the commit of ordinary columns is a few tight loops with no indirect jump.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeafPlan {
+    pub(crate) col: u32,
+    pub(crate) slot: u32,
+    /// Presence slot that must be set for an absent value to take its default (NONE: always).
+    pub(crate) guard: u32,
+    /// The default's bits (for Utf8/Binary: offset 0, length 0, the empty string).
+    pub(crate) default: u64,
+    /// An absent value is null rather than the default.
+    pub(crate) null_default: bool,
+    /// Index into `Plan::str_defaults` for a non-empty string default, or NONE.
+    pub(crate) str_default: u32,
+}
+
+/// The [`LeafPlan`]s of a scope, by column storage.
+#[derive(Debug, Default)]
+pub(crate) struct Leaves {
+    pub(crate) i32: Vec<LeafPlan>,
+    pub(crate) i64: Vec<LeafPlan>,
+    pub(crate) u32: Vec<LeafPlan>,
+    pub(crate) u64: Vec<LeafPlan>,
+    pub(crate) f32: Vec<LeafPlan>,
+    pub(crate) f64: Vec<LeafPlan>,
+    pub(crate) bool: Vec<LeafPlan>,
+    pub(crate) bytes: Vec<LeafPlan>,
+}
+
+/// Values pushed to the direct-write columns of a scope when a row (or element) starts.
+#[derive(Debug, Default)]
+pub(crate) struct Prefill {
+    pub(crate) i32: Vec<(u32, i32)>,
+    pub(crate) i64: Vec<(u32, i64)>,
+    pub(crate) u32: Vec<(u32, u32)>,
+    pub(crate) u64: Vec<(u32, u64)>,
+    pub(crate) f32: Vec<(u32, f32)>,
+    pub(crate) f64: Vec<(u32, f64)>,
+    pub(crate) bool: Vec<(u32, bool)>,
+    /// Utf8/Binary columns with a non-empty default: (column, index into `str_defaults`).
+    pub(crate) bytes: Vec<(u32, u32)>,
+    /// Nullable direct columns: start the row null.
+    pub(crate) invalid: Vec<u32>,
+    /// Direct Utf8/Binary columns: the row's end offset is pushed at commit.
+    pub(crate) string_ends: Vec<u32>,
+    /// (column, presence slot): a direct column on a path is valid (holding its default) once
+    /// the sub-message that holds it was seen.
+    pub(crate) guards: Vec<(u32, u32)>,
+}
+
 /// One scope: its root field table, slot count and commit ops.
 #[derive(Debug)]
 pub(crate) struct ScopePlan {
     pub(crate) root: u32,
     pub(crate) nslots: u32,
+    pub(crate) prefill: Prefill,
+    pub(crate) leaves: Leaves,
     pub(crate) ops: Vec<CommitOp>,
 }
 
@@ -280,6 +377,8 @@ struct MsgBuild {
 struct ScopeBuild {
     root: usize,
     nslots: u32,
+    prefill: Prefill,
+    leaves: Leaves,
     ops: Vec<CommitOp>,
 }
 
@@ -673,6 +772,8 @@ impl Builder {
         self.scopes.push(ScopeBuild {
             root: msg,
             nslots: 0,
+            prefill: Prefill::default(),
+            leaves: Leaves::default(),
             ops: Vec::new(),
         });
         scope
@@ -731,6 +832,44 @@ impl Builder {
 
     fn op(&mut self, msg: usize, op: CommitOp) {
         let scope = self.msgs[msg].scope;
+        if let CommitOp::Leaf {
+            col,
+            slot,
+            guard,
+            default,
+        } = op
+        {
+            let (bits, null_default, str_default) = match default {
+                DefaultVal::Null => (0, true, NONE),
+                DefaultVal::Bits(b) => (b, false, NONE),
+                DefaultVal::Str(i) => (0, false, i),
+            };
+            let leaf = LeafPlan {
+                col,
+                slot,
+                guard,
+                default: bits,
+                null_default,
+                str_default,
+            };
+            let l = &mut self.scopes[scope].leaves;
+            let list = match &self.columns[col as usize].data {
+                ColumnData::I32(_) => &mut l.i32,
+                ColumnData::I64(_) => &mut l.i64,
+                ColumnData::U32(_) => &mut l.u32,
+                ColumnData::U64(_) => &mut l.u64,
+                ColumnData::F32(_) => &mut l.f32,
+                ColumnData::F64(_) => &mut l.f64,
+                ColumnData::Bool(_) => &mut l.bool,
+                ColumnData::Bytes { .. } => &mut l.bytes,
+                ColumnData::Struct { .. } | ColumnData::List { .. } => {
+                    self.scopes[scope].ops.push(op);
+                    return;
+                }
+            };
+            list.push(leaf);
+            return;
+        }
         self.scopes[scope].ops.push(op);
     }
 
@@ -795,6 +934,7 @@ impl Builder {
         self.msgs[msg].entries.insert(
             num,
             Entry {
+                fast_tag: u64::MAX,
                 op: Op::SubMsg,
                 wire: WT_LEN,
                 slot: presence,
@@ -819,6 +959,7 @@ impl Builder {
         self.msgs[msg].entries.insert(
             num,
             Entry {
+                fast_tag: u64::MAX,
                 op,
                 wire,
                 slot,
@@ -864,6 +1005,7 @@ impl Builder {
         self.msgs[msg].entries.insert(
             fd.number(),
             Entry {
+                fast_tag: u64::MAX,
                 op,
                 wire,
                 slot,
@@ -1236,7 +1378,208 @@ impl Builder {
         Ok((col, Field::new(column, out, false)))
     }
 
-    fn finish(self, top: Vec<usize>, schema: SchemaRef, max_depth: usize) -> Plan {
+    /// Turns every leaf whose slot nothing else reads into a direct write (see [`Op::DVarI32`]).
+    fn make_direct(&mut self) {
+        // How many readers each (scope, slot) has.
+        let mut readers: BTreeMap<(usize, u32), usize> = BTreeMap::new();
+        let mut count = |scope: usize, slot: u32| {
+            if slot != NONE {
+                *readers.entry((scope, slot)).or_insert(0) += 1;
+            }
+        };
+        for (si, sc) in self.scopes.iter().enumerate() {
+            let l = &sc.leaves;
+            for leaf in l
+                .i32
+                .iter()
+                .chain(&l.i64)
+                .chain(&l.u32)
+                .chain(&l.u64)
+                .chain(&l.f32)
+                .chain(&l.f64)
+                .chain(&l.bool)
+                .chain(&l.bytes)
+            {
+                count(si, leaf.slot);
+                count(si, leaf.guard);
+            }
+            for op in &sc.ops {
+                match *op {
+                    CommitOp::Leaf { slot, guard, .. } | CommitOp::EnumName { slot, guard, .. } => {
+                        count(si, slot);
+                        count(si, guard);
+                    }
+                    CommitOp::Struct { presence, .. } => count(si, presence),
+                    CommitOp::Time {
+                        secs,
+                        nanos,
+                        presence,
+                        ..
+                    } => {
+                        count(si, secs);
+                        count(si, nanos);
+                        count(si, presence);
+                    }
+                    CommitOp::Json { slot, .. } => count(si, slot),
+                    CommitOp::ListEnd { .. } => {}
+                }
+            }
+        }
+        // Slots in a oneof are cleared by other members: they stay slots.
+        for m in &self.msgs {
+            for e in m.entries.values() {
+                if e.oneof != 0 {
+                    count(m.scope, e.slot);
+                    count(m.scope, e.slot);
+                }
+            }
+        }
+        for (mi, m) in self.msgs.iter().enumerate() {
+            for e in m.entries.values() {
+                if e.op == Op::SubMsg && e.oneof != 0 {
+                    for &slot in &self.msgs[e.target as usize].subtree {
+                        count(self.msgs[mi].scope, slot);
+                        count(self.msgs[mi].scope, slot);
+                    }
+                }
+            }
+        }
+        // Which entry writes each slot.
+        let mut writer: BTreeMap<(usize, u32), (usize, u32)> = BTreeMap::new();
+        for (mi, m) in self.msgs.iter().enumerate() {
+            for (num, e) in &m.entries {
+                if matches!(
+                    e.op,
+                    Op::Varint(_) | Op::Fixed32 | Op::Fixed64 | Op::Str | Op::Bytes
+                ) {
+                    writer.insert((m.scope, e.slot), (mi, *num));
+                }
+            }
+        }
+        for si in 0..self.scopes.len() {
+            let leaves = std::mem::take(&mut self.scopes[si].leaves);
+            let mut kept = Leaves::default();
+            let groups: [(&Vec<LeafPlan>, &mut Vec<LeafPlan>); 8] = [
+                (&leaves.i32, &mut kept.i32),
+                (&leaves.i64, &mut kept.i64),
+                (&leaves.u32, &mut kept.u32),
+                (&leaves.u64, &mut kept.u64),
+                (&leaves.f32, &mut kept.f32),
+                (&leaves.f64, &mut kept.f64),
+                (&leaves.bool, &mut kept.bool),
+                (&leaves.bytes, &mut kept.bytes),
+            ];
+            for (list, keep) in groups {
+                for leaf in list {
+                    if readers.get(&(si, leaf.slot)) != Some(&1) || !self.direct(si, leaf, &writer)
+                    {
+                        keep.push(*leaf);
+                    }
+                }
+            }
+            self.scopes[si].leaves = kept;
+        }
+    }
+
+    /// Makes one leaf a direct write if its writer and column allow it.
+    fn direct(
+        &mut self,
+        si: usize,
+        leaf: &LeafPlan,
+        writer: &BTreeMap<(usize, u32), (usize, u32)>,
+    ) -> bool {
+        let Some(&(mi, num)) = writer.get(&(si, leaf.slot)) else {
+            return false;
+        };
+        let Some(e) = self.msgs[mi].entries.get(&num).copied() else {
+            return false;
+        };
+        let col = leaf.col;
+        let d = leaf.default;
+        let pf = &mut self.scopes[si].prefill;
+        let op = match (&e.op, &self.columns[col as usize].data) {
+            (Op::Varint(VarintConv::Raw), ColumnData::I32(_)) => {
+                pf.i32.push((col, d as i32));
+                Op::DVarI32
+            }
+            (Op::Varint(VarintConv::Raw), ColumnData::I64(_)) => {
+                pf.i64.push((col, d as i64));
+                Op::DVarI64
+            }
+            (Op::Varint(VarintConv::Raw), ColumnData::U32(_)) => {
+                pf.u32.push((col, d as u32));
+                Op::DVarU32
+            }
+            (Op::Varint(VarintConv::Raw), ColumnData::U64(_)) => {
+                pf.u64.push((col, d));
+                Op::DVarU64
+            }
+            (Op::Varint(VarintConv::Raw), ColumnData::Bool(_)) => {
+                pf.bool.push((col, d != 0));
+                Op::DVarBool
+            }
+            (Op::Varint(VarintConv::Zigzag32), ColumnData::I32(_)) => {
+                pf.i32.push((col, d as i32));
+                Op::DZig32
+            }
+            (Op::Varint(VarintConv::Zigzag64), ColumnData::I64(_)) => {
+                pf.i64.push((col, d as i64));
+                Op::DZig64
+            }
+            (Op::Fixed32, ColumnData::F32(_)) => {
+                pf.f32.push((col, f32::from_bits(d as u32)));
+                Op::DF32
+            }
+            (Op::Fixed32, ColumnData::U32(_)) => {
+                pf.u32.push((col, d as u32));
+                Op::DFixU32
+            }
+            (Op::Fixed32, ColumnData::I32(_)) => {
+                pf.i32.push((col, d as i32));
+                Op::DFixI32
+            }
+            (Op::Fixed64, ColumnData::F64(_)) => {
+                pf.f64.push((col, f64::from_bits(d)));
+                Op::DF64
+            }
+            (Op::Fixed64, ColumnData::U64(_)) => {
+                pf.u64.push((col, d));
+                Op::DFixU64
+            }
+            (Op::Fixed64, ColumnData::I64(_)) => {
+                pf.i64.push((col, d as i64));
+                Op::DFixI64
+            }
+            (Op::Str | Op::Bytes, ColumnData::Bytes { .. }) => {
+                if leaf.str_default != NONE && !leaf.null_default {
+                    pf.bytes.push((col, leaf.str_default));
+                }
+                pf.string_ends.push(col);
+                if e.op == Op::Str {
+                    Op::DStr
+                } else {
+                    Op::DBytes
+                }
+            }
+            _ => return false,
+        };
+        let nullable = self.columns[col as usize].validity.is_some();
+        if nullable {
+            pf.invalid.push(col);
+            if leaf.guard != NONE && !leaf.null_default {
+                pf.guards.push((col, leaf.guard));
+            }
+        }
+        if let Some(entry) = self.msgs[mi].entries.get_mut(&num) {
+            entry.op = op;
+            entry.target = col;
+            entry.slot = nullable as u32;
+        }
+        true
+    }
+
+    fn finish(mut self, top: Vec<usize>, schema: SchemaRef, max_depth: usize) -> Plan {
+        self.make_direct();
         // Oneof groups: each member's slots (a sub-message member: its whole subtree).
         let mut oneofs: Vec<OneofPlan> = (0..self.oneof_keys.len())
             .map(|_| OneofPlan {
@@ -1275,10 +1618,14 @@ impl Builder {
                 let mut dense = vec![SKIP; max_dense];
                 let mut sparse = Vec::new();
                 for (num, e) in &m.entries {
+                    let mut e = *e;
+                    if e.op != Op::Skip && e.oneof == 0 {
+                        e.fast_tag = ((*num as u64) << 3) | e.wire as u64;
+                    }
                     if *num < DENSE_LIMIT {
-                        dense[*num as usize] = *e;
+                        dense[*num as usize] = e;
                     } else {
-                        sparse.push((*num, *e));
+                        sparse.push((*num, e));
                     }
                 }
                 MsgPlan {
@@ -1293,6 +1640,8 @@ impl Builder {
             .map(|s| ScopePlan {
                 root: s.root as u32,
                 nslots: s.nslots,
+                prefill: s.prefill,
+                leaves: s.leaves,
                 ops: s.ops,
             })
             .collect();

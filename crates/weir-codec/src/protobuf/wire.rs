@@ -22,8 +22,68 @@ pub(crate) fn read_varint(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64
             *pos = p + 1;
             return Ok(b as u64);
         }
+        if buf.len() - p >= 8 {
+            return read_varint_swar(buf, pos, p, end);
+        }
     }
     read_varint_slow(buf, pos, end)
+}
+
+/// Multi-byte varint with at least 8 readable bytes in the buffer (they may run past `end`,
+/// which is checked afterwards): the first eight bytes are read as one word, the stop byte found
+/// with one bit scan and the 7-bit groups packed with three masked shifts, with no per-byte loop.
+#[inline(always)]
+fn read_varint_swar(buf: &[u8], pos: &mut usize, p: usize, end: usize) -> Result<u64, DecodeError> {
+    let Some(w) = buf[p..].first_chunk::<8>() else {
+        return read_varint_slow(buf, pos, end);
+    };
+    let word = u64::from_le_bytes(*w);
+    let stops = !word & 0x8080_8080_8080_8080;
+    if stops == 0 {
+        // Nine or ten bytes (values of 2^56 and above, negative int32/int64).
+        if end - p >= 10 {
+            let mut value = pack7(word);
+            let b8 = buf[p + 8];
+            value |= ((b8 & 0x7f) as u64) << 56;
+            if b8 < 0x80 {
+                *pos = p + 9;
+                return Ok(value);
+            }
+            let b9 = buf[p + 9];
+            if b9 < 0x80 {
+                if b9 > 1 {
+                    return Err(DecodeError::new(p, DecodeErrorKind::VarintOverflow));
+                }
+                *pos = p + 10;
+                return Ok(value | ((b9 as u64) << 63));
+            }
+            return Err(DecodeError::new(p, DecodeErrorKind::VarintTooLong));
+        }
+        return read_varint_slow(buf, pos, end);
+    }
+    // Bits up to and including the stop byte's top bit (which is 0).
+    let bits = stops.trailing_zeros() + 1;
+    let len = (bits / 8) as usize;
+    if len > end - p {
+        // The stop byte lies past `end`: truncated; the careful path says where.
+        return read_varint_slow(buf, pos, end);
+    }
+    let x = if bits >= 64 {
+        word
+    } else {
+        word & ((1u64 << bits) - 1)
+    };
+    *pos = p + len;
+    Ok(pack7(x))
+}
+
+/// Packs the low 7 bits of each of eight bytes into one 56-bit value.
+#[inline(always)]
+fn pack7(x: u64) -> u64 {
+    let x = x & 0x7f7f_7f7f_7f7f_7f7f;
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
 }
 
 #[inline]
@@ -47,6 +107,28 @@ fn read_varint_slow(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64, Deco
         Err(DecodeError::new(start, DecodeErrorKind::VarintTooLong))
     } else {
         Err(DecodeError::new(start, DecodeErrorKind::TruncatedVarint))
+    }
+}
+
+/// Skips a varint without assembling its value.
+#[inline(always)]
+pub(crate) fn skip_varint(buf: &[u8], pos: &mut usize, end: usize) -> Result<(), DecodeError> {
+    let start = *pos;
+    let avail = &buf[start..end];
+    if let Some(&b) = avail.first() {
+        if b < 0x80 {
+            *pos = start + 1;
+            return Ok(());
+        }
+    }
+    match avail.iter().take(10).position(|&b| b < 0x80) {
+        Some(9) if avail[9] > 1 => Err(DecodeError::new(start, DecodeErrorKind::VarintOverflow)),
+        Some(i) => {
+            *pos = start + i + 1;
+            Ok(())
+        }
+        None if avail.len() >= 10 => Err(DecodeError::new(start, DecodeErrorKind::VarintTooLong)),
+        None => Err(DecodeError::new(start, DecodeErrorKind::TruncatedVarint)),
     }
 }
 
@@ -97,8 +179,11 @@ pub(crate) fn read_fixed64(buf: &[u8], pos: &mut usize, end: usize) -> Result<u6
 pub(crate) fn split_tag(tag: u64, at: usize) -> Result<(u32, u8), DecodeError> {
     let wt = (tag & 7) as u8;
     let field = tag >> 3;
-    if field == 0 || field > u32::MAX as u64 {
+    if field == 0 {
         return Err(DecodeError::new(at, DecodeErrorKind::FieldNumberZero));
+    }
+    if tag > u32::MAX as u64 {
+        return Err(DecodeError::new(at, DecodeErrorKind::FieldNumberTooLarge));
     }
     if wt > 5 {
         return Err(DecodeError::new(at, DecodeErrorKind::InvalidWireType(wt)));
@@ -121,21 +206,7 @@ pub(crate) fn skip_field(
     max_depth: usize,
 ) -> Result<(), DecodeError> {
     match wt {
-        WT_VARINT => {
-            // Scan for the last byte; no value is assembled.
-            let start = *pos;
-            let avail = &buf[start..end];
-            match avail.iter().take(10).position(|&b| b < 0x80) {
-                Some(9) if avail[9] > 1 => {
-                    return Err(DecodeError::new(start, DecodeErrorKind::VarintOverflow))
-                }
-                Some(i) => *pos = start + i + 1,
-                None if avail.len() >= 10 => {
-                    return Err(DecodeError::new(start, DecodeErrorKind::VarintTooLong))
-                }
-                None => return Err(DecodeError::new(start, DecodeErrorKind::TruncatedVarint)),
-            }
-        }
+        WT_VARINT => skip_varint(buf, pos, end)?,
         WT_I64 => {
             if end - *pos < 8 {
                 return Err(DecodeError::new(*pos, DecodeErrorKind::TruncatedField));
@@ -259,6 +330,38 @@ mod tests {
                 .kind,
             DecodeErrorKind::VarintOverflow
         );
+    }
+
+    #[test]
+    fn swar_matches_the_byte_loop() {
+        let mut vals: Vec<u64> = vec![0, 1, 127, 128, 300, 16383, 16384, u32::MAX as u64, u64::MAX];
+        for shift in 0..64 {
+            vals.push(1u64 << shift);
+            vals.push((1u64 << shift) - 1);
+            vals.push((1u64 << shift) | 0x55);
+        }
+        for v in vals {
+            let mut buf = Vec::new();
+            let mut x = v;
+            while x >= 0x80 {
+                buf.push((x as u8) | 0x80);
+                x >>= 7;
+            }
+            buf.push(x as u8);
+            let len = buf.len();
+            buf.extend_from_slice(&[0xaa; 12]);
+            let (mut p1, mut p2) = (0, 0);
+            let end = buf.len();
+            assert_eq!(read_varint(&buf, &mut p1, end).unwrap(), v);
+            assert_eq!(read_varint_slow(&buf, &mut p2, end).unwrap(), v);
+            assert_eq!((p1, p2), (len, len));
+        }
+        // Overlong but valid: 1 written in 10 bytes.
+        let mut buf = vec![0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00];
+        buf.extend_from_slice(&[0; 4]);
+        let mut p = 0;
+        assert_eq!(read_varint(&buf, &mut p, buf.len()).unwrap(), 1);
+        assert_eq!(p, 10);
     }
 
     #[test]
