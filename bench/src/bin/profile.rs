@@ -1,0 +1,49 @@
+//! Runs one contender in a loop, for a sampling profiler:
+//! `perf record -e cpu-clock -g target/release/profile quote|after|wide5|wide50 [loops]`.
+
+use std::time::Instant;
+
+use weir_bench::{quote::QuoteWorkload, wide::WideWorkload, Contender, Result};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let which = args.get(1).map(String::as_str).unwrap_or("quote");
+    let loops: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10);
+    let (mut c, corpus): (Box<dyn Contender>, _) = match which {
+        "quote" | "quote1" | "after" => {
+            let w = QuoteWorkload::new(1_000_000)?;
+            let c: Box<dyn Contender> = if which == "quote" {
+                Box::new(w.weir()?)
+            } else if which == "quote1" {
+                let cols = vec![weir_codec::ColumnSpec::new("tape", weir_codec::DataType::UInt32)];
+                Box::new(weir_bench::peers::WeirDecoder::new(
+                    "quote1",
+                    &w.weir_schema,
+                    "stocks.QuoteNBBO",
+                    &cols,
+                )?)
+            } else {
+                Box::new(w.after())
+            };
+            (c, w.corpus)
+        }
+        _ => {
+            let w = WideWorkload::new(200_000)?;
+            let c: Box<dyn Contender> = if which == "wide5" {
+                Box::new(w.weir_five()?)
+            } else {
+                Box::new(w.weir_all()?)
+            };
+            (c, w.corpus)
+        }
+    };
+    let n = corpus.iter().count();
+    let mut best = f64::MAX;
+    for _ in 0..loops {
+        let t = Instant::now();
+        c.run_count(&corpus)?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    println!("{which}: best {:.1} ns/message", best * 1e9 / n as f64);
+    Ok(())
+}
