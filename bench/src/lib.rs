@@ -63,15 +63,20 @@ pub trait Contender {
     }
 }
 
-/// The directory holding `stocks.proto` and `wide.proto`.
+/// The directory holding `wide.proto`.
 pub fn proto_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("proto")
 }
 
-/// Compiles `file` (relative to [`proto_dir`]) with protox into an encoded
+/// The directory holding seed 002's `stocks.proto`, the one weir's own tests use.
+pub fn stocks_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/weir-codec/testdata")
+}
+
+/// Compiles `file` (found in [`proto_dir`] or [`stocks_dir`]) with protox into an encoded
 /// `FileDescriptorSet`, independently of weir's own schema loader.
 pub fn descriptor_set(file: &str) -> Result<Vec<u8>> {
-    let mut compiler = protox::Compiler::new([proto_dir()])?;
+    let mut compiler = protox::Compiler::new([proto_dir(), stocks_dir()])?;
     compiler.include_imports(true).include_source_info(false);
     compiler.open_file(file)?;
     Ok(compiler.encode_file_descriptor_set())

@@ -15,7 +15,7 @@ use weir_codec::{ColumnSpec, ProtoSchema};
 
 use crate::peers::{PtarsDecoder, ReflectDecoder, WeirDecoder};
 use crate::rng::SplitMix64;
-use crate::{descriptor_set, proto_dir, Contender, Corpus, Result, BATCH_SIZE};
+use crate::{descriptor_set, stocks_dir, Contender, Corpus, Result, BATCH_SIZE};
 
 /// Fully qualified message name.
 pub const MESSAGE: &str = "stocks.QuoteNBBO";
@@ -364,7 +364,7 @@ impl QuoteWorkload {
     /// Generates `messages` quotes and loads the schema.
     pub fn new(messages: usize) -> Result<Self> {
         let descriptor_set = descriptor_set("stocks.proto")?;
-        let weir_schema = ProtoSchema::from_proto_file(proto_dir().join("stocks.proto"), &[])?;
+        let weir_schema = ProtoSchema::from_proto_file(stocks_dir().join("stocks.proto"), &[])?;
         Ok(Self {
             corpus: generate(messages, SEED),
             descriptor_set,

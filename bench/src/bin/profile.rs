@@ -15,7 +15,10 @@ fn main() -> Result<()> {
             let c: Box<dyn Contender> = if which == "quote" {
                 Box::new(w.weir()?)
             } else if which == "quote1" {
-                let cols = vec![weir_codec::ColumnSpec::new("tape", weir_codec::DataType::UInt32)];
+                let cols = vec![weir_codec::ColumnSpec::new(
+                    "tape",
+                    weir_codec::DataType::UInt32,
+                )];
                 Box::new(weir_bench::peers::WeirDecoder::new(
                     "quote1",
                     &w.weir_schema,
