@@ -384,51 +384,58 @@ impl State {
                 }
                 Op::DVarI32 => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| match d {
-                        ColumnData::I32(x) => set_last(x, v as i32),
-                        _ => {}
+                    self.put_direct(e, |d| {
+                        if let ColumnData::I32(x) = d {
+                            set_last(x, v as i32);
+                        }
                     });
                 }
                 Op::DVarI64 => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| match d {
-                        ColumnData::I64(x) => set_last(x, v as i64),
-                        _ => {}
+                    self.put_direct(e, |d| {
+                        if let ColumnData::I64(x) = d {
+                            set_last(x, v as i64);
+                        }
                     });
                 }
                 Op::DVarU32 => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| match d {
-                        ColumnData::U32(x) => set_last(x, v as u32),
-                        _ => {}
+                    self.put_direct(e, |d| {
+                        if let ColumnData::U32(x) = d {
+                            set_last(x, v as u32);
+                        }
                     });
                 }
                 Op::DVarU64 => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| match d {
-                        ColumnData::U64(x) => set_last(x, v),
-                        _ => {}
+                    self.put_direct(e, |d| {
+                        if let ColumnData::U64(x) = d {
+                            set_last(x, v);
+                        }
                     });
                 }
                 Op::DVarBool => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| match d {
-                        ColumnData::Bool(x) => x.set_last(v != 0),
-                        _ => {}
+                    self.put_direct(e, |d| {
+                        if let ColumnData::Bool(x) = d {
+                            x.set_last(v != 0);
+                        }
                     });
                 }
                 Op::DZig32 => {
                     let v = zigzag32(read_varint(buf, &mut pos, end)?);
-                    self.put_direct(e, |d| match d {
-                        ColumnData::I32(x) => set_last(x, v),
-                        _ => {}
+                    self.put_direct(e, |d| {
+                        if let ColumnData::I32(x) = d {
+                            set_last(x, v);
+                        }
                     });
                 }
                 Op::DZig64 => {
                     let v = zigzag64(read_varint(buf, &mut pos, end)?);
-                    self.put_direct(e, |d| match d {
-                        ColumnData::I64(x) => set_last(x, v),
-                        _ => {}
+                    self.put_direct(e, |d| {
+                        if let ColumnData::I64(x) = d {
+                            set_last(x, v);
+                        }
                     });
                 }
                 Op::DF32 | Op::DFixU32 | Op::DFixI32 => {
@@ -442,9 +449,10 @@ impl State {
                 }
                 Op::DF64 => {
                     let v = read_fixed64(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| match d {
-                        ColumnData::F64(x) => set_last(x, f64::from_bits(v)),
-                        _ => {}
+                    self.put_direct(e, |d| {
+                        if let ColumnData::F64(x) = d {
+                            set_last(x, f64::from_bits(v));
+                        }
                     });
                 }
                 Op::DFixU64 | Op::DFixI64 => {
