@@ -58,14 +58,6 @@ pub(crate) struct State {
     pub(crate) rows: usize,
 }
 
-/// A slot value read at commit time.
-#[derive(Clone, Copy)]
-enum Val {
-    Null,
-    Bits(u64),
-    Str(u32),
-}
-
 #[inline(always)]
 fn apply(conv: VarintConv, v: u64) -> u64 {
     match conv {
@@ -660,17 +652,18 @@ impl State {
     }
 
     #[inline(always)]
-    fn value(sc: &ScopeState, slot: u32, guard: u32, default: DefaultVal) -> Val {
+    /// The number in `slot` for enum-name and time ops (whose defaults are numbers), or None
+    /// for null.
+    fn value(sc: &ScopeState, slot: u32, guard: u32, default: DefaultVal) -> Option<u64> {
         if sc.has(slot) {
-            Val::Bits(sc.vals[slot as usize])
+            Some(sc.vals[slot as usize])
         } else if guard == NONE || sc.has(guard) {
             match default {
-                DefaultVal::Null => Val::Null,
-                DefaultVal::Bits(b) => Val::Bits(b),
-                DefaultVal::Str(i) => Val::Str(i),
+                DefaultVal::Bits(b) => Some(b),
+                DefaultVal::Null | DefaultVal::Str(_) => None,
             }
         } else {
-            Val::Null
+            None
         }
     }
 
@@ -786,15 +779,6 @@ impl State {
         }
         for op in &sp.ops {
             match *op {
-                CommitOp::Leaf {
-                    col,
-                    slot,
-                    guard,
-                    default,
-                } => {
-                    let v = Self::value(sc, slot, guard, default);
-                    push_leaf(&mut self.cols[col as usize], v, buf, plan)?;
-                }
                 CommitOp::EnumName {
                     col,
                     slot,
@@ -802,8 +786,8 @@ impl State {
                     default,
                     table,
                 } => match Self::value(sc, slot, guard, default) {
-                    Val::Bits(n) => self.push_enum_name(plan, col, table, n as i32, 0)?,
-                    _ => push_null(&mut self.cols[col as usize]),
+                    Some(n) => self.push_enum_name(plan, col, table, n as i32, 0)?,
+                    None => push_null(&mut self.cols[col as usize]),
                 },
                 CommitOp::Struct { col, presence } => {
                     let valid = presence == NONE || sc.has(presence);
@@ -843,10 +827,7 @@ impl State {
                         push_null(&mut self.cols[col as usize]);
                         continue;
                     }
-                    let get = |slot| match Self::value(sc, slot, NONE, DefaultVal::Bits(0)) {
-                        Val::Bits(b) => b,
-                        _ => 0,
-                    };
+                    let get = |slot| Self::value(sc, slot, NONE, DefaultVal::Bits(0)).unwrap_or(0);
                     let s = get(secs) as i64;
                     let n = get(nanos) as i32 as i64;
                     let v = match unit {
@@ -954,11 +935,7 @@ fn check_wire(
             }
             Some(Kind::String) if wt == WT_LEN => {
                 let vend = read_len(buf, &mut pos, end)?;
-                if simdutf8::basic::from_utf8(&buf[pos..vend]).is_err() {
-                    let at = match simdutf8::compat::from_utf8(&buf[pos..vend]) {
-                        Err(err) => pos + err.valid_up_to(),
-                        Ok(_) => pos,
-                    };
+                if let Some(at) = utf8_error_at(buf, pos, vend) {
                     let field = fd.map(|f| f.full_name().to_string()).unwrap_or_default();
                     return Err(DecodeError::new(at, DecodeErrorKind::InvalidUtf8 { field }));
                 }
@@ -978,6 +955,20 @@ fn check_utf8(
     start: usize,
     end: usize,
 ) -> Result<(), DecodeError> {
+    match utf8_error_at(buf, start, end) {
+        None => Ok(()),
+        Some(at) => Err(DecodeError::new(
+            at,
+            DecodeErrorKind::InvalidUtf8 {
+                field: plan.names[e.name as usize].clone(),
+            },
+        )),
+    }
+}
+
+/// Where `buf[start..end]` stops being UTF-8, or None if it is valid.
+#[inline(always)]
+fn utf8_error_at(buf: &[u8], start: usize, end: usize) -> Option<usize> {
     let bytes = &buf[start..end];
     // Most string fields (tickers, ids, codes) are short ASCII: check eight bytes at a time
     // before handing anything else to the SIMD validator, whose setup dominates for short input.
@@ -989,23 +980,14 @@ fn check_utf8(
     for &b in words.remainder() {
         high |= b as u64;
     }
-    if high & 0x8080_8080_8080_8080 == 0 {
-        return Ok(());
+    if high & 0x8080_8080_8080_8080 == 0 || simdutf8::basic::from_utf8(bytes).is_ok() {
+        return None;
     }
-    if simdutf8::basic::from_utf8(bytes).is_err() {
-        // Slow path only to find where the bad byte is.
-        let at = match simdutf8::compat::from_utf8(&buf[start..end]) {
-            Err(err) => start + err.valid_up_to(),
-            Ok(_) => start,
-        };
-        return Err(DecodeError::new(
-            at,
-            DecodeErrorKind::InvalidUtf8 {
-                field: plan.names[e.name as usize].clone(),
-            },
-        ));
-    }
-    Ok(())
+    // Slow path only to find where the bad byte is.
+    Some(match simdutf8::compat::from_utf8(bytes) {
+        Err(err) => start + err.valid_up_to(),
+        Ok(_) => start,
+    })
 }
 
 #[cold]
@@ -1069,35 +1051,4 @@ fn commit_leaves<T>(
             v.push(present);
         }
     }
-}
-
-#[inline(always)]
-fn push_leaf(col: &mut Column, v: Val, buf: &[u8], plan: &Plan) -> Result<(), DecodeError> {
-    let bits = match v {
-        Val::Null => {
-            push_null(col);
-            return Ok(());
-        }
-        Val::Str(i) => return push_bytes(col, &plan.str_defaults[i as usize], 0),
-        Val::Bits(b) => b,
-    };
-    match &mut col.data {
-        ColumnData::I32(x) => x.push(bits as i32),
-        ColumnData::I64(x) => x.push(bits as i64),
-        ColumnData::U32(x) => x.push(bits as u32),
-        ColumnData::U64(x) => x.push(bits),
-        ColumnData::F32(x) => x.push(f32::from_bits(bits as u32)),
-        ColumnData::F64(x) => x.push(f64::from_bits(bits)),
-        ColumnData::Bool(x) => x.push(bits != 0),
-        ColumnData::Bytes { .. } => {
-            let start = (bits >> 32) as usize;
-            let len = (bits & 0xffff_ffff) as usize;
-            return push_bytes(col, &buf[start..start + len], start);
-        }
-        ColumnData::Struct { .. } | ColumnData::List { .. } => {}
-    }
-    if let Some(val) = &mut col.validity {
-        val.push(true);
-    }
-    Ok(())
 }

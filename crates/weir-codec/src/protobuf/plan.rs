@@ -180,14 +180,8 @@ pub(crate) enum DefaultVal {
 /// Appends one value per column when a scope ends.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CommitOp {
-    /// The slot's value; if unset: `default` when `guard` is NONE or set, else null.
-    Leaf {
-        col: u32,
-        slot: u32,
-        guard: u32,
-        default: DefaultVal,
-    },
-    /// Like `Leaf`, the enum number written as its name.
+    /// The enum number in `slot` written as its name; if unset: `default` when `guard` is NONE
+    /// or set, else null. (Plain scalar columns are [`LeafPlan`]s, not commit ops.)
     EnumName {
         col: u32,
         slot: u32,
@@ -832,45 +826,41 @@ impl Builder {
 
     fn op(&mut self, msg: usize, op: CommitOp) {
         let scope = self.msgs[msg].scope;
-        if let CommitOp::Leaf {
-            col,
+        self.scopes[scope].ops.push(op);
+    }
+
+    /// A plain scalar column committed from `slot`: its value if set; if not, `default` when
+    /// `guard` is NONE or set, else null. Filed by column type (see [`Leaves`]).
+    fn leaf(&mut self, msg: usize, col: usize, slot: u32, guard: u32, default: DefaultVal) {
+        let scope = self.msgs[msg].scope;
+        let (bits, null_default, str_default) = match default {
+            DefaultVal::Null => (0, true, NONE),
+            DefaultVal::Bits(b) => (b, false, NONE),
+            DefaultVal::Str(i) => (0, false, i),
+        };
+        let leaf = LeafPlan {
+            col: col as u32,
             slot,
             guard,
-            default,
-        } = op
-        {
-            let (bits, null_default, str_default) = match default {
-                DefaultVal::Null => (0, true, NONE),
-                DefaultVal::Bits(b) => (b, false, NONE),
-                DefaultVal::Str(i) => (0, false, i),
-            };
-            let leaf = LeafPlan {
-                col,
-                slot,
-                guard,
-                default: bits,
-                null_default,
-                str_default,
-            };
-            let l = &mut self.scopes[scope].leaves;
-            let list = match &self.columns[col as usize].data {
-                ColumnData::I32(_) => &mut l.i32,
-                ColumnData::I64(_) => &mut l.i64,
-                ColumnData::U32(_) => &mut l.u32,
-                ColumnData::U64(_) => &mut l.u64,
-                ColumnData::F32(_) => &mut l.f32,
-                ColumnData::F64(_) => &mut l.f64,
-                ColumnData::Bool(_) => &mut l.bool,
-                ColumnData::Bytes { .. } => &mut l.bytes,
-                ColumnData::Struct { .. } | ColumnData::List { .. } => {
-                    self.scopes[scope].ops.push(op);
-                    return;
-                }
-            };
-            list.push(leaf);
-            return;
-        }
-        self.scopes[scope].ops.push(op);
+            default: bits,
+            null_default,
+            str_default,
+        };
+        let l = &mut self.scopes[scope].leaves;
+        // Leaves only ever get primitive or byte storage (`storage_for`).
+        let list = match &self.columns[col].data {
+            ColumnData::I32(_) => &mut l.i32,
+            ColumnData::I64(_) => &mut l.i64,
+            ColumnData::U32(_) => &mut l.u32,
+            ColumnData::U64(_) => &mut l.u64,
+            ColumnData::F32(_) => &mut l.f32,
+            ColumnData::F64(_) => &mut l.f64,
+            ColumnData::Bool(_) => &mut l.bool,
+            ColumnData::Bytes { .. } | ColumnData::Struct { .. } | ColumnData::List { .. } => {
+                &mut l.bytes
+            }
+        };
+        list.push(leaf);
     }
 
     /// Top-level columns get batch-sized buffers; nested ones grow as needed.
@@ -1122,24 +1112,22 @@ impl Builder {
                 let default = self.leaf_default(fd);
                 let nullable = guard != NONE || matches!(default, DefaultVal::Null);
                 let storage = storage_for(dt).ok_or_else(|| type_mismatch(column, fd, dt))?;
-                let col = self.column(storage, nullable, dt.clone(), cap) as u32;
-                let op = match (&kind, dt) {
-                    (Kind::Enum(e), DataType::Utf8) => CommitOp::EnumName {
-                        col,
-                        slot,
-                        guard,
-                        default,
-                        table: self.enum_table(e),
-                    },
-                    _ => CommitOp::Leaf {
-                        col,
-                        slot,
-                        guard,
-                        default,
-                    },
-                };
-                self.op(msg, op);
-                Ok((col as usize, Field::new(column, dt.clone(), nullable)))
+                let col = self.column(storage, nullable, dt.clone(), cap);
+                match (&kind, dt) {
+                    (Kind::Enum(e), DataType::Utf8) => {
+                        let table = self.enum_table(e);
+                        let op = CommitOp::EnumName {
+                            col: col as u32,
+                            slot,
+                            guard,
+                            default,
+                            table,
+                        };
+                        self.op(msg, op);
+                    }
+                    _ => self.leaf(msg, col, slot, guard, default),
+                }
+                Ok((col, Field::new(column, dt.clone(), nullable)))
             }
         }
     }
@@ -1191,15 +1179,7 @@ impl Builder {
                 let default = self.leaf_default(&v);
                 let storage = storage_for(dt).ok_or_else(|| type_mismatch(column, fd, dt))?;
                 let col = self.column(storage, nullable, dt.clone(), cap);
-                self.op(
-                    child,
-                    CommitOp::Leaf {
-                        col: col as u32,
-                        slot,
-                        guard: presence,
-                        default,
-                    },
-                );
+                self.leaf(child, col, slot, presence, default);
                 Ok((col, Field::new(column, dt.clone(), nullable)))
             }
             (_, DataType::Struct(children)) => {
@@ -1405,7 +1385,7 @@ impl Builder {
             }
             for op in &sc.ops {
                 match *op {
-                    CommitOp::Leaf { slot, guard, .. } | CommitOp::EnumName { slot, guard, .. } => {
+                    CommitOp::EnumName { slot, guard, .. } => {
                         count(si, slot);
                         count(si, guard);
                     }
