@@ -11,12 +11,17 @@
 //! See [`protobuf`] for the type mapping and the presence rules.
 
 pub mod error;
+pub mod factory;
 pub mod protobuf;
 pub mod schema;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use error::{DecodeError, DecodeErrorKind, PlanError, SchemaError};
+pub use factory::{
+    parse_time_unit, strip_confluent, CodecError, DecoderFactory, DecoderRequest, Encoder,
+    EncoderFactory, EncoderRequest, Options, ProtobufFactory, RawFactory,
+};
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 pub use schema::ProtoSchema;
 
