@@ -85,6 +85,12 @@ impl ProtoSchema {
         Ok(Self { pool })
     }
 
+    /// The schema as an encoded `FileDescriptorSet` (what `protoc --descriptor_set_out` writes,
+    /// with imports included).
+    pub fn descriptor_set_bytes(&self) -> Vec<u8> {
+        self.pool.encode_to_vec()
+    }
+
     /// The descriptors.
     pub fn pool(&self) -> &DescriptorPool {
         &self.pool

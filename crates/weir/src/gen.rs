@@ -1,0 +1,354 @@
+//! Synthetic options quotes in the shape of seed 002 (`stocks.QuoteNBBO`): 10,000 OPRA symbols,
+//! half the traffic on the 500 busiest, two-decimal prices with ask above bid, sizes 1..=500.
+//! The same seed always gives the same bytes.
+
+use std::io::{self, Write};
+
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
+
+use crate::source::framing::Framing;
+
+/// The `stocks.proto` the generator writes (seed 002's quote message).
+pub const STOCKS_PROTO: &str = include_str!("../../weir-codec/testdata/stocks.proto");
+
+/// The full name of the quote message.
+pub const QUOTE_MESSAGE: &str = "stocks.QuoteNBBO";
+
+/// Distinct option symbols.
+pub const TICKERS: usize = 10_000;
+
+/// The seed used when none is given.
+pub const DEFAULT_SEED: u64 = 0x5EED_0002;
+
+/// How generated quotes are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuoteFormat {
+    /// `stocks.QuoteNBBO` protobuf bytes.
+    Protobuf,
+    /// A JSON object with the same fields (`base` nested).
+    Json,
+}
+
+/// One quote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quote<'a> {
+    /// The OPRA symbol.
+    pub ticker: &'a str,
+    /// Epoch nanoseconds.
+    pub timestamp: i64,
+    /// The feed's sequence number.
+    pub sequence_number: i64,
+    /// Bid price in dollars.
+    pub bid_price: f64,
+    /// Bid size in contracts.
+    pub bid_size: u32,
+    /// Bid exchange id.
+    pub bid_exchange: u32,
+    /// Ask price in dollars.
+    pub ask_price: f64,
+    /// Ask size in contracts.
+    pub ask_size: u32,
+    /// Ask exchange id.
+    pub ask_exchange: u32,
+    /// Condition code.
+    pub conditions: i32,
+    /// Indicator code.
+    pub indicators: i32,
+    /// Tape (1..=3).
+    pub tape: u32,
+}
+
+/// Generates quotes; see the module docs for their shape.
+#[derive(Debug, Clone)]
+pub struct QuoteGenerator {
+    rng: SplitMix64,
+    tickers: Vec<String>,
+    mids: Vec<i64>,
+    timestamp: i64,
+    sequence_number: i64,
+}
+
+const UNDERLYINGS: &[(&str, u32)] = &[
+    ("SPY", 650),
+    ("SPXW", 6500),
+    ("QQQ", 560),
+    ("IWM", 235),
+    ("AAPL", 230),
+    ("TSLA", 420),
+    ("NVDA", 180),
+    ("AMZN", 225),
+    ("MSFT", 510),
+    ("META", 740),
+    ("GOOG", 240),
+    ("AMD", 160),
+    ("NFLX", 1200),
+    ("AVGO", 340),
+    ("PLTR", 180),
+    ("COIN", 320),
+    ("MSTR", 350),
+    ("HOOD", 120),
+    ("UBER", 95),
+    ("JPM", 300),
+    ("BAC", 50),
+    ("XLF", 53),
+    ("SOFI", 25),
+    ("INTC", 24),
+    ("F", 12),
+    ("T", 28),
+    ("C", 95),
+    ("GE", 270),
+    ("NIO", 6),
+    ("SMCI", 45),
+];
+
+const EXPIRIES: &[&str] = &[
+    "260306", "260313", "260320", "260327", "260402", "260410", "260417", "260515", "260618",
+    "260717", "260821", "260918", "261016", "261120", "261218", "270115",
+];
+
+impl QuoteGenerator {
+    /// A generator whose whole output is fixed by `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut rng = SplitMix64(seed);
+        let mut seen = std::collections::HashSet::with_capacity(TICKERS);
+        let mut tickers = Vec::with_capacity(TICKERS);
+        while tickers.len() < TICKERS {
+            let (underlying, spot) = UNDERLYINGS[rng.below(UNDERLYINGS.len() as u64) as usize];
+            let expiry = EXPIRIES[rng.below(EXPIRIES.len() as u64) as usize];
+            let right = if rng.unit() < 0.5 { 'C' } else { 'P' };
+            // Strikes within +-30% of spot on a grid that depends on the price.
+            let step: u64 = match spot {
+                0..=30 => 500,
+                31..=300 => 1_000,
+                301..=2_000 => 5_000,
+                _ => 10_000,
+            };
+            let (lo, hi) = (u64::from(spot) * 700 / step, u64::from(spot) * 1_300 / step);
+            let strike = (lo + rng.below(hi - lo + 1)).max(1) * step;
+            let symbol = format!("O:{underlying}{expiry}{right}{strike:08}");
+            if seen.insert(symbol.clone()) {
+                tickers.push(symbol);
+            }
+        }
+        // Per-symbol mid price in cents, log-uniform from 5 cents to $80.
+        let mids = (0..TICKERS)
+            .map(|_| (5.0 * 1_600f64.powf(rng.unit())) as i64)
+            .collect();
+        Self {
+            rng,
+            tickers,
+            mids,
+            timestamp: 1_772_461_800_000_000_000, // 2026-03-02T14:30:00Z
+            sequence_number: 1_250_000_000,
+        }
+    }
+
+    /// The next quote.
+    pub fn next_quote(&mut self) -> Quote<'_> {
+        let rng = &mut self.rng;
+        self.sequence_number += 1;
+        let t = if rng.unit() < 0.5 {
+            rng.below(500)
+        } else {
+            rng.below(TICKERS as u64)
+        } as usize;
+        self.timestamp += 1 + rng.below(2_000) as i64;
+        let mid = &mut self.mids[t];
+        *mid = (*mid + rng.below(7) as i64 - 3).max(2);
+        let spread = 1 + rng.below((*mid as u64 / 20).clamp(1, 50)) as i64;
+        let bid = (*mid - spread / 2).max(1);
+        let ask = bid + spread;
+        Quote {
+            ticker: &self.tickers[t],
+            timestamp: self.timestamp,
+            sequence_number: self.sequence_number,
+            bid_price: bid as f64 / 100.0,
+            bid_size: 1 + rng.below(500) as u32,
+            bid_exchange: 1 + rng.below(20) as u32,
+            ask_price: ask as f64 / 100.0,
+            ask_size: 1 + rng.below(500) as u32,
+            ask_exchange: 1 + rng.below(20) as u32,
+            conditions: if rng.unit() < 0.8 {
+                0
+            } else {
+                1 + rng.below(60) as i32
+            },
+            indicators: if rng.unit() < 0.9 {
+                0
+            } else {
+                1 + rng.below(10) as i32
+            },
+            tape: 1 + rng.below(3) as u32,
+        }
+    }
+}
+
+impl Quote<'_> {
+    /// Appends the protobuf encoding (proto3: default values are not written).
+    pub fn encode_protobuf(&self, out: &mut Vec<u8>) {
+        let base_len = 1
+            + encoded_len_varint(self.ticker.len() as u64)
+            + self.ticker.len()
+            + 1
+            + encoded_len_varint(self.timestamp as u64)
+            + 1
+            + encoded_len_varint(self.sequence_number as u64);
+        encode_key(1, WireType::LengthDelimited, out);
+        encode_varint(base_len as u64, out);
+        encode_key(1, WireType::LengthDelimited, out);
+        encode_varint(self.ticker.len() as u64, out);
+        out.extend_from_slice(self.ticker.as_bytes());
+        encode_key(2, WireType::Varint, out);
+        encode_varint(self.timestamp as u64, out);
+        encode_key(3, WireType::Varint, out);
+        encode_varint(self.sequence_number as u64, out);
+        let double = |tag: u32, v: f64, out: &mut Vec<u8>| {
+            if v != 0.0 {
+                encode_key(tag, WireType::SixtyFourBit, out);
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        };
+        let varint = |tag: u32, v: u64, out: &mut Vec<u8>| {
+            if v != 0 {
+                encode_key(tag, WireType::Varint, out);
+                encode_varint(v, out);
+            }
+        };
+        double(2, self.bid_price, out);
+        varint(3, u64::from(self.bid_size), out);
+        varint(4, u64::from(self.bid_exchange), out);
+        double(5, self.ask_price, out);
+        varint(6, u64::from(self.ask_size), out);
+        varint(7, u64::from(self.ask_exchange), out);
+        // int32 negative values are sign-extended to 10 bytes, as protobuf does.
+        varint(8, self.conditions as i64 as u64, out);
+        varint(9, self.indicators as i64 as u64, out);
+        varint(10, u64::from(self.tape), out);
+    }
+
+    /// Appends the JSON encoding (one object, `base` nested, no newline).
+    pub fn encode_json(&self, out: &mut Vec<u8>) {
+        // Tickers are plain ASCII symbols; no escaping is needed.
+        let _ = write!(
+            out,
+            "{{\"base\":{{\"ticker\":\"{}\",\"timestamp\":{},\"sequence_number\":{}}},\"bid_price\":{:?},\"bid_size\":{},\"bid_exchange\":{},\"ask_price\":{:?},\"ask_size\":{},\"ask_exchange\":{},\"conditions\":{},\"indicators\":{},\"tape\":{}}}",
+            self.ticker,
+            self.timestamp,
+            self.sequence_number,
+            self.bid_price,
+            self.bid_size,
+            self.bid_exchange,
+            self.ask_price,
+            self.ask_size,
+            self.ask_exchange,
+            self.conditions,
+            self.indicators,
+            self.tape
+        );
+    }
+}
+
+/// Writes `count` framed quotes to `out`; returns the bytes written.
+pub fn write_quotes(
+    out: &mut dyn Write,
+    count: u64,
+    seed: u64,
+    format: QuoteFormat,
+    framing: Framing,
+) -> io::Result<u64> {
+    let mut generator = QuoteGenerator::new(seed);
+    let mut msg = Vec::with_capacity(256);
+    let mut block = Vec::with_capacity(1 << 20);
+    let mut total = 0u64;
+    for _ in 0..count {
+        msg.clear();
+        let q = generator.next_quote();
+        match format {
+            QuoteFormat::Protobuf => q.encode_protobuf(&mut msg),
+            QuoteFormat::Json => q.encode_json(&mut msg),
+        }
+        match framing {
+            Framing::Varint => encode_varint(msg.len() as u64, &mut block),
+            Framing::U32Be => {
+                let len = u32::try_from(msg.len())
+                    .map_err(|_| io::Error::other("message larger than 4 GiB"))?;
+                block.extend_from_slice(&len.to_be_bytes());
+            }
+            Framing::Lines => {
+                if msg.contains(&b'\n') {
+                    return Err(io::Error::other(
+                        "a protobuf message contains a newline byte; use 'varint' or 'u32be' framing",
+                    ));
+                }
+            }
+        }
+        block.extend_from_slice(&msg);
+        if framing == Framing::Lines {
+            block.push(b'\n');
+        }
+        if block.len() >= 1 << 20 {
+            out.write_all(&block)?;
+            total += block.len() as u64;
+            block.clear();
+        }
+    }
+    out.write_all(&block)?;
+    total += block.len() as u64;
+    out.flush()?;
+    Ok(total)
+}
+
+/// SplitMix64: small, fast and identical on every platform, so a seed fixes the output.
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n.max(1))) >> 64) as u64
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_bytes_and_ten_thousand_tickers() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        write_quotes(&mut a, 1000, 7, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+        write_quotes(&mut b, 1000, 7, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+        assert_eq!(a, b);
+        let mut c = Vec::new();
+        write_quotes(&mut c, 1000, 8, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+        assert_ne!(a, c);
+        let g = QuoteGenerator::new(1);
+        let distinct: std::collections::HashSet<_> = g.tickers.iter().collect();
+        assert_eq!(distinct.len(), TICKERS);
+    }
+
+    #[test]
+    fn json_quotes_parse() {
+        let mut g = QuoteGenerator::new(3);
+        for _ in 0..100 {
+            let q = g.next_quote();
+            let mut out = Vec::new();
+            q.encode_json(&mut out);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["base"]["ticker"], q.ticker);
+            assert!(v["ask_price"].as_f64().unwrap() > v["bid_price"].as_f64().unwrap());
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! The file connector: reads framed messages from a file, a directory or a glob, in blocks of
+//! whole messages that several partitions decode in parallel.
+//!
+//! One shared [`FileFeed`] hands out blocks under a lock: it reads the next few MiB into the
+//! caller's own buffer, finds the last whole frame, and keeps the tail for the next block. The
+//! lock covers a `read` and a scan of the frame headers only; decoding happens outside it, in
+//! the partition that owns the buffer, so messages are read in place (no copy per message).
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::framing::{Frame, Framing};
+
+/// Bytes read per block (whole messages only; a larger message grows the block).
+pub const DEFAULT_BLOCK_BYTES: usize = 4 << 20;
+
+/// A problem with the files themselves (not with a message's contents).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// A file could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The path matches nothing.
+    #[error(
+        "'path' = '{0}' matches no file (give a file, a directory or a glob such as 'data/*.bin')"
+    )]
+    NoFiles(String),
+    /// The glob is malformed.
+    #[error("'path' = '{path}' is not a valid glob: {reason}")]
+    BadGlob {
+        /// The pattern.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The files a `'path'` names: itself, the regular files of a directory (not hidden, sorted),
+/// or the matches of a glob (sorted).
+pub fn expand_path(spec: &str) -> Result<Vec<PathBuf>, FileError> {
+    let path = Path::new(spec);
+    let mut files = Vec::new();
+    if path.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|source| FileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        for e in entries {
+            let e = e.map_err(|source| FileError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let hidden = e.file_name().to_string_lossy().starts_with('.');
+            if !hidden && e.path().is_file() {
+                files.push(e.path());
+            }
+        }
+    } else if spec.contains(['*', '?', '[']) {
+        let paths = glob::glob(spec).map_err(|e| FileError::BadGlob {
+            path: spec.into(),
+            reason: e.to_string(),
+        })?;
+        files.extend(paths.flatten().filter(|p| p.is_file()));
+    } else if path.is_file() {
+        files.push(path.to_path_buf());
+    } else if let Err(source) = File::open(path) {
+        return Err(FileError::Io {
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(FileError::NoFiles(spec.into()));
+    }
+    Ok(files)
+}
+
+/// What [`FileFeed::next_block`] produced.
+#[derive(Debug)]
+pub enum BlockStatus {
+    /// `buf[..len]` holds whole frames of `file`, the first at byte `offset` of the file.
+    Block {
+        /// The file.
+        file: Arc<str>,
+        /// File offset of `buf[0]`.
+        offset: u64,
+        /// Valid bytes in the buffer.
+        len: usize,
+    },
+    /// Bytes that cannot be read as messages: a file that ends inside a frame, or a corrupt
+    /// frame header (the rest of that file is skipped: no frame boundary can be trusted).
+    Bad {
+        /// The file.
+        file: Arc<str>,
+        /// File offset of the frame.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+        /// The bytes that were dropped (at most 64 KiB of them, for a dead letter).
+        bytes: Vec<u8>,
+    },
+    /// No data now, more may come (follow mode).
+    Wait,
+    /// Every file has been read.
+    End,
+}
+
+struct FeedState {
+    files: Vec<PathBuf>,
+    names: Vec<Arc<str>>,
+    current: usize,
+    reader: Option<File>,
+    /// File offset of the first byte of `carry`.
+    offset: u64,
+    carry: Vec<u8>,
+}
+
+/// The shared block reader of one scan of a file source.
+pub struct FileFeed {
+    spec: String,
+    framing: Framing,
+    follow: bool,
+    block_bytes: usize,
+    max_message_bytes: u64,
+    state: Mutex<FeedState>,
+}
+
+impl std::fmt::Debug for FileFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileFeed")
+            .field("path", &self.spec)
+            .field("framing", &self.framing)
+            .finish()
+    }
+}
+
+impl FileFeed {
+    /// A feed over the files `spec` names. With `follow`, the end of the last file is not the
+    /// end: the feed waits for it to grow and picks up new files matching `spec`.
+    pub fn new(
+        spec: &str,
+        framing: Framing,
+        follow: bool,
+        max_message_bytes: u64,
+    ) -> Result<Self, FileError> {
+        let files = expand_path(spec)?;
+        let names = files
+            .iter()
+            .map(|p| Arc::from(p.display().to_string()))
+            .collect();
+        Ok(Self {
+            spec: spec.into(),
+            framing,
+            follow,
+            block_bytes: DEFAULT_BLOCK_BYTES,
+            max_message_bytes,
+            state: Mutex::new(FeedState {
+                files,
+                names,
+                current: 0,
+                reader: None,
+                offset: 0,
+                carry: Vec::new(),
+            }),
+        })
+    }
+
+    /// Sets the bytes read per block (tests use small blocks to exercise the edges).
+    pub fn with_block_bytes(mut self, bytes: usize) -> Self {
+        self.block_bytes = bytes.max(1);
+        self
+    }
+
+    /// The framing.
+    pub fn framing(&self) -> Framing {
+        self.framing
+    }
+
+    /// Fills `buf` with the next block of whole frames.
+    pub fn next_block(&self, buf: &mut Vec<u8>) -> Result<BlockStatus, FileError> {
+        // A poisoned lock means another partition panicked mid-read; its state is still a
+        // consistent position in the files, and the panic is reported by that partition.
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if st.reader.is_none() {
+                if st.current >= st.files.len() {
+                    if self.follow {
+                        self.discover(&mut st);
+                        if st.current < st.files.len() {
+                            continue;
+                        }
+                        return Ok(BlockStatus::Wait);
+                    }
+                    return Ok(BlockStatus::End);
+                }
+                let path = st.files[st.current].clone();
+                let f = File::open(&path).map_err(|source| FileError::Io { path, source })?;
+                st.reader = Some(f);
+                st.offset = 0;
+                st.carry.clear();
+            }
+            let file = Arc::clone(&st.names[st.current]);
+            let last = st.current + 1 >= st.files.len();
+            buf.clear();
+            buf.append(&mut st.carry);
+            let mut eof = self.fill(&mut st, buf, self.block_bytes)?;
+            let mut needed: Option<u64>;
+            loop {
+                // Find the end of the last whole frame. In follow mode the end of the last
+                // file is not final: a line without its newline may still be being written.
+                let final_bytes = eof && !(self.follow && last);
+                let mut at = 0;
+                let mut corrupt = None;
+                needed = None;
+                while at < buf.len() {
+                    match self.framing.frame(buf, at, final_bytes) {
+                        Frame::Message { next, .. } | Frame::Empty { next } => at = next,
+                        Frame::Partial { needed: n } => {
+                            needed = n;
+                            break;
+                        }
+                        Frame::Corrupt(reason) => {
+                            corrupt = Some(reason);
+                            break;
+                        }
+                    }
+                }
+                if at > 0 {
+                    st.carry.extend_from_slice(&buf[at..]);
+                    buf.truncate(at);
+                    let offset = st.offset;
+                    st.offset += at as u64;
+                    return Ok(BlockStatus::Block {
+                        file,
+                        offset,
+                        len: at,
+                    });
+                }
+                if let Some(reason) = corrupt {
+                    return Ok(self.drop_rest(&mut st, buf, file, reason));
+                }
+                if let Some(n) = needed.filter(|&n| n > self.max_message_bytes) {
+                    let reason = format!(
+                        "frame declares {n} bytes, more than 'max.message.bytes' ({})",
+                        self.max_message_bytes
+                    );
+                    return Ok(self.drop_rest(&mut st, buf, file, reason));
+                }
+                if eof {
+                    break;
+                }
+                // The first frame is larger than a block: read until it is whole.
+                let more = needed
+                    .map_or(0, |n| (n as usize).saturating_sub(buf.len()))
+                    .max(self.block_bytes);
+                eof = self.fill(&mut st, buf, more)?;
+            }
+            // At the end of the file with no whole frame in the buffer.
+            if self.follow && last {
+                // Keep the file open (and any partial frame) and look again later.
+                st.carry = std::mem::take(buf);
+                self.discover(&mut st);
+                if st.current + 1 >= st.files.len() {
+                    return Ok(BlockStatus::Wait);
+                }
+                // More files appeared: read this one's end again as final.
+                continue;
+            }
+            if buf.is_empty() {
+                self.next_file(&mut st);
+                continue;
+            }
+            let reason = match needed {
+                Some(n) => format!(
+                    "the file ends inside a message: the frame needs {n} bytes, {} remain",
+                    buf.len()
+                ),
+                None => format!(
+                    "the file ends inside a frame header ({} bytes remain)",
+                    buf.len()
+                ),
+            };
+            return Ok(self.drop_rest(&mut st, buf, file, reason));
+        }
+    }
+
+    /// Reads up to `want` more bytes into `buf`; true at the end of the file.
+    fn fill(&self, st: &mut FeedState, buf: &mut Vec<u8>, want: usize) -> Result<bool, FileError> {
+        let FeedState {
+            reader,
+            files,
+            current,
+            ..
+        } = st;
+        let Some(reader) = reader.as_mut() else {
+            return Ok(true);
+        };
+        let start = buf.len();
+        buf.reserve(want);
+        let limit = (start + want) as u64;
+        let mut take = Read::take(&mut *reader, limit - start as u64);
+        let got = take.read_to_end(buf).map_err(|source| FileError::Io {
+            path: files[*current].clone(),
+            source,
+        })?;
+        Ok(got < want)
+    }
+
+    fn drop_rest(
+        &self,
+        st: &mut FeedState,
+        buf: &mut Vec<u8>,
+        file: Arc<str>,
+        reason: String,
+    ) -> BlockStatus {
+        let offset = st.offset;
+        buf.truncate(64 << 10);
+        let bytes = std::mem::take(buf);
+        self.next_file(st);
+        BlockStatus::Bad {
+            file,
+            offset,
+            reason,
+            bytes,
+        }
+    }
+
+    fn next_file(&self, st: &mut FeedState) {
+        st.reader = None;
+        st.carry.clear();
+        st.current += 1;
+        st.offset = 0;
+    }
+
+    /// Follow mode: adds files that appeared since the last look (sorted after the known ones).
+    fn discover(&self, st: &mut FeedState) {
+        if let Ok(found) = expand_path(&self.spec) {
+            for f in found {
+                if !st.files.contains(&f) {
+                    st.names.push(Arc::from(f.display().to_string()));
+                    st.files.push(f);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn varint_file(dir: &Path, name: &str, messages: &[&[u8]]) -> PathBuf {
+        let p = dir.join(name);
+        let mut f = File::create(&p).unwrap();
+        for m in messages {
+            let mut len = m.len() as u64;
+            loop {
+                let b = (len & 0x7f) as u8;
+                len >>= 7;
+                if len == 0 {
+                    f.write_all(&[b]).unwrap();
+                    break;
+                }
+                f.write_all(&[b | 0x80]).unwrap();
+            }
+            f.write_all(m).unwrap();
+        }
+        p
+    }
+
+    fn drain(feed: &FileFeed) -> (Vec<(String, u64, Vec<u8>)>, Vec<String>) {
+        let mut out = Vec::new();
+        let mut bad = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            match feed.next_block(&mut buf).unwrap() {
+                BlockStatus::Block { file, offset, len } => {
+                    let mut at = 0;
+                    while at < len {
+                        match feed.framing().frame(&buf[..len], at, true) {
+                            Frame::Message { start, end, next } => {
+                                out.push((
+                                    file.to_string(),
+                                    offset + at as u64,
+                                    buf[start..end].to_vec(),
+                                ));
+                                at = next;
+                            }
+                            Frame::Empty { next } => at = next,
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                }
+                BlockStatus::Bad { offset, reason, .. } => bad.push(format!("{offset}: {reason}")),
+                BlockStatus::Wait => panic!("wait without follow"),
+                BlockStatus::End => return (out, bad),
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_split_only_between_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = vec![7u8; 300];
+        let msgs: Vec<&[u8]> = vec![b"a", b"bb", &big, b"", b"ccc"];
+        varint_file(dir.path(), "1.bin", &msgs);
+        varint_file(dir.path(), "2.bin", &[b"z"]);
+        for block in [1, 2, 3, 5, 64, 1 << 20] {
+            let feed = FileFeed::new(
+                dir.path().to_str().unwrap(),
+                Framing::Varint,
+                false,
+                1 << 20,
+            )
+            .unwrap()
+            .with_block_bytes(block);
+            let (got, bad) = drain(&feed);
+            assert!(bad.is_empty(), "{bad:?}");
+            let values: Vec<&[u8]> = got.iter().map(|m| m.2.as_slice()).collect();
+            assert_eq!(
+                values,
+                [b"a" as &[u8], b"bb", &big, b"", b"ccc", b"z"],
+                "block {block}"
+            );
+            let offsets: Vec<u64> = got.iter().map(|m| m.1).collect();
+            assert_eq!(offsets, [0, 2, 5, 307, 308, 0], "block {block}");
+            assert!(got[5].0.ends_with("2.bin"));
+        }
+    }
+
+    #[test]
+    fn a_truncated_tail_is_reported_and_the_next_file_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = varint_file(dir.path(), "1.bin", &[b"ok"]);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(&[10, 1, 2]).unwrap();
+        varint_file(dir.path(), "2.bin", &[b"next"]);
+        for block in [1, 4, 1024] {
+            let feed = FileFeed::new(
+                dir.path().to_str().unwrap(),
+                Framing::Varint,
+                false,
+                1 << 20,
+            )
+            .unwrap()
+            .with_block_bytes(block);
+            let (got, bad) = drain(&feed);
+            assert_eq!(got.len(), 2, "block {block}");
+            assert_eq!(
+                bad,
+                ["3: the file ends inside a message: the frame needs 11 bytes, 3 remain"]
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_and_corrupt_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.bin");
+        std::fs::write(&p, [0x80, 0x80, 0x80, 0x80, 0x01, 1, 2]).unwrap();
+        let feed = FileFeed::new(p.to_str().unwrap(), Framing::Varint, false, 1000).unwrap();
+        let (_, bad) = drain(&feed);
+        assert!(bad[0].contains("more than 'max.message.bytes'"), "{bad:?}");
+        std::fs::write(
+            &p,
+            [
+                1, 9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            ],
+        )
+        .unwrap();
+        let feed = FileFeed::new(p.to_str().unwrap(), Framing::Varint, false, 1000).unwrap();
+        let (got, bad) = drain(&feed);
+        assert_eq!(got.len(), 1);
+        assert!(bad[0].starts_with("2: length prefix"), "{bad:?}");
+    }
+
+    #[test]
+    fn lines_and_missing_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.jsonl");
+        std::fs::write(&p, "{\"a\":1}\n\n{\"a\":2}").unwrap();
+        let feed = FileFeed::new(p.to_str().unwrap(), Framing::Lines, false, 1000)
+            .unwrap()
+            .with_block_bytes(3);
+        let (got, bad) = drain(&feed);
+        assert!(bad.is_empty());
+        assert_eq!(got.iter().map(|m| m.1).collect::<Vec<_>>(), [0, 9]);
+        let e = FileFeed::new(
+            dir.path().join("nope").to_str().unwrap(),
+            Framing::Lines,
+            false,
+            1,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+        let e = FileFeed::new(
+            dir.path().join("*.none").to_str().unwrap(),
+            Framing::Lines,
+            false,
+            1,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("matches no file"), "{e}");
+    }
+}
