@@ -210,7 +210,7 @@ pub trait EncoderFactory: Send + Sync {
 ///
 /// Options: `'message'` (required: the full message name), `'location'` (required: a `.proto`
 /// file or a descriptor set), `'proto.include'` (import paths, separated by `:` or `,`),
-/// `'fields.<column>' = 'path.to.field'` (explicit bindings), `'protobuf.max.depth'` (100).
+/// `'protobuf.max.depth'` (100). A column's [`ColumnSpec::path`] binds it to a nested field.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ProtobufFactory;
 
@@ -235,30 +235,7 @@ impl ProtobufFactory {
 impl DecoderFactory for ProtobufFactory {
     fn create_decoder(&self, request: &DecoderRequest<'_>) -> Result<Box<dyn Decoder>, CodecError> {
         let (schema, message) = Self::schema(request.options)?;
-        let bindings = request.options.with_prefix("fields.");
-        for (column, _) in &bindings {
-            if !request.columns.iter().any(|c| &c.name == column) {
-                return Err(CodecError::BadOption {
-                    key: format!("fields.{column}"),
-                    value: bindings
-                        .iter()
-                        .find(|(c, _)| c == column)
-                        .map(|(_, p)| p.clone())
-                        .unwrap_or_default(),
-                    reason: format!("source {} declares no column '{column}'", request.source),
-                });
-            }
-        }
-        let columns: Vec<ColumnSpec> = request
-            .columns
-            .iter()
-            .map(
-                |c| match bindings.iter().find(|(name, _)| name == &c.name) {
-                    Some((_, path)) => c.clone().with_path(path.clone()),
-                    None => c.clone(),
-                },
-            )
-            .collect();
+        let columns = request.columns;
         let mut options = ProtoDecoderOptions {
             batch_size: request.batch_size,
             ..ProtoDecoderOptions::default()
@@ -271,7 +248,7 @@ impl DecoderFactory for ProtobufFactory {
             })?;
         }
         Ok(Box::new(ProtoDecoder::new(
-            &schema, &message, &columns, options,
+            &schema, &message, columns, options,
         )?))
     }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
@@ -145,6 +145,7 @@ pub struct Engine {
     sources: Arc<Mutex<Vec<Arc<SourceConfig>>>>,
     sinks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<SinkState>>>>,
     pipelines: Mutex<Vec<tokio::task::JoinHandle<Result<(), EngineError>>>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl Engine {
@@ -153,6 +154,10 @@ impl Engine {
         let mut config = SessionConfig::new().with_batch_size(options.batch_size);
         if options.partitions > 0 {
             config = config.with_target_partitions(options.partitions);
+        }
+        // In follow mode rows must reach the sink as they arrive, not when a batch fills up.
+        if options.follow {
+            config.options_mut().execution.coalesce_batches = false;
         }
         // weir's decoders produce Utf8; keep SQL string types on Utf8 to match.
         config.options_mut().sql_parser.map_string_types_to_utf8view = false;
@@ -163,6 +168,7 @@ impl Engine {
             sources: Arc::default(),
             sinks: Mutex::default(),
             pipelines: Mutex::default(),
+            stop: Arc::default(),
         };
         let builtins: [(&str, Arc<dyn DecoderFactory>); 2] = [
             ("protobuf", Arc::new(ProtobufFactory)),
@@ -409,9 +415,11 @@ impl Engine {
                     "source {name}: 'on.error' = 'dead_letter' needs 'dead_letter.path'"
                 ))
             }
-            (_, Some(_)) => return Err(format!(
+            (_, Some(_)) => {
+                return Err(format!(
                 "source {name}: 'dead_letter.path' is only used with 'on.error' = 'dead_letter'"
-            )),
+            ))
+            }
             _ => None,
         };
         let confluent = options
@@ -445,6 +453,15 @@ impl Engine {
                 ));
             }
             columns.push(ColumnSpec::new(c.name.clone(), ty));
+        }
+        // 'fields.<column>' = 'path.to.field' binds a column to a field path explicitly.
+        for (column, path) in options.with_prefix("fields.") {
+            match columns.iter_mut().find(|c| c.name == column) {
+                Some(c) => c.path = Some(path),
+                None => return Err(format!(
+                    "source {name}: option 'fields.{column}' names no declared column '{column}'"
+                )),
+            }
         }
         if s.infer_rest {
             let rest = factory
@@ -526,6 +543,7 @@ impl Engine {
             confluent,
             batch_size: self.options.batch_size,
             follow: self.options.follow,
+            stop: Arc::clone(&self.stop),
             stats: Arc::new(SourceStats::default()),
         });
         let partitions = self.ctx.state().config().target_partitions();
@@ -595,9 +613,11 @@ impl Engine {
                 };
                 (format, None)
             }
-            other => return Err(err(format!(
+            other => {
+                return Err(err(format!(
                 "sink {name}: unknown connector '{other}'; expected 'parquet', 'ipc' or 'stdout'"
-            ))),
+            )))
+            }
         };
         // Parquet reads these when the writer opens; mark them now so typos are caught here.
         if format == SinkFormat::Parquet {
@@ -722,16 +742,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Stops the background sink pipelines (Ctrl-C in follow mode); rows already written stay.
+    /// Asks follow-mode sources to end: each finishes the data it has, so every row read so
+    /// far flows through the pipelines into the sinks (nothing held in an operator is lost).
+    /// Then [`Engine::wait`] returns.
     pub fn stop(&self) {
-        for h in self
-            .pipelines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            h.abort();
-        }
+        self.stop.store(true, Ordering::SeqCst);
     }
 
     /// Completes every sink (file footers) and reports what each wrote.

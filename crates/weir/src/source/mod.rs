@@ -13,7 +13,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -226,6 +226,8 @@ pub struct SourceConfig {
     pub batch_size: usize,
     /// Keep reading at the end of the data.
     pub follow: bool,
+    /// Set when a follow-mode run is asked to stop: the source ends at its next wait.
+    pub stop: Arc<AtomicBool>,
     /// Counters.
     pub stats: Arc<SourceStats>,
 }
@@ -570,8 +572,10 @@ impl FileReader {
                 BlockStatus::Wait => {
                     self.len = 0;
                     self.at = 0;
+                    let stopping = self.plan.config.stop.load(Ordering::SeqCst);
                     return Ok(match self.ingest.flush()? {
                         Some(b) => Step::Batch(b),
+                        None if stopping => Step::End,
                         None => Step::Wait,
                     });
                 }
