@@ -168,6 +168,8 @@ pub enum DecodeErrorKind {
     TooLarge,
     /// A sub-message that must become JSON text could not be rendered.
     Json(String),
+    /// Anything a decoder outside weir-codec reports.
+    Other(String),
     /// The Confluent schema-registry framing is missing or malformed.
     Confluent(String),
     /// A value does not fit its column (for example a Timestamp past the year 2262 in
@@ -233,6 +235,7 @@ impl fmt::Display for DecodeError {
             TooLarge => write!(f, "message larger than 4 GiB"),
             Json(msg) => write!(f, "cannot render sub-message as JSON: {msg}"),
             Confluent(msg) => write!(f, "bad Confluent framing: {msg}"),
+            Other(msg) => f.write_str(msg),
             OutOfRange { field } => write!(f, "value of {field} does not fit its column type"),
         }?;
         write!(f, " at byte {}", self.offset)

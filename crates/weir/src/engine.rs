@@ -458,9 +458,11 @@ impl Engine {
         for (column, path) in options.with_prefix("fields.") {
             match columns.iter_mut().find(|c| c.name == column) {
                 Some(c) => c.path = Some(path),
-                None => return Err(format!(
+                None => {
+                    return Err(format!(
                     "source {name}: option 'fields.{column}' names no declared column '{column}'"
-                )),
+                ))
+                }
             }
         }
         if s.infer_rest {

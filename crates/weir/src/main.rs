@@ -377,7 +377,7 @@ fn decode(
         .collect::<Vec<_>>()
         .join(":");
     let mut script = format!(
-        "CREATE SOURCE decoded WITH ('connector' = 'file', 'path' = '{}', 'framing' = '{framing}', 'encoding' = 'protobuf', 'message' = '{}', 'location' = '{}', 'on.error' = '{}'{});\nSELECT * FROM decoded",
+        "CREATE SOURCE input WITH ('connector' = 'file', 'path' = '{}', 'framing' = '{framing}', 'encoding' = 'protobuf', 'message' = '{}', 'location' = '{}', 'on.error' = '{}'{});\nSELECT * FROM input",
         quote(&input),
         quote(&message),
         quote(&location.display().to_string()),
@@ -402,7 +402,14 @@ fn decode(
         streaming: false,
     };
     runtime(Some(1))?.block_on(async {
-        engine.run_script(&script, &mut out).await?;
+        // The script is ours, not the user's: report what failed without its line.
+        engine
+            .run_script(&script, &mut out)
+            .await
+            .map_err(|e| match e {
+                weir::EngineError::Statement { message, .. } => anyhow::anyhow!(message),
+                other => other.into(),
+            })?;
         out.finish()?;
         let r = engine.source_reports();
         if let Some(s) = r.first().filter(|s| s.skipped > 0) {

@@ -377,7 +377,10 @@ mod tests {
         p
     }
 
-    fn drain(feed: &FileFeed) -> (Vec<(String, u64, Vec<u8>)>, Vec<String>) {
+    /// (file, offset, message) of every message, and the bad frames.
+    type Drained = (Vec<(String, u64, Vec<u8>)>, Vec<String>);
+
+    fn drain(feed: &FileFeed) -> Drained {
         let mut out = Vec::new();
         let mut bad = Vec::new();
         let mut buf = Vec::new();

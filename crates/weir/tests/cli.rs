@@ -1,0 +1,211 @@
+//! The `weir` program as a user runs it: gen, decode, run, demo, and its error messages.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use weir::gen::QuoteGenerator;
+
+fn weir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .output()
+        .expect("run weir")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn gen(dir: &Path, n: &str, format: &str, file: &str) -> String {
+    let out = dir.join(file).display().to_string();
+    let schema = dir.join("schema").display().to_string();
+    let o = weir(&[
+        "gen",
+        "quotes",
+        "--count",
+        n,
+        "--format",
+        format,
+        "--out",
+        &out,
+        "--schema-dir",
+        &schema,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    out
+}
+
+#[test]
+fn help_tells_every_command() {
+    let o = weir(&["--help"]);
+    assert!(o.status.success());
+    let help = text(&o.stdout);
+    for cmd in ["run", "gen", "decode", "demo"] {
+        assert!(help.contains(cmd), "{help}");
+    }
+    let o = weir(&["run", "--help"]);
+    assert!(text(&o.stdout).contains("--follow"));
+}
+
+#[test]
+fn gen_then_decode_prints_the_generated_quotes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = gen(dir.path(), "50", "protobuf", "q.bin");
+    let pb = dir.path().join("schema/stocks.pb").display().to_string();
+    let o = weir(&[
+        "decode",
+        "--location",
+        &pb,
+        "--message",
+        "stocks.QuoteNBBO",
+        "--input",
+        &data,
+        "--limit",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let lines: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    let mut g = QuoteGenerator::new(weir::gen::DEFAULT_SEED);
+    for line in &lines {
+        let q = g.next_quote();
+        assert_eq!(line["base"]["ticker"], q.ticker);
+        assert_eq!(line["bid_price"], q.bid_price);
+        assert_eq!(line["tape"], q.tape);
+    }
+    // The .proto file works as well as the descriptor set, and a table is printed.
+    let proto = dir.path().join("schema/stocks.proto").display().to_string();
+    let o = weir(&[
+        "decode",
+        "--location",
+        &proto,
+        "--message",
+        "stocks.QuoteNBBO",
+        "--input",
+        &data,
+        "--output",
+        "table",
+        "--limit",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("| base"), "{}", text(&o.stdout));
+    // A damaged file: the error names the file and the byte offset.
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes.truncate(bytes.len() - 5);
+    std::fs::write(&data, &bytes).unwrap();
+    let o = weir(&[
+        "decode",
+        "--location",
+        &pb,
+        "--message",
+        "stocks.QuoteNBBO",
+        "--input",
+        &data,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("q.bin at byte") && err.contains("ends inside a message"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn run_writes_sinks_and_outputs_and_reports_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = gen(dir.path(), "2000", "protobuf", "q.bin");
+    let pb = dir.path().join("schema/stocks.pb").display().to_string();
+    let parquet = dir.path().join("out.parquet").display().to_string();
+    let sql = dir.path().join("p.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "-- a pipeline
+CREATE SOURCE quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE) WITH (
+  'connector' = 'file', 'path' = '{data}', 'encoding' = 'protobuf',
+  'message' = 'stocks.QuoteNBBO', 'location' = '{pb}');
+CREATE SINK wide FROM (SELECT ticker, ask_price - bid_price AS spread FROM quotes)
+  WITH ('connector' = 'parquet', 'path' = '{parquet}');
+SELECT count(*) AS n FROM quotes;"
+        ),
+    )
+    .unwrap();
+    let sql = sql.display().to_string();
+    let o = weir(&["run", &sql]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("| 2000 |"), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(err.contains("source quotes: 4,000 messages"), "{err}");
+    assert!(err.contains("sink wide: 2,000 rows"), "{err}");
+    assert!(
+        !err.contains('\r'),
+        "no progress line when stderr is not a terminal"
+    );
+    assert!(Path::new(&parquet).exists());
+
+    let jsonl = dir.path().join("n.jsonl").display().to_string();
+    let o = weir(&["run", &sql, "--quiet", "--output", &jsonl]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "");
+    assert_eq!(
+        std::fs::read_to_string(&jsonl).unwrap().trim(),
+        "{\"n\":2000}"
+    );
+}
+
+#[test]
+fn bad_input_exits_with_one_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = weir(&["run", "/no/such/pipeline.sql"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("/no/such/pipeline.sql"));
+    let sql = dir.path().join("bad.sql");
+    std::fs::write(
+        &sql,
+        "SELECT 1;\n\nCREATE SOURCE x WITH ('connector' = 'file' 'path' = 'y');",
+    )
+    .unwrap();
+    let o = weir(&["run", sql.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("line 3, column 44"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let input = sql.to_str().unwrap();
+    let o = weir(&[
+        "decode",
+        "--location",
+        "/no.proto",
+        "--message",
+        "a.B",
+        "--input",
+        input,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("/no.proto"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn demo_runs_on_the_embedded_default() {
+    let o = weir(&["demo", "--count", "20000", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("| ticker"), "{out}");
+    assert!(out.contains("20,000 quotes"), "{out}");
+}
+
+#[test]
+fn json_quotes_are_generated_as_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = gen(dir.path(), "10", "json", "q.jsonl");
+    let text = std::fs::read_to_string(data).unwrap();
+    assert_eq!(text.lines().count(), 10);
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(v["base"]["ticker"].is_string());
+    }
+}

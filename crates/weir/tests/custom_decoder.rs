@@ -1,0 +1,77 @@
+//! The custom-decoder example, registered under `custom.proto+stocks.QuoteNBBO`, gives the same
+//! answers from SQL as the built-in protobuf encoding.
+
+#[allow(dead_code)]
+#[path = "../examples/custom_decoder.rs"]
+mod example;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use weir::engine::ResultOutput;
+use weir::sink::SinkError;
+
+#[derive(Default)]
+struct Collect(Vec<RecordBatch>);
+
+impl ResultOutput for Collect {
+    fn begin(&mut self, _: &SchemaRef) -> Result<(), SinkError> {
+        Ok(())
+    }
+    fn batch(&mut self, b: &RecordBatch) -> Result<(), SinkError> {
+        self.0.push(b.clone());
+        Ok(())
+    }
+    fn end(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_and_builtin_encodings_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let proto = dir.path().join("stocks.proto");
+    std::fs::write(&proto, weir::gen::STOCKS_PROTO).unwrap();
+    let data = dir.path().join("q.bin");
+    let mut f = std::fs::File::create(&data).unwrap();
+    weir::gen::write_quotes(
+        &mut f,
+        20_000,
+        3,
+        weir::gen::QuoteFormat::Protobuf,
+        weir::source::framing::Framing::Varint,
+    )
+    .unwrap();
+    let mut results = Vec::new();
+    for encoding in ["custom.proto+stocks.QuoteNBBO", "protobuf"] {
+        let engine = example::engine(2);
+        let script = example::pipeline(
+            &data.display().to_string(),
+            &proto.display().to_string(),
+            encoding,
+        );
+        let mut out = Collect::default();
+        engine.run_script(&script, &mut out).await.unwrap();
+        let table = arrow::util::pretty::pretty_format_batches(&out.0)
+            .unwrap()
+            .to_string();
+        assert_eq!(engine.source_reports()[0].decoded, 20_000);
+        results.push(table);
+    }
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0].lines().count(), 9, "{}", results[0]);
+
+    // A column the custom decoder does not have is refused at CREATE SOURCE.
+    let engine = example::engine(1);
+    let err = engine
+        .run_script(
+            &format!(
+                "CREATE SOURCE q (nope INT) WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'custom.proto+stocks.QuoteNBBO')",
+                data.display()
+            ),
+            &mut Collect::default(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no field 'nope'"), "{err}");
+}
