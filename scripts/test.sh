@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit/differential/adversarial tests, the allocation
-# count and a short stable fuzz run. Installs nothing beyond the Rust toolchain it finds.
+# count, a short stable fuzz run, the engine and CLI tests, and a pyarrow read-back of weir's
+# Parquet/IPC output (pyarrow is installed into a virtualenv under ~/.cache the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,3 +19,6 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+echo "== parquet and ipc read back by pyarrow"
+./scripts/pyarrow_check.sh
