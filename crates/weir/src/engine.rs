@@ -802,9 +802,12 @@ impl Engine {
         self.source_stats_handle().snapshot()
     }
 
-    /// Runs one query and collects its rows (for tests and embedding).
+    /// Runs a script (weir's statements included) and returns the rows of its `SELECT`s
+    /// (for tests and embedding).
     pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>, EngineError> {
-        Ok(self.ctx.sql(sql).await?.collect().await?)
+        let mut rows = CollectRows(Vec::new());
+        self.run_script(sql, &mut rows).await?;
+        Ok(rows.0)
     }
 }
 
@@ -831,6 +834,23 @@ impl SourceStatsHandle {
                 }
             })
             .collect()
+    }
+}
+
+struct CollectRows(Vec<RecordBatch>);
+
+impl ResultOutput for CollectRows {
+    fn begin(&mut self, _schema: &SchemaRef) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    fn batch(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        self.0.push(batch.clone());
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), SinkError> {
+        Ok(())
     }
 }
 

@@ -298,6 +298,9 @@ pub struct Ingest {
     meta: Vec<MetaColumn>,
     slots: Arc<Vec<Slot>>,
     schema: SchemaRef,
+    // Kept here so the per-message check needs no call through the decoder's vtable.
+    buffered: usize,
+    batch_size: usize,
     messages: u64,
     bytes: u64,
     decoded: u64,
@@ -321,6 +324,7 @@ impl Ingest {
         match self.decoder.decode(payload) {
             Ok(()) => {
                 self.decoded += 1;
+                self.buffered += 1;
                 for m in &mut self.meta {
                     match m {
                         MetaColumn::File(b) => b.append_value(pos.file),
@@ -377,7 +381,7 @@ impl Ingest {
     /// A batch once the decoder holds a full one.
     #[inline]
     pub fn take_full(&mut self) -> DfResult<Option<RecordBatch>> {
-        if self.decoder.buffered_rows() >= self.decoder.batch_size() {
+        if self.buffered >= self.batch_size {
             self.flush()
         } else {
             Ok(None)
@@ -387,6 +391,7 @@ impl Ingest {
     /// Every buffered row as a batch.
     pub fn flush(&mut self) -> DfResult<Option<RecordBatch>> {
         self.publish();
+        self.buffered = 0;
         let Some(decoded) = self.decoder.flush() else {
             return Ok(None);
         };
@@ -469,12 +474,15 @@ impl ScanPlan {
                 MetaKind::Offset => MetaColumn::Offset(Int64Builder::new()),
             })
             .collect();
+        let batch_size = decoder.batch_size().max(1);
         Ok(Ingest {
             config: Arc::clone(&self.config),
             decoder,
             meta,
             slots: Arc::clone(&self.slots),
             schema: Arc::clone(&self.schema),
+            buffered: 0,
+            batch_size,
             messages: 0,
             bytes: 0,
             decoded: 0,
