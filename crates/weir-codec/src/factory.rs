@@ -178,14 +178,17 @@ pub trait DecoderFactory: Send + Sync {
     }
 }
 
-/// Turns rows back into message bytes (for sinks that write messages).
+/// Turns rows back into message bytes (for sinks that write messages). Works a batch at a time
+/// so an encoder can use columnar code; one message per row.
 pub trait Encoder: Send {
-    /// Appends the encoding of row `row` of `batch` to `out`.
-    fn encode(
+    /// Appends one message per row of `batch` to `out`, and the end offset of each message in
+    /// `out` to `ends` (so row `i` is `out[ends[i - 1]..ends[i]]`, starting from `out`'s length
+    /// before the call).
+    fn encode_batch(
         &mut self,
         batch: &RecordBatch,
-        row: usize,
         out: &mut Vec<u8>,
+        ends: &mut Vec<usize>,
     ) -> Result<(), CodecError>;
 }
 
@@ -263,7 +266,8 @@ impl DecoderFactory for ProtobufFactory {
 }
 
 /// The built-in `raw` encoding: the whole message as one Binary column (any name; `value` when
-/// inferred).
+/// inferred). As an encoder it writes the bytes of a Binary or Utf8 column (the only column, or
+/// the one named by `'raw.column'`) as the message.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RawFactory;
 
@@ -299,6 +303,67 @@ impl DecoderFactory for RawFactory {
 
     fn default_columns(&self, _options: &Options) -> Result<Vec<ColumnSpec>, CodecError> {
         Ok(vec![ColumnSpec::new("value", DataType::Binary)])
+    }
+}
+
+impl EncoderFactory for RawFactory {
+    fn create_encoder(&self, request: &EncoderRequest<'_>) -> Result<Box<dyn Encoder>, CodecError> {
+        let fields = request.schema.fields();
+        let index = match request.options.get("raw.column") {
+            Some(name) => fields
+                .iter()
+                .position(|f| f.name() == name)
+                .ok_or_else(|| CodecError::BadOption {
+                    key: "raw.column".into(),
+                    value: name.into(),
+                    reason: format!("sink {} writes no column '{name}'", request.sink),
+                })?,
+            None if fields.len() == 1 => 0,
+            None => return Err(CodecError::Unsupported(format!(
+                "the raw encoding writes one column; sink {} has {} (name one with 'raw.column')",
+                request.sink,
+                fields.len()
+            ))),
+        };
+        match fields[index].data_type() {
+            DataType::Binary | DataType::Utf8 => Ok(Box::new(RawEncoder { index })),
+            other => Err(CodecError::Unsupported(format!(
+                "the raw encoding writes a Binary or Utf8 column, not {other}"
+            ))),
+        }
+    }
+}
+
+/// The encoder of the `raw` encoding.
+struct RawEncoder {
+    index: usize,
+}
+
+impl Encoder for RawEncoder {
+    fn encode_batch(
+        &mut self,
+        batch: &RecordBatch,
+        out: &mut Vec<u8>,
+        ends: &mut Vec<usize>,
+    ) -> Result<(), CodecError> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::Array;
+        let column = batch.column(self.index);
+        let value = |i: usize| -> Option<&[u8]> {
+            if column.is_null(i) {
+                return None;
+            }
+            Some(match column.data_type() {
+                DataType::Utf8 => column.as_string::<i32>().value(i).as_bytes(),
+                _ => column.as_binary::<i32>().value(i),
+            })
+        };
+        for i in 0..batch.num_rows() {
+            // A null becomes an empty message; Kafka's null value is for the Kafka sink.
+            out.extend_from_slice(value(i).unwrap_or_default());
+            ends.push(out.len());
+        }
+        Ok(())
     }
 }
 

@@ -14,10 +14,11 @@ use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
 use futures::StreamExt;
 use weir_codec::{
     parse_time_unit, CodecError, ColumnSpec, DecoderFactory, DecoderRequest, EncoderFactory,
-    Options, ProtobufFactory, RawFactory,
+    EncoderRequest, Options, ProtobufFactory, RawFactory,
 };
 
-use crate::sink::{open_writer, BatchWriter, SinkError, SinkFormat, Target};
+use crate::encode::JsonEncoderFactory;
+use crate::sink::{open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, Target};
 use crate::source::framing::Framing;
 use crate::source::{
     table_schema, Connector, DeadLetterFile, MetaKind, OnError, SourceConfig, SourceStats,
@@ -92,6 +93,8 @@ impl Default for EngineOptions {
 }
 
 struct SinkState {
+    /// The `file` sink: messages of an encoding, framed.
+    messages: Option<(Arc<dyn EncoderFactory>, Framing)>,
     format: SinkFormat,
     target_path: Option<PathBuf>,
     options: Options,
@@ -174,18 +177,15 @@ impl Engine {
             ("protobuf", Arc::new(ProtobufFactory)),
             ("raw", Arc::new(RawFactory)),
         ];
-        for (name, factory) in builtins {
-            engine
-                .encodings
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(
-                    name.to_string(),
-                    Encoding {
-                        decoder: Some(factory),
-                        encoder: None,
-                    },
-                );
+        let raw_encoder: Arc<dyn EncoderFactory> = Arc::new(RawFactory);
+        let json_encoder: Arc<dyn EncoderFactory> = Arc::new(JsonEncoderFactory);
+        {
+            let mut encodings = engine.encodings.write().unwrap_or_else(|e| e.into_inner());
+            for (name, factory) in builtins {
+                encodings.entry(name.to_string()).or_default().decoder = Some(factory);
+            }
+            encodings.entry("raw".into()).or_default().encoder = Some(raw_encoder);
+            encodings.entry("json".into()).or_default().encoder = Some(json_encoder);
         }
         engine
     }
@@ -583,6 +583,7 @@ impl Engine {
                 ))
             })?
             .to_ascii_lowercase();
+        let mut messages = None;
         let (format, target_path) = match connector.as_str() {
             "parquet" | "ipc" => {
                 let path = options.get("path").ok_or_else(|| {
@@ -602,6 +603,36 @@ impl Engine {
                     _ => unreachable!("connector matched above"),
                 };
                 (format, Some(PathBuf::from(path)))
+            }
+            "file" => {
+                let path = options
+                    .get("path")
+                    .ok_or_else(|| err(format!("sink {name}: the file connector needs 'path'")))?;
+                let encoding = options.get("encoding").ok_or_else(|| {
+                    err(format!("sink {name}: the file connector needs 'encoding' (for example 'json' or 'raw')"))
+                })?;
+                let factory = self.encoder(encoding).ok_or_else(|| {
+                    err(format!(
+                        "sink {name}: no encoder is registered for encoding '{encoding}'; encodings with an encoder: {}",
+                        self.encodings
+                            .read()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .iter()
+                            .filter(|(_, e)| e.encoder.is_some())
+                            .map(|(n, _)| n.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+                let framing: Framing = options
+                    .get("framing")
+                    .unwrap_or("varint")
+                    .parse()
+                    .map_err(|e| err(format!("sink {name}: {e}")))?;
+                // The encoder reads its own options when the first rows arrive.
+                options.get("raw.column");
+                messages = Some((factory, framing));
+                (SinkFormat::JsonLines, Some(PathBuf::from(path)))
             }
             "stdout" => {
                 let format = match options.get("format").unwrap_or("jsonl") {
@@ -640,6 +671,7 @@ impl Engine {
         self.sinks.lock().unwrap_or_else(|e| e.into_inner()).insert(
             name.clone(),
             Arc::new(tokio::sync::Mutex::new(SinkState {
+                messages,
                 format,
                 target_path,
                 options,
@@ -681,8 +713,23 @@ impl Engine {
                     Some(p) => Target::File(p.clone()),
                     None => Target::Stdout,
                 };
-                let w = open_writer(st.format, target, &schema, &st.options, follow)
-                    .map_err(|e| at(format!("sink {sink_name}: {e}")))?;
+                let w: Box<dyn BatchWriter> = match &st.messages {
+                    Some((factory, framing)) => {
+                        let encoder = factory
+                            .create_encoder(&EncoderRequest {
+                                sink: &sink_name,
+                                schema: Arc::clone(&schema),
+                                options: &st.options,
+                            })
+                            .map_err(|e| at(format!("sink {sink_name}: {e}")))?;
+                        Box::new(
+                            MessageFileSink::open(encoder, *framing, target)
+                                .map_err(|e| at(format!("sink {sink_name}: {e}")))?,
+                        )
+                    }
+                    None => open_writer(st.format, target, &schema, &st.options, follow)
+                        .map_err(|e| at(format!("sink {sink_name}: {e}")))?,
+                };
                 st.writer = Some((Arc::clone(&schema), w));
             }
             let Some((expected, writer)) = st.writer.as_mut() else {

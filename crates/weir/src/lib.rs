@@ -5,6 +5,7 @@
 //! file connector, the sinks, the quote generator and the `weir` program. Decoding lives in
 //! `weir-codec`; a source only hands it message slices.
 
+pub mod encode;
 pub mod engine;
 pub mod gen;
 pub mod progress;

@@ -13,7 +13,9 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use weir_codec::Options;
+use weir_codec::{Encoder, Options};
+
+use crate::source::framing::Framing;
 
 /// A sink could not be opened or written.
 #[derive(Debug, thiserror::Error)]
@@ -335,6 +337,93 @@ impl BatchWriter for TableSink {
             self.print()?;
         }
         Ok(())
+    }
+}
+
+/// Writes each row as one framed message, encoded by an [`Encoder`] (the `file` sink).
+pub struct MessageFileSink {
+    encoder: Box<dyn Encoder>,
+    framing: Framing,
+    out: Box<dyn Write + Send>,
+    messages: Vec<u8>,
+    ends: Vec<usize>,
+    target: Target,
+}
+
+impl MessageFileSink {
+    /// A sink writing to `target` (created or truncated).
+    pub fn open(
+        encoder: Box<dyn Encoder>,
+        framing: Framing,
+        target: Target,
+    ) -> Result<Self, SinkError> {
+        Ok(Self {
+            encoder,
+            framing,
+            out: target.open()?,
+            messages: Vec::new(),
+            ends: Vec::new(),
+            target,
+        })
+    }
+}
+
+impl BatchWriter for MessageFileSink {
+    fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        self.messages.clear();
+        self.ends.clear();
+        self.encoder
+            .encode_batch(batch, &mut self.messages, &mut self.ends)
+            .map_err(|e| io(&self.target, e))?;
+        let mut start = 0;
+        for &end in &self.ends {
+            let m = &self.messages[start..end];
+            start = end;
+            match self.framing {
+                Framing::Varint => {
+                    let (header, n) = varint(m.len() as u64);
+                    self.out.write_all(&header[..n])
+                }
+                Framing::U32Be => {
+                    let len = u32::try_from(m.len())
+                        .map_err(|_| io(&self.target, "message larger than 4 GiB"))?;
+                    self.out.write_all(&len.to_be_bytes())
+                }
+                Framing::Lines if memchr::memchr(b'\n', m).is_some() => {
+                    return Err(io(
+                        &self.target,
+                        "a message contains a newline; use 'framing' = 'varint' or 'u32be'",
+                    ))
+                }
+                Framing::Lines => Ok(()),
+            }
+            .and_then(|_| self.out.write_all(m))
+            .and_then(|_| match self.framing {
+                Framing::Lines => self.out.write_all(b"\n"),
+                _ => Ok(()),
+            })
+            .map_err(|e| io(&self.target, e))?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), SinkError> {
+        self.out.flush().map_err(|e| io(&self.target, e))
+    }
+}
+
+/// A base-128 varint in a stack buffer (no allocation per message).
+fn varint(mut v: u64) -> ([u8; 10], usize) {
+    let mut b = [0u8; 10];
+    let mut n = 0;
+    loop {
+        if v < 0x80 {
+            b[n] = v as u8;
+            return (b, n + 1);
+        }
+        b[n] = (v as u8 & 0x7f) | 0x80;
+        v >>= 7;
+        n += 1;
     }
 }
 

@@ -614,3 +614,59 @@ async fn raw_encoding_and_registered_encodings() {
     assert_eq!(got[0].column(0).as_primitive::<Int64Type>().value(0), 7);
     let _ = got[0].column(0).len();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sinks_write_messages_with_an_encoder() {
+    let fx = Fixture::new();
+    let data = fx.quotes("q.bin", 500, 6, Framing::Varint);
+    let copy = fx.path("copy.bin");
+    let lines = fx.path("quotes.jsonl");
+    let e = engine(1);
+    let script = format!(
+        "CREATE SOURCE r WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'raw');
+CREATE SINK copy FROM r WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'raw', 'framing' = 'u32be');
+{}
+CREATE SINK lines FROM (SELECT ticker, bid_price FROM q) WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'json', 'framing' = 'lines');",
+        data.display(),
+        copy.display(),
+        fx.source("q", "(ticker VARCHAR, bid_price DOUBLE)", &data, ""),
+        lines.display()
+    );
+    run(&e, &script).await.unwrap();
+    e.finish().await.unwrap();
+    // The raw copy, re-framed with u32be, decodes to the same quotes.
+    let e2 = engine(1);
+    let got = run(
+        &e2,
+        &format!(
+            "{}\nSELECT count(*), sum(bid_price) FROM c;",
+            fx.source("c", "(bid_price DOUBLE)", &copy, ", 'framing' = 'u32be'")
+        ),
+    )
+    .await
+    .unwrap();
+    let mut g = QuoteGenerator::new(6);
+    let mut sum = 0.0;
+    let mut want_lines = Vec::new();
+    for _ in 0..500 {
+        let q = g.next_quote();
+        sum += q.bid_price;
+        want_lines.push(serde_json::json!({"ticker": q.ticker, "bid_price": q.bid_price}));
+    }
+    assert_eq!(got[0].column(0).as_primitive::<Int64Type>().value(0), 500);
+    assert!((got[0].column(1).as_primitive::<Float64Type>().value(0) - sum).abs() < 1e-6);
+    let got_lines: Vec<serde_json::Value> = std::fs::read_to_string(&lines)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got_lines, want_lines);
+    // No encoder for protobuf: a clear error.
+    let err = run(
+        &e2,
+        "CREATE SINK p WITH ('connector' = 'file', 'path' = '/tmp/x', 'encoding' = 'protobuf');",
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("no encoder is registered for encoding 'protobuf'; encodings with an encoder: json, raw"), "{err}");
+}
