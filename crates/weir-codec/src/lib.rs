@@ -9,14 +9,20 @@
 //! about the schema is answered once, when the decode plan is built; the per-message loop only
 //! reads a tag, indexes a table by field number and appends to a typed column buffer.
 //! See [`protobuf`] for the type mapping and the presence rules.
+//!
+//! The JSON decoder ([`JsonDecoder`]) takes the same column declarations and follows the same
+//! error contract: one pass from bytes to typed columns, only the requested keys converted, every
+//! byte validated. See [`json`] for its type mapping and rules.
 
 pub mod error;
+pub mod json;
 pub mod protobuf;
 pub mod schema;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use error::{DecodeError, DecodeErrorKind, PlanError, SchemaError};
+pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 pub use schema::ProtoSchema;
 
