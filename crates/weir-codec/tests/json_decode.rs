@@ -71,7 +71,10 @@ fn integers_of_every_width_with_range_checks() {
             r#"{"i8":-0, "u64": 7}"#,
         ],
     );
-    assert_eq!(b.column(0).as_primitive::<Int8Type>().values(), &[-128, 127, 0]);
+    assert_eq!(
+        b.column(0).as_primitive::<Int8Type>().values(),
+        &[-128, 127, 0]
+    );
     assert_eq!(b.column(1).as_primitive::<Int16Type>().value(1), 32767);
     assert_eq!(b.column(2).as_primitive::<Int32Type>().value(0), i32::MIN);
     assert_eq!(b.column(3).as_primitive::<Int64Type>().value(0), i64::MIN);
@@ -79,7 +82,10 @@ fn integers_of_every_width_with_range_checks() {
     assert_eq!(b.column(4).as_primitive::<UInt8Type>().value(1), 255);
     assert_eq!(b.column(5).as_primitive::<UInt16Type>().value(1), 65535);
     assert_eq!(b.column(6).as_primitive::<UInt32Type>().value(1), u32::MAX);
-    assert_eq!(b.column(7).as_primitive::<UInt64Type>().values(), &[0, u64::MAX, 7]);
+    assert_eq!(
+        b.column(7).as_primitive::<UInt64Type>().values(),
+        &[0, u64::MAX, 7]
+    );
     assert!(b.column(1).is_null(2) && b.column(7).is_valid(2));
 
     for (msg, key) in [
@@ -125,16 +131,37 @@ fn integers_of_every_width_with_range_checks() {
 fn floats_are_correctly_rounded() {
     let cols = [col("f", DataType::Float64), col("g", DataType::Float32)];
     let texts = [
-        "0", "-0", "1", "-1.5", "0.1", "0.30000000000000004", "1e22", "1e23", "123456789.987654321",
-        "9007199254740993", "2.2250738585072011e-308", "4.9e-324", "1.7976931348623157e308",
-        "3.4028235e38", "1.17549435e-38", "7.038531e-26", "98765432109876543210987654321",
-        "0.000000000000000000000000000001", "5e-324", "1E+2", "2.5E-3",
+        "0",
+        "-0",
+        "1",
+        "-1.5",
+        "0.1",
+        "0.30000000000000004",
+        "1e22",
+        "1e23",
+        "123456789.987654321",
+        "9007199254740993",
+        "2.2250738585072011e-308",
+        "4.9e-324",
+        "1.7976931348623157e308",
+        "3.4028235e38",
+        "1.17549435e-38",
+        "7.038531e-26",
+        "98765432109876543210987654321",
+        "0.000000000000000000000000000001",
+        "5e-324",
+        "1E+2",
+        "2.5E-3",
     ];
     let msgs: Vec<String> = texts
         .iter()
         .map(|t| {
             // Past f32's range is out of range (tested below), so g reads 0 there.
-            let g = if t.parse::<f32>().unwrap().is_finite() { t } else { "0" };
+            let g = if t.parse::<f32>().unwrap().is_finite() {
+                t
+            } else {
+                "0"
+            };
             format!(r#"{{"f": {t}, "g": {g}}}"#)
         })
         .collect();
@@ -143,7 +170,11 @@ fn floats_are_correctly_rounded() {
     let f = b.column(0).as_primitive::<Float64Type>();
     let g = b.column(1).as_primitive::<Float32Type>();
     for (i, t) in texts.iter().enumerate() {
-        assert_eq!(f.value(i).to_bits(), t.parse::<f64>().unwrap().to_bits(), "{t}");
+        assert_eq!(
+            f.value(i).to_bits(),
+            t.parse::<f64>().unwrap().to_bits(),
+            "{t}"
+        );
         let want = t.parse::<f32>().unwrap();
         if want.is_finite() {
             assert_eq!(g.value(i).to_bits(), want.to_bits(), "{t}");
@@ -178,19 +209,32 @@ fn decimals_are_exact() {
     assert_eq!(d.value(3), 120_000);
     assert_eq!(d.value(4), 7500);
     assert!(d.is_null(5));
-    for msg in [r#"{"d": 1.2345}"#, r#"{"d": 1000000000}"#, r#"{"d": "1e40"}"#] {
+    for msg in [
+        r#"{"d": 1.2345}"#,
+        r#"{"d": 1000000000}"#,
+        r#"{"d": "1e40"}"#,
+    ] {
         let e = error(&mut dec, msg.as_bytes());
-        assert!(matches!(e.kind, DecodeErrorKind::JsonOutOfRange { .. }), "{msg}: {e}");
+        assert!(
+            matches!(e.kind, DecodeErrorKind::JsonOutOfRange { .. }),
+            "{msg}: {e}"
+        );
     }
     let e = error(&mut dec, br#"{"d": "12,5"}"#);
-    assert!(matches!(e.kind, DecodeErrorKind::JsonTypeMismatch { .. }), "{e}");
+    assert!(
+        matches!(e.kind, DecodeErrorKind::JsonTypeMismatch { .. }),
+        "{e}"
+    );
 }
 
 #[test]
 fn timestamps_from_text_and_epoch_units() {
     let cols = [
         col("ns", DataType::Timestamp(TimeUnit::Nanosecond, None)),
-        col("ms", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))),
+        col(
+            "ms",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+        ),
         col("s", DataType::Timestamp(TimeUnit::Second, None)),
     ];
     let options = JsonDecoderOptions {
@@ -230,11 +274,17 @@ fn timestamps_from_text_and_epoch_units() {
         r#"{"ns": true}"#,
     ] {
         let e = error(&mut dec, msg.as_bytes());
-        assert!(matches!(e.kind, DecodeErrorKind::JsonTypeMismatch { .. }), "{msg}: {e}");
+        assert!(
+            matches!(e.kind, DecodeErrorKind::JsonTypeMismatch { .. }),
+            "{msg}: {e}"
+        );
     }
     for msg in [r#"{"ns": "2300-01-01T00:00:00Z"}"#, r#"{"ms": 1e300}"#] {
         let e = error(&mut dec, msg.as_bytes());
-        assert!(matches!(e.kind, DecodeErrorKind::JsonOutOfRange { .. }), "{msg}: {e}");
+        assert!(
+            matches!(e.kind, DecodeErrorKind::JsonOutOfRange { .. }),
+            "{msg}: {e}"
+        );
     }
 }
 
@@ -258,12 +308,23 @@ fn dates_bools_and_nulls() {
     let d = b.column(0).as_primitive::<Date32Type>();
     assert_eq!((d.value(0), d.value(3)), (19_782, -1));
     assert!(d.is_null(1) && d.is_null(2));
-    assert_eq!(b.column(1).as_primitive::<Date64Type>().value(0), 86_400_000);
+    assert_eq!(
+        b.column(1).as_primitive::<Date64Type>().value(0),
+        86_400_000
+    );
     let bools = b.column(2).as_boolean();
     assert!(bools.value(0) && !bools.value(1) && bools.is_null(2) && bools.is_null(3));
-    for msg in [r#"{"d": "2024-2-29"}"#, r#"{"d": 20240229}"#, r#"{"b": 1}"#, r#"{"b": "true"}"#] {
+    for msg in [
+        r#"{"d": "2024-2-29"}"#,
+        r#"{"d": 20240229}"#,
+        r#"{"b": 1}"#,
+        r#"{"b": "true"}"#,
+    ] {
         let e = error(&mut dec, msg.as_bytes());
-        assert!(matches!(e.kind, DecodeErrorKind::JsonTypeMismatch { .. }), "{msg}: {e}");
+        assert!(
+            matches!(e.kind, DecodeErrorKind::JsonTypeMismatch { .. }),
+            "{msg}: {e}"
+        );
     }
 }
 
@@ -330,7 +391,10 @@ fn nested_paths() {
     assert!(id.is_null(1) && id.is_null(2) && id.is_null(3) && id.is_null(4));
     assert_eq!(b.column(1).as_string::<i32>().value(0), "Ann");
     let total = b.column(2).as_primitive::<Float64Type>();
-    assert_eq!((total.value(0), total.value(1), total.value(3)), (9.5, 1.0, 2.0));
+    assert_eq!(
+        (total.value(0), total.value(1), total.value(3)),
+        (9.5, 1.0, 2.0)
+    );
     assert!(total.is_null(2));
     assert_eq!(b.column(4).as_primitive::<Int64Type>().value(0), 3);
     let e = error(&mut dec, br#"{"order": {"customer": 5}}"#);
@@ -352,7 +416,11 @@ fn nested_paths() {
 fn struct_type() -> DataType {
     DataType::Struct(Fields::from(vec![
         Field::new("x", DataType::Int64, true),
-        Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
+        Field::new(
+            "tags",
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            true,
+        ),
     ]))
 }
 
@@ -448,7 +516,10 @@ fn duplicate_keys_last_one_wins() {
     let cols = [
         col("a", DataType::Int64),
         col("s", DataType::Utf8),
-        col("l", DataType::List(Arc::new(Field::new("item", DataType::Int64, true)))),
+        col(
+            "l",
+            DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
+        ),
         col("st", struct_type()),
         col("p", DataType::Int64).with_path("o.p"),
         col("q", DataType::Int64).with_path("o.q"),
@@ -531,10 +602,16 @@ fn invalid_json_is_rejected_everywhere() {
         );
     }
     let e = error(&mut dec, b"{\"a\": 1,}");
-    assert_eq!(e.kind, DecodeErrorKind::JsonSyntax("trailing comma before '}'"));
+    assert_eq!(
+        e.kind,
+        DecodeErrorKind::JsonSyntax("trailing comma before '}'")
+    );
     assert_eq!(e.offset, 8);
     let e = error(&mut dec, b"{\"a\": 012}");
-    assert_eq!(e.kind, DecodeErrorKind::JsonSyntax("leading zero in a number"));
+    assert_eq!(
+        e.kind,
+        DecodeErrorKind::JsonSyntax("leading zero in a number")
+    );
     assert_eq!(e.offset, 6);
     let e = error(&mut dec, b"{\"a\": 1} x");
     assert_eq!(e.offset, 9);
@@ -572,7 +649,10 @@ fn depth_is_limited() {
     }
     // Far deeper than the stack could take if it were not limited.
     let deep = format!("{{\"x\": {}", "[".repeat(1_000_000));
-    assert_eq!(error(&mut dec, deep.as_bytes()).kind, DecodeErrorKind::TooDeep(128));
+    assert_eq!(
+        error(&mut dec, deep.as_bytes()).kind,
+        DecodeErrorKind::TooDeep(128)
+    );
     let options = JsonDecoderOptions {
         max_depth: 3,
         ..Default::default()
@@ -580,7 +660,10 @@ fn depth_is_limited() {
     let cols = [col("s", struct_type())];
     let mut dec = JsonDecoder::new(&cols, options).unwrap();
     dec.decode(br#"{"s": {"tags": ["a"]}}"#).unwrap();
-    assert_eq!(error(&mut dec, br#"{"s": {"tags": [["a"]]}}"#).kind, DecodeErrorKind::TooDeep(3));
+    assert_eq!(
+        error(&mut dec, br#"{"s": {"tags": [["a"]]}}"#).kind,
+        DecodeErrorKind::TooDeep(3)
+    );
 }
 
 #[test]
@@ -588,7 +671,10 @@ fn errors_roll_back_the_partial_row() {
     let cols = [
         col("a", DataType::Int64),
         col("s", DataType::Utf8),
-        col("l", DataType::List(Arc::new(Field::new("item", struct_type(), true)))),
+        col(
+            "l",
+            DataType::List(Arc::new(Field::new("item", struct_type(), true))),
+        ),
         col("z", DataType::Int8),
     ];
     let mut dec = decoder(&cols);
@@ -600,7 +686,10 @@ fn errors_roll_back_the_partial_row() {
         br#"{"a": 2, "s": "two", "l": [{"x": 2, "tags": ["q", "r"]}, {"x": 3}], "z": 300}"#,
     );
     assert!(matches!(e.kind, DecodeErrorKind::JsonOutOfRange { .. }));
-    error(&mut dec, br#"{"a": 2, "s": "two", "l": [{"x": 2, "tags": ["q", "r"#);
+    error(
+        &mut dec,
+        br#"{"a": 2, "s": "two", "l": [{"x": 2, "tags": ["q", "r"#,
+    );
     dec.decode(br#"{"z": 3, "l": [{"tags": ["s"]}], "s": "three", "a": 3}"#)
         .unwrap();
     let b = dec.flush().unwrap();
@@ -656,14 +745,21 @@ fn error_messages_say_what_and_where() {
         "key 'order.price': expected Int64, found a JSON string at byte 20"
     );
     let e = error(&mut dec, br#"{"order": {"price": 1e999999999}}"#);
-    assert!(e.to_string().starts_with("key 'order.price': expected Int64"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("key 'order.price': expected Int64"),
+        "{e}"
+    );
     let e = error(&mut dec, br#"{"order": {"price": 99999999999999999999}}"#);
     assert_eq!(
         e.to_string(),
         "key 'order.price': the value does not fit Int64 at byte 20"
     );
     let e = error(&mut dec, b"{\"order\": {\"price\": 1,}}");
-    assert_eq!(e.to_string(), "invalid JSON: trailing comma before '}' at byte 22");
+    assert_eq!(
+        e.to_string(),
+        "invalid JSON: trailing comma before '}' at byte 22"
+    );
 }
 
 #[test]
@@ -681,7 +777,14 @@ fn batches_and_fresh_decoders() {
         }
     }
     assert_eq!(dec.buffered_rows(), 1);
-    assert_eq!(dec.flush().unwrap().column(0).as_primitive::<Int64Type>().value(0), 6);
+    assert_eq!(
+        dec.flush()
+            .unwrap()
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .value(0),
+        6
+    );
     assert!(dec.flush().is_none());
     fresh.decode(b"{}").unwrap();
     assert_eq!(fresh.flush().unwrap().num_rows(), 1);
@@ -759,7 +862,10 @@ fn bad_declarations_are_plan_errors() {
         Some(PlanError::Options(_))
     ));
     assert_eq!("millis".parse::<EpochUnit>().unwrap(), EpochUnit::Millis);
-    assert_eq!(" NULL ".parse::<JsonMismatch>().unwrap(), JsonMismatch::Null);
+    assert_eq!(
+        " NULL ".parse::<JsonMismatch>().unwrap(),
+        JsonMismatch::Null
+    );
     assert!("drop".parse::<JsonMismatch>().is_err());
     assert!("days".parse::<EpochUnit>().is_err());
 }

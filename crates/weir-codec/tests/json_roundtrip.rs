@@ -31,9 +31,37 @@ impl Rng {
 }
 
 const CHARS: &[char] = &[
-    'a', 'b', 'z', 'A', '0', '9', ' ', '"', '\\', '/', '\n', '\r', '\t', '\u{0}', '\u{1f}',
-    '\u{7f}', '\u{80}', '\u{e9}', '\u{7ff}', '\u{800}', '\u{4e16}', '\u{ffff}', '\u{10000}',
-    '\u{1F600}', '\u{10FFFF}', '{', '}', '[', ']', ',', ':',
+    'a',
+    'b',
+    'z',
+    'A',
+    '0',
+    '9',
+    ' ',
+    '"',
+    '\\',
+    '/',
+    '\n',
+    '\r',
+    '\t',
+    '\u{0}',
+    '\u{1f}',
+    '\u{7f}',
+    '\u{80}',
+    '\u{e9}',
+    '\u{7ff}',
+    '\u{800}',
+    '\u{4e16}',
+    '\u{ffff}',
+    '\u{10000}',
+    '\u{1F600}',
+    '\u{10FFFF}',
+    '{',
+    '}',
+    '[',
+    ']',
+    ',',
+    ':',
 ];
 
 fn random_string(rng: &mut Rng) -> String {
@@ -57,14 +85,22 @@ fn random_f64(rng: &mut Rng) -> f64 {
 }
 
 fn random_value(rng: &mut Rng, depth: usize) -> Value {
-    let pick = if depth == 0 { rng.below(6) } else { rng.below(8) };
+    let pick = if depth == 0 {
+        rng.below(6)
+    } else {
+        rng.below(8)
+    };
     match pick {
         0 => Value::Null,
         1 => Value::Bool(rng.chance(50)),
         2 => Value::from(rng.next() as i64 >> rng.below(64)),
         3 => Value::from(random_f64(rng)),
         4 | 5 => Value::String(random_string(rng)),
-        6 => Value::Array((0..rng.below(5)).map(|_| random_value(rng, depth - 1)).collect()),
+        6 => Value::Array(
+            (0..rng.below(5))
+                .map(|_| random_value(rng, depth - 1))
+                .collect(),
+        ),
         _ => Value::Object(
             (0..rng.below(5))
                 .map(|_| (random_string(rng), random_value(rng, depth - 1)))
@@ -261,7 +297,12 @@ fn check_row(batch: &RecordBatch, row: usize, entries: &[(String, Value)], text:
     let col = |i: usize| batch.column(i);
 
     match null_or(last(entries, "i")) {
-        Some(v) => assert_eq!(col(0).as_primitive::<Int64Type>().value(row), v.as_i64().unwrap(), "{}", ctx()),
+        Some(v) => assert_eq!(
+            col(0).as_primitive::<Int64Type>().value(row),
+            v.as_i64().unwrap(),
+            "{}",
+            ctx()
+        ),
         None => assert!(col(0).is_null(row), "{}", ctx()),
     }
     match null_or(last(entries, "f")) {
@@ -274,11 +315,21 @@ fn check_row(batch: &RecordBatch, row: usize, entries: &[(String, Value)], text:
         None => assert!(col(1).is_null(row), "{}", ctx()),
     }
     match null_or(last(entries, "s")) {
-        Some(v) => assert_eq!(col(2).as_string::<i32>().value(row), v.as_str().unwrap(), "{}", ctx()),
+        Some(v) => assert_eq!(
+            col(2).as_string::<i32>().value(row),
+            v.as_str().unwrap(),
+            "{}",
+            ctx()
+        ),
         None => assert!(col(2).is_null(row), "{}", ctx()),
     }
     match null_or(last(entries, "b")) {
-        Some(v) => assert_eq!(col(3).as_boolean().value(row), v.as_bool().unwrap(), "{}", ctx()),
+        Some(v) => assert_eq!(
+            col(3).as_boolean().value(row),
+            v.as_bool().unwrap(),
+            "{}",
+            ctx()
+        ),
         None => assert!(col(3).is_null(row), "{}", ctx()),
     }
     match null_or(last(entries, "raw")) {
@@ -318,7 +369,9 @@ fn check_row(batch: &RecordBatch, row: usize, entries: &[(String, Value)], text:
         }
         _ => assert!(st.is_null(row), "{}", ctx()),
     }
-    let deep = last(entries, "p").and_then(|p| p.pointer("/q/r")).filter(|v| !v.is_null());
+    let deep = last(entries, "p")
+        .and_then(|p| p.pointer("/q/r"))
+        .filter(|v| !v.is_null());
     match deep {
         Some(v) => {
             let raw = col(7).as_string::<i32>().value(row);
@@ -375,9 +428,39 @@ fn random_documents_decode_like_serde_json() {
 }
 
 const TOKENS: &[&[u8]] = &[
-    b",", b"]", b"}", b"[", b"{", b"\"", b":", b"\\", b"\\u", b"\\ud800", b"\\udc00", b"0", b"-",
-    b".", b"e", b"+", b"01", b"1e999", b"null", b"tru", b"NaN", b"\x00", b"\x1f", b"\x7f",
-    b"\x80", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf0\x9f\x98", b" ", b"\n", b"{}", b"[]",
+    b",",
+    b"]",
+    b"}",
+    b"[",
+    b"{",
+    b"\"",
+    b":",
+    b"\\",
+    b"\\u",
+    b"\\ud800",
+    b"\\udc00",
+    b"0",
+    b"-",
+    b".",
+    b"e",
+    b"+",
+    b"01",
+    b"1e999",
+    b"null",
+    b"tru",
+    b"NaN",
+    b"\x00",
+    b"\x1f",
+    b"\x7f",
+    b"\x80",
+    b"\xff",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b"\xf0\x9f\x98",
+    b" ",
+    b"\n",
+    b"{}",
+    b"[]",
 ];
 
 #[test]
@@ -432,5 +515,8 @@ fn mutated_documents_are_accepted_exactly_when_serde_json_accepts_them() {
             dec.flush();
         }
     }
-    assert!(accepted > 100 && rejected > 100, "{accepted} accepted, {rejected} rejected");
+    assert!(
+        accepted > 100 && rejected > 100,
+        "{accepted} accepted, {rejected} rejected"
+    );
 }

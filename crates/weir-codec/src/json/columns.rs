@@ -82,11 +82,20 @@ pub(crate) enum Values {
     /// Decimal128.
     I128(Vec<i128>),
     /// Utf8: offsets (starting with 0) and bytes.
-    Bytes { offsets: Vec<i32>, data: Vec<u8> },
+    Bytes {
+        offsets: Vec<i32>,
+        data: Vec<u8>,
+    },
     /// Children are other columns; `len` rows.
-    Struct { children: Vec<usize>, len: usize },
+    Struct {
+        children: Vec<usize>,
+        len: usize,
+    },
     /// List and Map: offsets into the child column.
-    List { offsets: Vec<i32>, child: usize },
+    List {
+        offsets: Vec<i32>,
+        child: usize,
+    },
 }
 
 /// Applies `$body` to the vector of any fixed-width variant.
@@ -329,7 +338,10 @@ pub(crate) fn finish(cols: &mut [Column], id: usize) -> ArrayRef {
                 Vec::with_capacity(data_cap),
             )));
         }
-        Values::Struct { children: ch, len: n } => {
+        Values::Struct {
+            children: ch,
+            len: n,
+        } => {
             *n = 0;
             children.clone_from(ch);
         }

@@ -353,16 +353,32 @@ mod tests {
     #[test]
     fn floats_are_correctly_rounded() {
         for s in [
-            "0", "-0", "1", "12.34", "0.1", "1e22", "1e23", "9007199254740993", "2.2250738585072014e-308",
-            "4.9e-324", "1.7976931348623157e308", "123456789012345678901234567890", "0.30000000000000004",
-            "-1.5e-7", "5e-400",
+            "0",
+            "-0",
+            "1",
+            "12.34",
+            "0.1",
+            "1e22",
+            "1e23",
+            "9007199254740993",
+            "2.2250738585072014e-308",
+            "4.9e-324",
+            "1.7976931348623157e308",
+            "123456789012345678901234567890",
+            "0.30000000000000004",
+            "-1.5e-7",
+            "5e-400",
         ] {
             let want: f64 = s.parse().unwrap();
             let got = to_f64(&num(s), s.as_bytes()).unwrap();
             assert_eq!(got.to_bits(), want.to_bits(), "{s}");
             let want32: f32 = s.parse().unwrap();
             if want32.is_finite() {
-                assert_eq!(to_f32(&num(s), s.as_bytes()).unwrap().to_bits(), want32.to_bits(), "{s}");
+                assert_eq!(
+                    to_f32(&num(s), s.as_bytes()).unwrap().to_bits(),
+                    want32.to_bits(),
+                    "{s}"
+                );
             }
         }
         assert_eq!(to_f64(&num("1e309"), b"1e309"), None);
@@ -371,7 +387,11 @@ mod tests {
 
     #[test]
     fn decimals_are_exact() {
-        let d = |s: &str, p, sc| exact_decimal(s.as_bytes()).ok().and_then(|x| decimal128(x, p, sc));
+        let d = |s: &str, p, sc| {
+            exact_decimal(s.as_bytes())
+                .ok()
+                .and_then(|x| decimal128(x, p, sc))
+        };
         assert_eq!(d("12.34", 10, 2), Some(1234));
         assert_eq!(d("-12.3400", 10, 2), Some(-1234));
         assert_eq!(d("12.345", 10, 2), None);
@@ -379,7 +399,10 @@ mod tests {
         assert_eq!(d("100", 3, 0), Some(100));
         assert_eq!(d("1000", 3, 0), None);
         assert_eq!(d("0.000", 3, 2), Some(0));
-        assert_eq!(d("99999999999999999999999999999999999999", 38, 0), Some(10i128.pow(38) - 1));
+        assert_eq!(
+            d("99999999999999999999999999999999999999", 38, 0),
+            Some(10i128.pow(38) - 1)
+        );
         assert_eq!(d("999999999999999999999999999999999999999", 38, 0), None);
         assert_eq!(d("1e-2", 5, 2), Some(1));
         assert_eq!(exact_decimal(b"1.").err(), Some(DecimalError::NotANumber));
@@ -391,8 +414,14 @@ mod tests {
         let x = |s: &str| exact_decimal(s.as_bytes()).unwrap();
         use EpochUnit::*;
         use TimeUnit::*;
-        assert_eq!(epoch_to_unit(x("1700000000"), Seconds, Nanosecond), Some(1_700_000_000_000_000_000));
-        assert_eq!(epoch_to_unit(x("1700000000.5"), Seconds, Millisecond), Some(1_700_000_000_500));
+        assert_eq!(
+            epoch_to_unit(x("1700000000"), Seconds, Nanosecond),
+            Some(1_700_000_000_000_000_000)
+        );
+        assert_eq!(
+            epoch_to_unit(x("1700000000.5"), Seconds, Millisecond),
+            Some(1_700_000_000_500)
+        );
         assert_eq!(epoch_to_unit(x("1500"), Millis, Second), Some(1));
         assert_eq!(epoch_to_unit(x("-1500"), Millis, Second), Some(-2));
         assert_eq!(epoch_to_unit(x("1e30"), Seconds, Nanosecond), None);
@@ -413,8 +442,14 @@ mod tests {
             rfc3339(b"2026-11-22T10:15:30.123456789+01:00"),
             Some((1_795_342_530 - 3600, 123_456_789))
         );
-        assert_eq!(rfc3339(b"2026-11-22t10:15:30.5z"), Some((1_795_342_530, 500_000_000)));
-        assert_eq!(rfc3339(b"2026-11-22 10:15:30-00:30"), Some((1_795_342_530 + 1800, 0)));
+        assert_eq!(
+            rfc3339(b"2026-11-22t10:15:30.5z"),
+            Some((1_795_342_530, 500_000_000))
+        );
+        assert_eq!(
+            rfc3339(b"2026-11-22 10:15:30-00:30"),
+            Some((1_795_342_530 + 1800, 0))
+        );
         for bad in [
             &b"2026-11-22T10:15:30"[..],
             b"2026-11-22T24:00:00Z",
@@ -425,6 +460,9 @@ mod tests {
         ] {
             assert_eq!(rfc3339(bad), None, "{}", String::from_utf8_lossy(bad));
         }
-        assert_eq!(secs_to_unit(-1, 500_000_000, TimeUnit::Millisecond), Some(-500));
+        assert_eq!(
+            secs_to_unit(-1, 500_000_000, TimeUnit::Millisecond),
+            Some(-500)
+        );
     }
 }

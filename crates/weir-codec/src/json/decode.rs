@@ -290,7 +290,13 @@ impl State {
     }
 
     /// The body of a string value just scanned, unescaped into `scratch` when it has escapes.
-    fn string_body<'b>(&'b mut self, buf: &'b [u8], start: usize, end: usize, escaped: bool) -> &'b [u8] {
+    fn string_body<'b>(
+        &'b mut self,
+        buf: &'b [u8],
+        start: usize,
+        end: usize,
+        escaped: bool,
+    ) -> &'b [u8] {
         if escaped {
             self.scratch.clear();
             unescape(&buf[start..end], &mut self.scratch);
@@ -413,7 +419,12 @@ impl State {
                     match rfc3339(body) {
                         Some((secs, nanos)) => secs_to_unit(secs, nanos, unit),
                         None => {
-                            return self.mismatch_at(plan, c, at, "string that is not an RFC 3339 date-time")
+                            return self.mismatch_at(
+                                plan,
+                                c,
+                                at,
+                                "string that is not an RFC 3339 date-time",
+                            )
                         }
                     }
                 } else {

@@ -153,7 +153,10 @@ fn key_bits(key: &[u8]) -> u64 {
 
 impl KeyMatcher {
     pub(crate) fn new(keys: &[&str]) -> Self {
-        let bits = (keys.len().max(1) * 2).next_power_of_two().trailing_zeros().max(3);
+        let bits = (keys.len().max(1) * 2)
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(3);
         let size = 1usize << bits;
         let shift = 64 - bits;
         let hashes: Vec<u64> = keys.iter().map(|k| key_bits(k.as_bytes())).collect();
@@ -174,7 +177,10 @@ impl KeyMatcher {
             if worst == 0 {
                 break;
             }
-            seed = seed.wrapping_mul(0xBF58_476D_1CE4_E5B9).wrapping_add(0x94D0_49BB_1331_11EB) | 1;
+            seed = seed
+                .wrapping_mul(0xBF58_476D_1CE4_E5B9)
+                .wrapping_add(0x94D0_49BB_1331_11EB)
+                | 1;
         }
         let seed = best.1;
         let mut by_bucket: Vec<(usize, usize)> = hashes
@@ -453,8 +459,11 @@ impl Builder<'_> {
             key: key.clone(),
             type_name: dt.to_string(),
         });
-        self.templates
-            .push(Column::new(Values::Bool(Default::default()), DataType::Null, 0));
+        self.templates.push(Column::new(
+            Values::Bool(Default::default()),
+            DataType::Null,
+            0,
+        ));
         let capacity = if key.contains('[') || key.contains('{') {
             0
         } else {
@@ -527,11 +536,8 @@ impl Builder<'_> {
                 let mut out = Vec::with_capacity(children.len());
                 let mut ids = Vec::with_capacity(children.len());
                 for f in children.iter() {
-                    let (c, t) = self.column(
-                        f.data_type(),
-                        format!("{key}.{}", f.name()),
-                        column,
-                    )?;
+                    let (c, t) =
+                        self.column(f.data_type(), format!("{key}.{}", f.name()), column)?;
                     self.nodes[node].entries.push(Entry::Column(c));
                     ids.push(c);
                     out.push(Field::new(f.name(), t, true).with_metadata(f.metadata().clone()));
@@ -565,7 +571,10 @@ impl Builder<'_> {
                     ));
                 }
                 let DataType::Struct(kv) = entries.data_type() else {
-                    return Err(unsupported(format!("a Map whose entries are {}", entries.data_type())));
+                    return Err(unsupported(format!(
+                        "a Map whose entries are {}",
+                        entries.data_type()
+                    )));
                 };
                 if kv.len() != 2 || kv[0].data_type() != &DataType::Utf8 {
                     return Err(unsupported(
@@ -578,8 +587,11 @@ impl Builder<'_> {
                     key: format!("{key}{{}}"),
                     type_name: entries.data_type().to_string(),
                 });
-                self.templates
-                    .push(Column::new(Values::Bool(Default::default()), DataType::Null, 0));
+                self.templates.push(Column::new(
+                    Values::Bool(Default::default()),
+                    DataType::Null,
+                    0,
+                ));
                 let (kc, kt) = self.column(&DataType::Utf8, format!("{key}{{}}"), column)?;
                 let (vc, vt) = self.column(kv[1].data_type(), format!("{key}{{}}"), column)?;
                 let kf = Field::new(kv[0].name(), kt, false);
@@ -638,7 +650,13 @@ mod tests {
         for (i, k) in refs.iter().enumerate() {
             assert_eq!(m.find(k.as_bytes()), Some(i), "{k}");
         }
-        for k in ["key_number_200_suffix", "abcde", "b", "key_number_1_suffiy", "abcdefgi"] {
+        for k in [
+            "key_number_200_suffix",
+            "abcde",
+            "b",
+            "key_number_1_suffiy",
+            "abcdefgi",
+        ] {
             assert_eq!(m.find(k.as_bytes()), None, "{k}");
         }
         let empty = KeyMatcher::new(&[]);

@@ -196,7 +196,10 @@ impl<'a> Scanner<'a> {
             self.pos += word.len();
             Ok(())
         } else {
-            Err(syntax(self.pos, "invalid literal (expected true, false or null)"))
+            Err(syntax(
+                self.pos,
+                "invalid literal (expected true, false or null)",
+            ))
         }
     }
 
@@ -481,7 +484,8 @@ fn check_escape(buf: &[u8], i: usize) -> Result<usize, DecodeError> {
 #[inline]
 fn check_utf8(buf: &[u8], i: usize) -> Result<usize, DecodeError> {
     let cont = |k: usize| matches!(buf.get(i + k), Some(0x80..=0xBF));
-    let in_range = |k: usize, lo: u8, hi: u8| matches!(buf.get(i + k), Some(&b) if b >= lo && b <= hi);
+    let in_range =
+        |k: usize, lo: u8, hi: u8| matches!(buf.get(i + k), Some(&b) if b >= lo && b <= hi);
     let ok = match buf[i] {
         0xC2..=0xDF => cont(1).then_some(2),
         0xE0 => (in_range(1, 0xA0, 0xBF) && cont(2)).then_some(3),
@@ -613,10 +617,31 @@ mod tests {
 
     #[test]
     fn numbers_follow_the_grammar() {
-        for ok in ["0", "-0", "12", "-12.5e3", "1E+2", "1e-2", "0.0", "123456789012345678901234"] {
+        for ok in [
+            "0",
+            "-0",
+            "12",
+            "-12.5e3",
+            "1E+2",
+            "1e-2",
+            "0.0",
+            "123456789012345678901234",
+        ] {
             assert!(skip(ok).is_ok(), "{ok}");
         }
-        for bad in ["01", "-", "+1", "1.", ".5", "1e", "1e+", "NaN", "-Infinity", "0x10", "--1"] {
+        for bad in [
+            "01",
+            "-",
+            "+1",
+            "1.",
+            ".5",
+            "1e",
+            "1e+",
+            "NaN",
+            "-Infinity",
+            "0x10",
+            "--1",
+        ] {
             assert!(skip(bad).is_err(), "{bad}");
         }
         let mut sc = Scanner::new(b"-12.50e1", 128);
@@ -630,10 +655,24 @@ mod tests {
 
     #[test]
     fn containers_reject_trailing_commas_and_depth() {
-        for ok in ["[]", "{}", "[1, [2, {\"a\": [true, false, null]}]]", " { \"a\" : 1 } "] {
+        for ok in [
+            "[]",
+            "{}",
+            "[1, [2, {\"a\": [true, false, null]}]]",
+            " { \"a\" : 1 } ",
+        ] {
             assert!(skip(ok).is_ok(), "{ok}");
         }
-        for bad in ["[1,]", "{\"a\":1,}", "[1 2]", "{\"a\" 1}", "{1:2}", "[", "{\"a\":", "nul"] {
+        for bad in [
+            "[1,]",
+            "{\"a\":1,}",
+            "[1 2]",
+            "{\"a\" 1}",
+            "{1:2}",
+            "[",
+            "{\"a\":",
+            "nul",
+        ] {
             assert!(skip(bad).is_err(), "{bad}");
         }
         let deep = "[".repeat(129) + &"]".repeat(129);
