@@ -121,7 +121,7 @@ impl State {
                     node.matcher.find(&sc.buf[key.start..key.end])
                 };
                 match found {
-                    None => sc.skip_value(depth)?,
+                    None => sc.skip_value_fast(depth)?,
                     Some(e) => {
                         let w = at + (e >> 6);
                         let bit = 1u64 << (e & 63);

@@ -125,9 +125,19 @@ pub(crate) struct KeyMatcher {
     shift: u32,
     /// Bucket `b` holds candidates `starts[b]..starts[b + 1]`.
     starts: Vec<u32>,
-    /// (offset in `arena`, length, entry index)
-    cands: Vec<(u32, u32, u32)>,
+    cands: Vec<Candidate>,
     arena: Vec<u8>,
+}
+
+/// A requested key: its length and first/last words (compared inline, without a `memcmp`
+/// call; keys longer than 16 bytes also compare their middle from `arena`).
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    head: u64,
+    tail: u64,
+    len: u32,
+    offset: u32,
+    entry: u32,
 }
 
 #[inline(always)]
@@ -138,17 +148,23 @@ fn load(key: &[u8], at: usize, n: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// The first and last (up to) eight bytes of a key, zero-padded: with the length, they are
+/// the whole key for keys of up to 16 bytes.
 #[inline(always)]
-fn key_bits(key: &[u8]) -> u64 {
+fn key_words(key: &[u8]) -> (u64, u64) {
     let n = key.len();
-    let (a, b) = if n >= 8 {
+    if n >= 8 {
         (load(key, 0, 8), load(key, n - 8, 8))
     } else if n >= 4 {
         (load(key, 0, 4), load(key, n - 4, 4))
     } else {
         (load(key, 0, n), 0)
-    };
-    a ^ b.rotate_left(31) ^ ((n as u64) << 56)
+    }
+}
+
+#[inline(always)]
+fn key_hash(head: u64, tail: u64, n: usize) -> u64 {
+    head ^ tail.rotate_left(31) ^ ((n as u64) << 56)
 }
 
 impl KeyMatcher {
@@ -159,7 +175,13 @@ impl KeyMatcher {
             .max(3);
         let size = 1usize << bits;
         let shift = 64 - bits;
-        let hashes: Vec<u64> = keys.iter().map(|k| key_bits(k.as_bytes())).collect();
+        let hashes: Vec<u64> = keys
+            .iter()
+            .map(|k| {
+                let (h, t) = key_words(k.as_bytes());
+                key_hash(h, t, k.len())
+            })
+            .collect();
         // Try a few odd multipliers; keep the one with the fewest collisions (usually none).
         let mut best = (usize::MAX, 0u64);
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
@@ -194,8 +216,16 @@ impl KeyMatcher {
         let mut arena = Vec::new();
         for &(b, i) in &by_bucket {
             starts[b + 1] += 1;
-            cands.push((arena.len() as u32, keys[i].len() as u32, i as u32));
-            arena.extend_from_slice(keys[i].as_bytes());
+            let key = keys[i].as_bytes();
+            let (head, tail) = key_words(key);
+            cands.push(Candidate {
+                head,
+                tail,
+                len: key.len() as u32,
+                offset: arena.len() as u32,
+                entry: i as u32,
+            });
+            arena.extend_from_slice(key);
         }
         for b in 0..size {
             starts[b + 1] += starts[b];
@@ -212,16 +242,22 @@ impl KeyMatcher {
     /// The entry index of `key`, if it is requested.
     #[inline(always)]
     pub(crate) fn find(&self, key: &[u8]) -> Option<usize> {
-        let b = (key_bits(key).wrapping_mul(self.seed) >> self.shift) as usize;
+        let n = key.len();
+        let (head, tail) = key_words(key);
+        let b = (key_hash(head, tail, n).wrapping_mul(self.seed) >> self.shift) as usize;
         let (lo, hi) = (
             *self.starts.get(b)? as usize,
             *self.starts.get(b + 1)? as usize,
         );
-        for &(off, len, entry) in self.cands.get(lo..hi)? {
-            if len as usize == key.len()
-                && self.arena.get(off as usize..(off + len) as usize) == Some(key)
-            {
-                return Some(entry as usize);
+        for c in self.cands.get(lo..hi)? {
+            if c.head == head && c.tail == tail && c.len as usize == n {
+                if n <= 16 {
+                    return Some(c.entry as usize);
+                }
+                let off = c.offset as usize;
+                if self.arena.get(off + 8..off + n - 8) == key.get(8..n - 8) {
+                    return Some(c.entry as usize);
+                }
             }
         }
         None

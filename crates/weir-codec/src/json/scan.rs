@@ -215,6 +215,8 @@ impl<'a> Scanner<'a> {
             i += 1;
         }
         let mut mantissa: u64 = 0;
+        // Digits gathered into `mantissa`: 19 always fit in a u64 without a check.
+        let mut ndigits = 0u32;
         let mut exact = true;
         let mut exp10: i32 = 0;
         match buf.get(i) {
@@ -225,24 +227,27 @@ impl<'a> Scanner<'a> {
                 }
             }
             Some(b'1'..=b'9') => {
-                while let Some(&d) = buf.get(i) {
-                    let d = d.wrapping_sub(b'0');
+                while let Some(&c) = buf.get(i) {
+                    let d = c.wrapping_sub(b'0');
                     if d > 9 {
                         break;
                     }
-                    if exact {
+                    if ndigits < 19 {
+                        mantissa = mantissa * 10 + d as u64;
+                        ndigits += 1;
+                    } else {
+                        // The 20th digit may still fit (u64 holds 20-digit values up to
+                        // 18446744073709551615); past that only the exponent grows.
                         match mantissa
                             .checked_mul(10)
                             .and_then(|m| m.checked_add(d as u64))
                         {
-                            Some(m) => mantissa = m,
-                            None => {
+                            Some(m) if exact => mantissa = m,
+                            _ => {
                                 exact = false;
                                 exp10 = exp10.saturating_add(1);
                             }
                         }
-                    } else {
-                        exp10 = exp10.saturating_add(1);
                     }
                     i += 1;
                 }
@@ -254,12 +259,16 @@ impl<'a> Scanner<'a> {
             is_int = false;
             i += 1;
             let digits = i;
-            while let Some(&d) = buf.get(i) {
-                let d = d.wrapping_sub(b'0');
+            while let Some(&c) = buf.get(i) {
+                let d = c.wrapping_sub(b'0');
                 if d > 9 {
                     break;
                 }
-                if exact {
+                if ndigits < 19 {
+                    mantissa = mantissa * 10 + d as u64;
+                    ndigits += 1;
+                    exp10 -= 1;
+                } else if exact {
                     match mantissa
                         .checked_mul(10)
                         .and_then(|m| m.checked_add(d as u64))
@@ -319,6 +328,52 @@ impl<'a> Scanner<'a> {
         })
     }
 
+    /// Validates and skips a number at `pos` without gathering its digits.
+    #[inline(always)]
+    pub(crate) fn skip_number(&mut self) -> Result<(), DecodeError> {
+        let buf = self.buf;
+        let mut i = self.pos;
+        if buf.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        let digits = |i: &mut usize| {
+            let s = *i;
+            while matches!(buf.get(*i), Some(b'0'..=b'9')) {
+                *i += 1;
+            }
+            *i - s
+        };
+        match buf.get(i) {
+            Some(b'0') => {
+                i += 1;
+                if matches!(buf.get(i), Some(b'0'..=b'9')) {
+                    return Err(syntax(i - 1, "leading zero in a number"));
+                }
+            }
+            Some(b'1'..=b'9') => {
+                digits(&mut i);
+            }
+            _ => return Err(self.number_error(i, "expected a digit")),
+        }
+        if buf.get(i) == Some(&b'.') {
+            i += 1;
+            if digits(&mut i) == 0 {
+                return Err(self.number_error(i, "expected a digit after '.'"));
+            }
+        }
+        if matches!(buf.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(buf.get(i), Some(b'-' | b'+')) {
+                i += 1;
+            }
+            if digits(&mut i) == 0 {
+                return Err(self.number_error(i, "expected a digit in the exponent"));
+            }
+        }
+        self.pos = i;
+        Ok(())
+    }
+
     #[cold]
     #[inline(never)]
     fn number_error(&self, at: usize, what: &'static str) -> DecodeError {
@@ -326,6 +381,16 @@ impl<'a> Scanner<'a> {
             syntax(self.buf.len(), "unexpected end of input in a number")
         } else {
             syntax(at, what)
+        }
+    }
+
+    /// [`Scanner::skip_value`] with the common scalars inlined at the call site.
+    #[inline(always)]
+    pub(crate) fn skip_value_fast(&mut self, depth: usize) -> Result<(), DecodeError> {
+        match self.peek_ws() {
+            Some(b'"') => self.string().map(|_| ()),
+            Some(b'-' | b'0'..=b'9') => self.skip_number(),
+            _ => self.skip_value(depth),
         }
     }
 
@@ -339,7 +404,7 @@ impl<'a> Scanner<'a> {
             Some(b't') => self.literal(b"true"),
             Some(b'f') => self.literal(b"false"),
             Some(b'n') => self.literal(b"null"),
-            Some(b'-' | b'0'..=b'9') => self.number().map(|_| ()),
+            Some(b'-' | b'0'..=b'9') => self.skip_number(),
             _ => Err(self.unexpected("expected a value")),
         }
     }
@@ -358,7 +423,7 @@ impl<'a> Scanner<'a> {
             }
             self.string()?;
             self.expect(b':', "expected ':' after an object key")?;
-            self.skip_value(depth)?;
+            self.skip_value_fast(depth)?;
             match self.peek_ws() {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
