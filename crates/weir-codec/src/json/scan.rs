@@ -25,6 +25,52 @@ fn special_bytes(w: u64) -> u64 {
         | (w & HIGH)
 }
 
+/// The index of the first byte at or after `i` that ends the fast string loop (see
+/// [`special_bytes`]), or `buf.len()`.
+#[inline(always)]
+fn find_special(buf: &[u8], mut i: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8,
+        };
+        // SSE2 is part of the x86_64 baseline: 16 bytes per step. A signed compare below 0x20
+        // catches control characters and every byte >= 0x80 (negative as i8) at once.
+        while i + 16 <= buf.len() {
+            // SAFETY: `i + 16 <= buf.len()`, so the unaligned 16-byte load stays inside `buf`;
+            // the intrinsics need only SSE2, which every x86_64 CPU has.
+            let mask = unsafe {
+                let v = _mm_loadu_si128(buf.as_ptr().add(i).cast());
+                let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+                let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+                let low_or_high = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
+                _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), low_or_high))
+            };
+            if mask != 0 {
+                return i + mask.trailing_zeros() as usize;
+            }
+            i += 16;
+        }
+    }
+    while let Some(chunk) = buf.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let m = special_bytes(u64::from_le_bytes(word));
+        if m != 0 {
+            return i + (m.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&b) = buf.get(i) {
+        if b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80 {
+            return i;
+        }
+        i += 1;
+    }
+    i
+}
+
 /// A string's content (between the quotes) and whether it holds escapes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StrSpan {
@@ -156,16 +202,7 @@ impl<'a> Scanner<'a> {
         let mut i = start;
         let mut escaped = false;
         loop {
-            while let Some(chunk) = buf.get(i..i + 8) {
-                let mut word = [0u8; 8];
-                word.copy_from_slice(chunk);
-                let m = special_bytes(u64::from_le_bytes(word));
-                if m != 0 {
-                    i += (m.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
+            i = find_special(buf, i);
             let Some(&b) = buf.get(i) else {
                 return Err(syntax(buf.len(), "unterminated string"));
             };
@@ -640,6 +677,34 @@ mod tests {
             let m = special_bytes(u64::from_le_bytes(s));
             let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
             assert_eq!(got, at, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn find_special_agrees_with_a_plain_search() {
+        let naive = |buf: &[u8], i: usize| {
+            (i..buf.len())
+                .find(|&j| matches!(buf[j], b'"' | b'\\' | 0..=0x1f | 0x80..=0xff))
+                .unwrap_or(buf.len())
+        };
+        for special in [b'"', b'\\', 0x00, 0x1f, 0x80, 0xc3, 0xff] {
+            for len in 0..40 {
+                for at in 0..=len {
+                    let mut buf = vec![b'a'; len];
+                    buf.iter_mut().step_by(7).for_each(|b| *b = b' ');
+                    buf.iter_mut().skip(3).step_by(11).for_each(|b| *b = 0x7f);
+                    if at < len {
+                        buf[at] = special;
+                    }
+                    for start in [0, 1, 5, 17].into_iter().filter(|&s| s <= len) {
+                        assert_eq!(
+                            find_special(&buf, start),
+                            naive(&buf, start),
+                            "{buf:?} {start}"
+                        );
+                    }
+                }
+            }
         }
     }
 
