@@ -63,7 +63,7 @@ fn find_special(buf: &[u8], mut i: usize) -> usize {
         i += 8;
     }
     while let Some(&b) = buf.get(i) {
-        if b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80 {
+        if matches!(b, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff) {
             return i;
         }
         i += 1;
