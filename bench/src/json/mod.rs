@@ -214,7 +214,12 @@ fn order_json(rng: &mut SplitMix64, i: usize, out: &mut String) {
         rng.below(20)
     );
     let ntags = rng.below(4) as usize;
-    let tags: Vec<String> = (0..ntags).map(|_| js(*rng.pick(TAGS))).collect();
+    let tags: Vec<String> = (0..ntags)
+        .map(|_| {
+            let tag = *rng.pick(TAGS);
+            js(tag)
+        })
+        .collect();
     let _ = write!(
         out,
         r#""customer":{{"id":{customer},"email":"user{customer}@example.com","name":{},"tier":"{}","created_at":"2024-0{}-1{}T09:00:00Z","address":{{"street":"Hauptstra\u00dfe {}","city":{},"zip":"{:05}","country":"{country}","geo":{{"lat":{:.6},"lon":{:.6}}}}},"tags":[{}],"preferences":{{"newsletter":{},"language":"de","currency":"EUR"}}}},"#,
@@ -239,11 +244,13 @@ fn order_json(rng: &mut SplitMix64, i: usize, out: &mut String) {
         let price = (100 + rng.below(20_000)) as f64 / 100.0;
         let qty = 1 + rng.below(3);
         total += price * qty as f64;
+        // Drawn in this order (sku, then product) so the corpus stays what was measured.
+        let sku = rng.below(1_000_000);
+        let product = *rng.pick(PRODUCTS);
         let _ = write!(
             out,
-            r#"{{"sku":"SKU-{:06}","name":{},"qty":{qty},"price":{price:?},"discount":{:?},"category":"cat-{}","attrs":{{"color":"{}","size":"{}","material":"recycled"}}}}"#,
-            rng.below(1_000_000),
-            js(*rng.pick(PRODUCTS)),
+            r#"{{"sku":"SKU-{sku:06}","name":{},"qty":{qty},"price":{price:?},"discount":{:?},"category":"cat-{}","attrs":{{"color":"{}","size":"{}","material":"recycled"}}}}"#,
+            js(product),
             (rng.below(30) as f64) / 100.0,
             rng.below(40),
             ["red", "blue", "black", "white"][rng.below(4) as usize],
