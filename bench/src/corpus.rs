@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-/// A contiguous buffer of encoded protobuf messages and the byte range of each one.
+/// A contiguous buffer of encoded messages (protobuf or JSON) and the byte range of each one.
 #[derive(Debug, Clone, Default)]
 pub struct Corpus {
     data: Vec<u8>,
@@ -24,6 +24,13 @@ impl Corpus {
         message
             .encode(&mut self.data)
             .expect("a Vec<u8> never runs out of room");
+        self.ranges.push(start..self.data.len());
+    }
+
+    /// Appends one message's bytes as they are (JSON text, for example).
+    pub fn push_bytes(&mut self, message: &[u8]) {
+        let start = self.data.len();
+        self.data.extend_from_slice(message);
         self.ranges.push(start..self.data.len());
     }
 

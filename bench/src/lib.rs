@@ -18,6 +18,7 @@
 
 pub mod check;
 pub mod corpus;
+pub mod json;
 pub mod peers;
 pub mod quote;
 pub mod rng;

@@ -1,5 +1,6 @@
 //! Runs one contender in a loop, for a sampling profiler:
-//! `perf record -e cpu-clock -g target/release/profile quote|after|wide5|wide50 [loops]`.
+//! `perf record -e cpu-clock -g target/release/profile quote|after|wide5|wide50 [loops]`, and for
+//! the JSON decoder `json_quote|json_order|json_wide5|json_wide50`.
 
 use std::time::Instant;
 
@@ -27,6 +28,25 @@ fn main() -> Result<()> {
                 )?)
             } else {
                 Box::new(w.after())
+            };
+            (c, w.corpus)
+        }
+        "json_quote" => {
+            let w = weir_bench::json::QuoteJsonWorkload::new(1_000_000)?;
+            let c = w.contenders()?.pop().ok_or("no weir contender")?;
+            (c, w.corpus)
+        }
+        "json_order" => {
+            let w = weir_bench::json::OrderWorkload::new(100_000);
+            let c = w.contenders()?.pop().ok_or("no weir contender")?;
+            (c, w.corpus)
+        }
+        "json_wide5" | "json_wide50" => {
+            let w = weir_bench::json::WideJsonWorkload::new(200_000);
+            let c: Box<dyn Contender> = if which == "json_wide5" {
+                Box::new(w.weir_five()?)
+            } else {
+                Box::new(w.weir_all()?)
             };
             (c, w.corpus)
         }

@@ -178,6 +178,30 @@ pub enum DecodeErrorKind {
         /// The field's full name.
         field: String,
     },
+    /// The bytes are not valid JSON (RFC 8259); the text says what was wrong or expected.
+    JsonSyntax(&'static str),
+    /// The message is valid JSON but not an object (an array, a string, a number, ...).
+    JsonNotAnObject {
+        /// The JSON type found ("array", "string", ...).
+        found: &'static str,
+    },
+    /// A JSON value has a type its column cannot hold (a string for an Int64 column, ...).
+    JsonTypeMismatch {
+        /// The key path of the column (`order.customer.id`, `items[].price`).
+        key: String,
+        /// What the column needs (its Arrow type, or "an object" on a path).
+        expected: String,
+        /// The JSON type found ("string", "number with a fraction", ...).
+        found: &'static str,
+    },
+    /// A JSON value has the right type but does not fit the column (an integer overflow, a
+    /// decimal with too many digits, a date that does not exist).
+    JsonOutOfRange {
+        /// The key path of the column.
+        key: String,
+        /// The column's Arrow type.
+        expected: String,
+    },
 }
 
 /// A message that could not be decoded. Its partial row has been rolled back.
@@ -237,6 +261,20 @@ impl fmt::Display for DecodeError {
             Confluent(msg) => write!(f, "bad Confluent framing: {msg}"),
             Other(msg) => f.write_str(msg),
             OutOfRange { field } => write!(f, "value of {field} does not fit its column type"),
+            JsonSyntax(what) => write!(f, "invalid JSON: {what}"),
+            JsonNotAnObject { found } => write!(
+                f,
+                "the message is a JSON {found}, but each message must be one JSON object \
+                 (top-level arrays are not split into rows)"
+            ),
+            JsonTypeMismatch {
+                key,
+                expected,
+                found,
+            } => write!(f, "key '{key}': expected {expected}, found a JSON {found}"),
+            JsonOutOfRange { key, expected } => {
+                write!(f, "key '{key}': the value does not fit {expected}")
+            }
         }?;
         write!(f, " at byte {}", self.offset)
     }

@@ -3,7 +3,8 @@
 //!
 //! The engine names an encoding in SQL (`'encoding' = 'protobuf'`) and looks the name up in its
 //! registry. A factory receives the declared columns and the source's `WITH` options and returns
-//! a [`Decoder`]; built-in and user encodings go through exactly the same traits.
+//! a [`Decoder`]; built-in and user encodings go through exactly the same traits. The built-in
+//! ones are `protobuf` ([`ProtobufFactory`]), `json` ([`JsonFactory`]) and `raw` ([`RawFactory`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -15,6 +16,7 @@ use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{DecodeError, PlanError, SchemaError};
+use crate::json::{JsonDecoder, JsonDecoderOptions};
 use crate::protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 use crate::schema::ProtoSchema;
 use crate::Decoder;
@@ -265,6 +267,51 @@ impl DecoderFactory for ProtobufFactory {
     }
 }
 
+/// The built-in `json` encoding: a [`JsonDecoder`] for the declared columns.
+///
+/// Options: `'json.on.mismatch'` = `'error'` (default) or `'null'` (a value of the wrong type
+/// or out of range becomes a null instead of rejecting the message), `'json.max.depth'` (128),
+/// and `'timestamp.unit.<column>'` = `'seconds'` | `'millis'` | `'micros'` | `'nanos'` for the
+/// unit of numbers in a Timestamp column (default: the column's own unit).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct JsonFactory;
+
+impl DecoderFactory for JsonFactory {
+    fn create_decoder(&self, request: &DecoderRequest<'_>) -> Result<Box<dyn Decoder>, CodecError> {
+        let o = request.options;
+        let mut options = JsonDecoderOptions {
+            batch_size: request.batch_size,
+            ..JsonDecoderOptions::default()
+        };
+        if let Some(v) = o.get("json.on.mismatch") {
+            options.mismatch = v.parse().map_err(|_| CodecError::BadOption {
+                key: "json.on.mismatch".into(),
+                value: v.into(),
+                reason: "expected 'error' or 'null'".into(),
+            })?;
+        }
+        if let Some(v) = o.get("json.max.depth") {
+            options.max_depth = v.parse().map_err(|_| CodecError::BadOption {
+                key: "json.max.depth".into(),
+                value: v.into(),
+                reason: "expected a whole number".into(),
+            })?;
+        }
+        for (column, unit) in o.with_prefix("timestamp.unit.") {
+            if !request.columns.iter().any(|c| c.name == column) {
+                continue; // a column the scan does not read
+            }
+            let unit = unit.parse().map_err(|_| CodecError::BadOption {
+                key: format!("timestamp.unit.{column}"),
+                value: unit.clone(),
+                reason: "expected one of 'seconds', 'millis', 'micros', 'nanos'".into(),
+            })?;
+            options.timestamp_units.push((column, unit));
+        }
+        Ok(Box::new(JsonDecoder::new(request.columns, options)?))
+    }
+}
+
 /// The built-in `raw` encoding: the whole message as one Binary column (any name; `value` when
 /// inferred). As an encoder it writes the bytes of a Binary or Utf8 column (the only column, or
 /// the one named by `'raw.column'`) as the message.
@@ -319,11 +366,13 @@ impl EncoderFactory for RawFactory {
                     reason: format!("sink {} writes no column '{name}'", request.sink),
                 })?,
             None if fields.len() == 1 => 0,
-            None => return Err(CodecError::Unsupported(format!(
+            None => {
+                return Err(CodecError::Unsupported(format!(
                 "the raw encoding writes one column; sink {} has {} (name one with 'raw.column')",
                 request.sink,
                 fields.len()
-            ))),
+            )))
+            }
         };
         match fields[index].data_type() {
             DataType::Binary | DataType::Utf8 => Ok(Box::new(RawEncoder { index })),

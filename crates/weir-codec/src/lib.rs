@@ -9,9 +9,14 @@
 //! about the schema is answered once, when the decode plan is built; the per-message loop only
 //! reads a tag, indexes a table by field number and appends to a typed column buffer.
 //! See [`protobuf`] for the type mapping and the presence rules.
+//!
+//! The JSON decoder ([`JsonDecoder`]) takes the same column declarations and follows the same
+//! error contract: one pass from bytes to typed columns, only the requested keys converted, every
+//! byte validated. See [`json`] for its type mapping and rules.
 
 pub mod error;
 pub mod factory;
+pub mod json;
 pub mod protobuf;
 pub mod schema;
 
@@ -20,8 +25,9 @@ pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use error::{DecodeError, DecodeErrorKind, PlanError, SchemaError};
 pub use factory::{
     parse_time_unit, strip_confluent, CodecError, DecoderFactory, DecoderRequest, Encoder,
-    EncoderFactory, EncoderRequest, Options, ProtobufFactory, RawFactory,
+    EncoderFactory, EncoderRequest, JsonFactory, Options, ProtobufFactory, RawFactory,
 };
+pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 pub use schema::ProtoSchema;
 

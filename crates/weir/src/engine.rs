@@ -14,7 +14,7 @@ use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
 use futures::StreamExt;
 use weir_codec::{
     parse_time_unit, CodecError, ColumnSpec, DecoderFactory, DecoderRequest, EncoderFactory,
-    EncoderRequest, Options, ProtobufFactory, RawFactory,
+    EncoderRequest, JsonFactory, Options, ProtobufFactory, RawFactory,
 };
 
 use crate::encode::JsonEncoderFactory;
@@ -173,8 +173,9 @@ impl Engine {
             pipelines: Mutex::default(),
             stop: Arc::default(),
         };
-        let builtins: [(&str, Arc<dyn DecoderFactory>); 2] = [
+        let builtins: [(&str, Arc<dyn DecoderFactory>); 3] = [
             ("protobuf", Arc::new(ProtobufFactory)),
+            ("json", Arc::new(JsonFactory)),
             ("raw", Arc::new(RawFactory)),
         ];
         let raw_encoder: Arc<dyn EncoderFactory> = Arc::new(RawFactory);

@@ -459,7 +459,7 @@ async fn bad_input_stops_with_one_clear_message() {
     let data = fx.quotes("q.bin", 10, 1, Framing::Varint);
     let cases: Vec<(String, &str)> = vec![
         (fx.source("q", "", &fx.path("missing.bin"), ""), "missing.bin"),
-        (fx.source("q", "", &data, "").replace("'protobuf'", "'protobuff'"), "unknown encoding 'protobuff'; registered encodings with a decoder: protobuf, raw"),
+        (fx.source("q", "", &data, "").replace("'protobuf'", "'protobuff'"), "unknown encoding 'protobuff'; registered encodings with a decoder: json, protobuf, raw"),
         (fx.source("q", "", &data, "").replace("stocks.QuoteNBBO", "stocks.Quote"), "message 'stocks.Quote' is not in the schema"),
         (fx.source("q", "(bid_price VARCHAR)", &data, ""), "column 'bid_price': field 'stocks.QuoteNBBO.bid_price' has protobuf type double, which cannot be read as Arrow Utf8"),
         (fx.source("q", "(nope INT)", &data, ""), "no field 'nope'"),
@@ -669,4 +669,73 @@ CREATE SINK lines FROM (SELECT ticker, bid_price FROM q) WITH ('connector' = 'fi
     .await
     .unwrap_err();
     assert!(err.contains("no encoder is registered for encoding 'protobuf'; encodings with an encoder: json, raw"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_sources_match_protobuf_sources() {
+    let fx = Fixture::new();
+    let pb = fx.quotes("q.bin", 4_000, 8, Framing::Varint);
+    let js = fx.path("q.jsonl");
+    let mut f = std::fs::File::create(&js).unwrap();
+    write_quotes(&mut f, 4_000, 8, QuoteFormat::Json, Framing::Lines).unwrap();
+    let query = "SELECT ticker, count(*), min(bid_price), max(ask_price), sum(bid_size), max(ts) FROM q GROUP BY ticker ORDER BY ticker";
+    let e = engine(2);
+    let from_pb = run(
+        &e,
+        &format!(
+            "{}\n{query};",
+            fx.source(
+                "q",
+                "(ticker VARCHAR, ts TIMESTAMP, bid_price DOUBLE, ask_price DOUBLE, bid_size INT UNSIGNED)",
+                &pb,
+                ", 'fields.ts' = 'base.timestamp'"
+            )
+        ),
+    )
+    .await
+    .unwrap();
+    let e = engine(2);
+    let from_json = run(
+        &e,
+        &format!(
+            "CREATE SOURCE q (ticker VARCHAR, ts TIMESTAMP, bid_price DOUBLE, ask_price DOUBLE, bid_size INT UNSIGNED)
+             WITH ('connector' = 'file', 'path' = '{}', 'framing' = 'lines', 'encoding' = 'json',
+                   'fields.ticker' = 'base.ticker', 'fields.ts' = 'base.timestamp', 'timestamp.unit.ts' = 'nanos');
+             {query};",
+            js.display()
+        ),
+    )
+    .await
+    .unwrap();
+    let fmt = |b: &[RecordBatch]| {
+        arrow::util::pretty::pretty_format_batches(b)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(fmt(&from_pb), fmt(&from_json));
+    assert_eq!(rows(&from_json), reference(4_000, 8).len());
+
+    // A string where a number is declared: an error naming the key, or a null when asked.
+    let bad = fx.path("bad.jsonl");
+    std::fs::write(&bad, "{\"n\": 1}\n{\"n\": \"two\"}\n{\"n\": 3}\n").unwrap();
+    let src = |extra: &str| {
+        format!(
+            "CREATE SOURCE b (n BIGINT) WITH ('connector' = 'file', 'path' = '{}', 'framing' = 'lines', 'encoding' = 'json'{extra});\nSELECT count(n), sum(n) FROM b;",
+            bad.display()
+        )
+    };
+    let err = run(&engine(1), &src("")).await.unwrap_err();
+    assert!(
+        err.contains("bad.jsonl at byte 9") && err.contains("'n'"),
+        "{err}"
+    );
+    let got = run(&engine(1), &src(", 'json.on.mismatch' = 'null'"))
+        .await
+        .unwrap();
+    assert_eq!(got[0].column(0).as_primitive::<Int64Type>().value(0), 2);
+    assert_eq!(got[0].column(1).as_primitive::<Int64Type>().value(0), 4);
+    let err = run(&engine(1), &src(", 'json.on.mismatch' = 'maybe'"))
+        .await
+        .unwrap_err();
+    assert!(err.contains("'json.on.mismatch' = 'maybe'"), "{err}");
 }
