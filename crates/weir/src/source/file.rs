@@ -115,6 +115,10 @@ pub enum BlockStatus {
 
 struct FeedState {
     files: Vec<PathBuf>,
+    /// Bounded reads stop at each file's size when the scan began; `None` in follow mode.
+    sizes: Vec<Option<u64>>,
+    /// Bytes still to read from the current file (bounded reads).
+    remaining: u64,
     names: Vec<Arc<str>>,
     current: usize,
     reader: Option<File>,
@@ -156,6 +160,21 @@ impl FileFeed {
             .iter()
             .map(|p| Arc::from(p.display().to_string()))
             .collect();
+        let sizes = files
+            .iter()
+            .map(|p| {
+                if follow {
+                    Ok(None)
+                } else {
+                    std::fs::metadata(p)
+                        .map(|m| Some(m.len()))
+                        .map_err(|source| FileError::Io {
+                            path: p.clone(),
+                            source,
+                        })
+                }
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             spec: spec.into(),
             framing,
@@ -164,6 +183,8 @@ impl FileFeed {
             max_message_bytes,
             state: Mutex::new(FeedState {
                 files,
+                sizes,
+                remaining: u64::MAX,
                 names,
                 current: 0,
                 reader: None,
@@ -204,6 +225,12 @@ impl FileFeed {
                 let path = st.files[st.current].clone();
                 let f = File::open(&path).map_err(|source| FileError::Io { path, source })?;
                 st.reader = Some(f);
+                st.remaining = st
+                    .sizes
+                    .get(st.current)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(u64::MAX);
                 st.offset = 0;
                 st.carry.clear();
             }
@@ -298,20 +325,21 @@ impl FileFeed {
             reader,
             files,
             current,
+            remaining,
             ..
         } = st;
         let Some(reader) = reader.as_mut() else {
             return Ok(true);
         };
-        let start = buf.len();
-        buf.reserve(want);
-        let limit = (start + want) as u64;
-        let mut take = Read::take(&mut *reader, limit - start as u64);
+        let want = (want as u64).min(*remaining);
+        buf.reserve(want as usize);
+        let mut take = Read::take(&mut *reader, want);
         let got = take.read_to_end(buf).map_err(|source| FileError::Io {
             path: files[*current].clone(),
             source,
-        })?;
-        Ok(got < want)
+        })? as u64;
+        *remaining -= got;
+        Ok(got < want || *remaining == 0)
     }
 
     fn drop_rest(
@@ -346,6 +374,7 @@ impl FileFeed {
             for f in found {
                 if !st.files.contains(&f) {
                     st.names.push(Arc::from(f.display().to_string()));
+                    st.sizes.push(None);
                     st.files.push(f);
                 }
             }
@@ -484,6 +513,18 @@ mod tests {
         let (got, bad) = drain(&feed);
         assert_eq!(got.len(), 1);
         assert!(bad[0].starts_with("2: length prefix"), "{bad:?}");
+    }
+
+    #[test]
+    fn a_bounded_read_stops_at_the_size_the_file_had_when_it_began() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = varint_file(dir.path(), "1.bin", &[b"a", b"b"]);
+        let feed = FileFeed::new(p.to_str().unwrap(), Framing::Varint, false, 100).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(&[1, b'c']).unwrap();
+        let (got, bad) = drain(&feed);
+        assert!(bad.is_empty());
+        assert_eq!(got.len(), 2);
     }
 
     #[test]
