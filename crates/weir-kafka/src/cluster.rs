@@ -263,7 +263,12 @@ pub fn create_topic(
             Ok(l)
                 if l.leaders.len() >= partitions as usize && l.leaders.iter().all(|&x| x >= 0) =>
             {
-                return Ok(())
+                // Metadata can name a leader before that broker serves the partition; a
+                // ListOffsets answered without error by every leader means it does.
+                if leaders_serve(&l, topic, timeout)? {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
             Ok(_) | Err(Error::Topic { .. }) | Err(Error::Broker { .. })
                 if std::time::Instant::now() < deadline =>
@@ -279,4 +284,25 @@ pub fn create_topic(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// True when every partition's leader answers ListOffsets for it without error.
+fn leaders_serve(layout: &TopicLayout, topic: &str, timeout: Duration) -> Result<bool> {
+    let mut nodes = layout.leaders.clone();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for node in nodes {
+        let Some(addr) = layout.addr(node) else {
+            return Ok(false);
+        };
+        let mine: Vec<i32> = (0..layout.leaders.len() as i32)
+            .filter(|&p| layout.leaders[p as usize] == node)
+            .collect();
+        let mut conn = Connection::open(addr, timeout)?;
+        let listed = list_offsets(&mut conn, topic, &mine, LATEST, false)?;
+        if listed.iter().any(|o| o.error_code != 0) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

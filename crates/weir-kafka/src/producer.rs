@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use kafka_protocol::messages::{
     produce_request::{PartitionProduceData, TopicProduceData},
-    ApiKey, ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+    ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -32,7 +33,8 @@ pub struct ProducerConfig {
     pub batch_bytes: usize,
     /// `acks`: 0, 1 or -1 (all in-sync replicas).
     pub acks: i16,
-    /// Produce requests in flight per broker before waiting for the oldest answer.
+    /// Produce requests in flight per broker before waiting for the oldest answer (at most one
+    /// per partition, so that a retry cannot reorder a partition's records).
     pub max_in_flight: usize,
     /// Socket and produce timeout.
     pub request_timeout: Duration,
@@ -76,6 +78,12 @@ pub struct Producer {
     compressed: Vec<u8>,
     sticky: usize,
     sent: u64,
+    /// Idempotence (KIP-98): the broker drops duplicates and refuses gaps by sequence number,
+    /// so retried batches neither duplicate nor reorder records. -1 when acks is not -1.
+    producer_id: i64,
+    producer_epoch: i16,
+    /// Next sequence number per partition id.
+    sequences: Vec<i32>,
 }
 
 impl std::fmt::Debug for Producer {
@@ -131,7 +139,37 @@ impl Producer {
         let mut conn = cluster::connect_any(&cfg.brokers, cfg.request_timeout)?;
         let layout = cluster::topic_layout(&mut conn, &cfg.topic)?;
         let version = conn.version(ApiKey::Produce, "Produce", 3, 12)?;
+        let (producer_id, producer_epoch) = if cfg.acks == -1 {
+            let v = conn.version(ApiKey::InitProducerId, "InitProducerId", 0, 4)?;
+            let resp: InitProducerIdResponse = conn.request(
+                ApiKey::InitProducerId,
+                v,
+                &InitProducerIdRequest::default()
+                    // The default is Some(""), which the broker refuses: null means idempotent only.
+                    .with_transactional_id(None)
+                    .with_transaction_timeout_ms(60_000)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1),
+            )?;
+            if resp.error_code != 0 {
+                return Err(Error::Produce {
+                    topic: cfg.topic.clone(),
+                    partition: -1,
+                    reason: format!(
+                        "InitProducerId failed: {} ({})",
+                        error_name(resp.error_code),
+                        resp.error_code
+                    ),
+                });
+            }
+            (resp.producer_id.0, resp.producer_epoch)
+        } else {
+            (-1, -1)
+        };
         Ok(Self {
+            sequences: vec![0; layout.leaders.len()],
+            producer_id,
+            producer_epoch,
             open: vec![RecordsWriter::default(); layout.leaders.len()],
             cfg: cfg.clone(),
             layout,
@@ -223,10 +261,16 @@ impl Producer {
         compress(c, &w.buf, &mut self.compressed)
             .map_err(|e| self.produce_error(p, format!("compression failed: {e}")))?;
         let mut batch = Vec::with_capacity(self.compressed.len() + 64);
+        let seq = &mut self.sequences[p as usize];
         let spec = BatchSpec {
             attributes: c.id(),
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: if self.producer_id >= 0 { *seq } else { -1 },
             ..BatchSpec::default()
         };
+        // Sequence numbers wrap at i32::MAX, as the Java client's do.
+        *seq = seq.wrapping_add(w.count) & i32::MAX;
         finish_batch(&mut batch, &spec, w, &self.compressed);
         self.sent += w.count as u64;
         self.open[p as usize].clear();
@@ -254,6 +298,12 @@ impl Producer {
 
     fn submit(&mut self, p: i32, batch: Bytes) -> Result<()> {
         let i = self.link(p)?;
+        // One batch per partition in flight: a broker accepts a later sequence number from a
+        // producer it has no state for, so a retried earlier batch could otherwise be refused
+        // or land after it. Other partitions' batches still overlap.
+        while self.links[i].pending.iter().any(|x| x.partition == p) {
+            self.await_oldest(i)?;
+        }
         let req = ProduceRequest::default()
             .with_acks(self.cfg.acks)
             .with_timeout_ms(self.cfg.request_timeout.as_millis().min(i32::MAX as u128) as i32)
@@ -274,54 +324,111 @@ impl Producer {
             partition: p,
             batch,
         });
-        if self.links[i].pending.len() >= self.cfg.max_in_flight.max(1) {
+        if self.links[i].pending.len() >= self.in_flight_limit() {
             self.await_oldest(i)?;
         }
         Ok(())
+    }
+
+    fn in_flight_limit(&self) -> usize {
+        self.cfg.max_in_flight.max(1)
+    }
+
+    /// The error code for the pending batch's partition in a produce response.
+    fn answer(&mut self, i: usize, pending: &Pending) -> Result<(i16, String)> {
+        let link = &mut self.links[i];
+        let mut body = link.conn.recv_frame("Produce", pending.correlation)?;
+        let resp: ProduceResponse = decode_response(ApiKey::Produce, self.version, &mut body)
+            .map_err(|e| link.conn.protocol("Produce", e))?;
+        for t in &resp.responses {
+            for pr in &t.partition_responses {
+                if pr.index == pending.partition && pr.error_code != 0 {
+                    let message = pr
+                        .error_message
+                        .as_ref()
+                        .map_or(String::new(), |m| m.as_str().to_string());
+                    return Ok((pr.error_code, message));
+                }
+            }
+        }
+        Ok((0, String::new()))
     }
 
     fn await_oldest(&mut self, i: usize) -> Result<()> {
         let Some(pending) = self.links[i].pending.pop_front() else {
             return Ok(());
         };
-        let link = &mut self.links[i];
-        let mut body = link.conn.recv_frame("Produce", pending.correlation)?;
-        let resp: ProduceResponse = decode_response(ApiKey::Produce, self.version, &mut body)
-            .map_err(|e| link.conn.protocol("Produce", e))?;
-        let mut code = 0;
-        let mut message = String::new();
-        for t in &resp.responses {
-            for pr in &t.partition_responses {
-                if pr.index == pending.partition && pr.error_code != 0 {
-                    code = pr.error_code;
-                    message = pr
-                        .error_message
-                        .as_ref()
-                        .map_or(String::new(), |m| m.as_str().to_string());
-                }
-            }
-        }
-        if code == 0 {
+        let (code, message) = self.answer(i, &pending)?;
+        // DUPLICATE_SEQUENCE_NUMBER: an earlier attempt of this very batch was written.
+        if code == 0 || code == DUPLICATE_SEQUENCE {
             return Ok(());
         }
-        if is_retriable(code) {
-            // The leader moved: later requests on this link may fail the same way; they are
-            // retried as their answers come in. Refresh the layout and resend this batch.
-            for attempt in 1..=5u32 {
-                std::thread::sleep(Duration::from_millis(100 * u64::from(attempt)));
-                let mut conn = cluster::connect_any(&self.cfg.brokers, self.cfg.request_timeout)?;
-                self.layout = cluster::topic_layout(&mut conn, &self.cfg.topic)?;
-                if self.layout.leaders[pending.partition as usize] >= 0 {
-                    return self.submit(pending.partition, pending.batch);
-                }
+        if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+            return Err(self.produce_error(
+                pending.partition,
+                format!("{} ({code}) {message}", error_name(code)),
+            ));
+        }
+        // The leader moved (or is not ready yet). Every later batch on this link may fail the
+        // same way, so collect the failures and resend them one by one after a refresh (they
+        // are of other partitions: one batch per partition is in flight).
+        let mut failed = vec![pending];
+        while let Some(next) = self.links[i].pending.pop_front() {
+            let (code, message) = self.answer(i, &next)?;
+            if code == 0 || code == DUPLICATE_SEQUENCE {
+                continue;
+            }
+            if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+                return Err(self.produce_error(
+                    next.partition,
+                    format!("{} ({code}) {message}", error_name(code)),
+                ));
+            }
+            failed.push(next);
+        }
+        for f in failed {
+            self.resend(f)?;
+        }
+        Ok(())
+    }
+
+    /// Sends one failed batch again, synchronously, refreshing the layout between attempts.
+    fn resend(&mut self, f: Pending) -> Result<()> {
+        let mut last = String::new();
+        for attempt in 1..=10u64 {
+            std::thread::sleep(Duration::from_millis(50 * attempt));
+            let mut conn = cluster::connect_any(&self.cfg.brokers, self.cfg.request_timeout)?;
+            self.layout = cluster::topic_layout(&mut conn, &self.cfg.topic)?;
+            if self.layout.leaders[f.partition as usize] < 0 {
+                continue;
+            }
+            // Connections to a node that lost leadership are kept: it may lead others.
+            let i = self.link(f.partition)?;
+            let before = self.links[i].pending.len();
+            self.submit(f.partition, f.batch.clone())?;
+            if self.links[i].pending.len() == before {
+                return Ok(()); // acks = 0, or answered inside submit
+            }
+            let Some(p) = self.links[i].pending.pop_back() else {
+                return Ok(());
+            };
+            let (code, message) = self.answer(i, &p)?;
+            if code == 0 || code == DUPLICATE_SEQUENCE {
+                return Ok(());
+            }
+            last = format!("{} ({code}) {message}", error_name(code));
+            if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+                break;
             }
         }
-        Err(self.produce_error(
-            pending.partition,
-            format!("{} ({code}) {message}", error_name(code)),
-        ))
+        Err(self.produce_error(f.partition, format!("gave up resending: {last}")))
     }
 }
+
+/// OUT_OF_ORDER_SEQUENCE_NUMBER: an earlier batch of the partition failed; resend in order.
+const OUT_OF_ORDER_SEQUENCE: i16 = 45;
+/// DUPLICATE_SEQUENCE_NUMBER: the batch was already written.
+const DUPLICATE_SEQUENCE: i16 = 46;
 
 #[cfg(test)]
 mod tests {
