@@ -5,17 +5,20 @@
 #   scripts/kafka.sh fetch    resolve Apache Kafka's jars from Maven Central (cached)
 #   scripts/kafka.sh start    format fresh storage in a temporary directory, start, wait until ready
 #   scripts/kafka.sh stop     stop the broker started by `start` (by its pid) and delete its storage
+#   scripts/kafka.sh restart  stop the JVM and start it again on the same storage and port
 #   scripts/kafka.sh status   say whether it runs and where
 #   scripts/kafka.sh classpath  print the classpath (for the Java producer/consumer tools)
 #
 # The bootstrap address (127.0.0.1:PORT, a free port chosen at start) is written to
-# $WEIR_KAFKA_HOME/run/bootstrap; the tests read it from WEIR_KAFKA_BOOTSTRAP.
+# $WEIR_KAFKA_RUN/bootstrap (default ~/.cache/weir-kafka/run); the tests read it from
+# WEIR_KAFKA_BOOTSTRAP. Another WEIR_KAFKA_RUN directory runs a second, independent broker
+# (the restart test does that so it does not disturb the others).
 set -euo pipefail
 
 KAFKA_VERSION="${WEIR_KAFKA_VERSION:-4.3.1}"
 HOME_DIR="${WEIR_KAFKA_HOME:-$HOME/.cache/weir-kafka}"
 LIB="$HOME_DIR/lib-$KAFKA_VERSION"
-RUN="$HOME_DIR/run"
+RUN="${WEIR_KAFKA_RUN:-$HOME_DIR/run}"
 HEAP="${WEIR_KAFKA_HEAP:--Xmx512m}"
 
 fetch() {
@@ -99,15 +102,24 @@ LOG
         format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)" \
         -c "$data/server.properties" >"$data/format.log" 2>&1 \
         || { cat "$data/format.log" >&2; echo "kafka.sh: storage format failed" >&2; exit 1; }
+    echo "$data" > "$RUN/data"
+    echo "127.0.0.1:$port" > "$RUN/bootstrap"
+    launch
+}
+
+# Starts the JVM on the storage in $RUN/data and waits until it accepts connections.
+launch() {
+    local data port cp
+    data="$(cat "$RUN/data")"
+    port="$(cut -d: -f2 < "$RUN/bootstrap")"
+    cp="$(classpath)"
     # The JVM is started on its own line so that $! is the JVM's pid and `stop` can end it by pid.
     java $HEAP -Xms128m -XX:+UseG1GC -Djava.awt.headless=true \
         -Dlog4j2.configurationFile="$data/log4j2.properties" \
-        -cp "$cp" kafka.Kafka "$data/server.properties" >"$data/stdout.log" 2>&1 &
+        -cp "$cp" kafka.Kafka "$data/server.properties" >>"$data/stdout.log" 2>&1 &
     local pid=$!
     echo "$pid" > "$RUN/pid"
-    echo "$data" > "$RUN/data"
-    echo "127.0.0.1:$port" > "$RUN/bootstrap"
-    # Ready once the broker port accepts connections and metadata lists the broker.
+    # Ready once the broker port accepts connections.
     local i
     for i in $(seq 1 120); do
         if ! kill -0 "$pid" 2>/dev/null; then
@@ -130,7 +142,8 @@ LOG
     exit 1
 }
 
-stop() {
+# Ends the JVM (SIGTERM: a clean shutdown; SIGKILL if it takes over 15 s) and keeps storage.
+stop_jvm() {
     if [[ -f "$RUN/pid" ]]; then
         local pid; pid="$(cat "$RUN/pid")"
         if kill -0 "$pid" 2>/dev/null; then
@@ -140,6 +153,16 @@ stop() {
         fi
         rm -f "$RUN/pid"
     fi
+}
+
+restart() {
+    [[ -f "$RUN/data" && -f "$RUN/bootstrap" ]] || { echo "kafka.sh: nothing to restart" >&2; exit 1; }
+    stop_jvm
+    launch
+}
+
+stop() {
+    stop_jvm
     if [[ -f "$RUN/data" ]]; then
         local data; data="$(cat "$RUN/data")"
         # Only ever delete the directory this script created.
@@ -162,7 +185,8 @@ case "${1:-}" in
     fetch) fetch ;;
     start) start ;;
     stop) stop ;;
+    restart) restart ;;
     status) status ;;
     classpath) fetch; classpath ;;
-    *) echo "usage: $0 fetch|start|stop|status|classpath" >&2; exit 2 ;;
+    *) echo "usage: $0 fetch|start|stop|restart|status|classpath" >&2; exit 2 ;;
 esac

@@ -348,9 +348,10 @@ pub struct Consumer {
     backoff: Duration,
     failing_since: Option<Instant>,
     last_failure: String,
-    /// The response being delivered: kept out of the fetch so its memory is reclaimed by the
-    /// next receive once dropped.
+    /// The broker's wait for the next fetch (`poll`'s timeout, capped by the config).
     wait: Duration,
+    /// Transient failures retried so far.
+    retries: u64,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -387,6 +388,7 @@ impl Consumer {
             failing_since: None,
             last_failure: String::new(),
             wait: cfg.fetch_max_wait,
+            retries: 0,
         };
         let layout = c.load_layout()?;
         let count = layout.leaders.len();
@@ -439,6 +441,12 @@ impl Consumer {
     /// The next offset to be handed out for `partition` (what a checkpoint stores).
     pub fn position(&self, partition: i32) -> Option<i64> {
         self.part(partition).map(|s| s.position)
+    }
+
+    /// How many transient failures (dropped connections, unavailable brokers, moved leaders)
+    /// were retried so far: a number for the engine's metrics.
+    pub fn retries(&self) -> u64 {
+        self.retries
     }
 
     /// The end offset of a bounded read for `partition` (`None` when unbounded).
@@ -783,6 +791,7 @@ impl Consumer {
             self.backoff
         );
         self.last_failure = e.to_string();
+        self.retries += 1;
         if now.duration_since(since) > self.cfg.retry_timeout {
             let (p, s) = self
                 .parts

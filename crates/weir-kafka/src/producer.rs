@@ -127,6 +127,37 @@ pub fn murmur2(data: &[u8]) -> i32 {
     h as i32
 }
 
+/// Asks for an idempotent producer id, waiting while a fresh broker still loads its
+/// coordinator state (COORDINATOR_LOAD_IN_PROGRESS and similar).
+fn init_producer_id(conn: &mut Connection, cfg: &ProducerConfig) -> Result<(i64, i16)> {
+    let v = conn.version(ApiKey::InitProducerId, "InitProducerId", 0, 4)?;
+    let deadline = std::time::Instant::now() + cfg.request_timeout;
+    loop {
+        let resp: InitProducerIdResponse = conn.request(
+            ApiKey::InitProducerId,
+            v,
+            &InitProducerIdRequest::default()
+                // The default is Some(""), which the broker refuses: null means idempotent only.
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )?;
+        let code = resp.error_code;
+        if code == 0 {
+            return Ok((resp.producer_id.0, resp.producer_epoch));
+        }
+        if !is_retriable(code) || std::time::Instant::now() >= deadline {
+            return Err(Error::Produce {
+                topic: cfg.topic.clone(),
+                partition: -1,
+                reason: format!("InitProducerId failed: {} ({code})", error_name(code)),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -140,29 +171,7 @@ impl Producer {
         let layout = cluster::topic_layout(&mut conn, &cfg.topic)?;
         let version = conn.version(ApiKey::Produce, "Produce", 3, 12)?;
         let (producer_id, producer_epoch) = if cfg.acks == -1 {
-            let v = conn.version(ApiKey::InitProducerId, "InitProducerId", 0, 4)?;
-            let resp: InitProducerIdResponse = conn.request(
-                ApiKey::InitProducerId,
-                v,
-                &InitProducerIdRequest::default()
-                    // The default is Some(""), which the broker refuses: null means idempotent only.
-                    .with_transactional_id(None)
-                    .with_transaction_timeout_ms(60_000)
-                    .with_producer_id(ProducerId(-1))
-                    .with_producer_epoch(-1),
-            )?;
-            if resp.error_code != 0 {
-                return Err(Error::Produce {
-                    topic: cfg.topic.clone(),
-                    partition: -1,
-                    reason: format!(
-                        "InitProducerId failed: {} ({})",
-                        error_name(resp.error_code),
-                        resp.error_code
-                    ),
-                });
-            }
-            (resp.producer_id.0, resp.producer_epoch)
+            init_producer_id(&mut conn, cfg)?
         } else {
             (-1, -1)
         };
