@@ -304,6 +304,14 @@ struct LeaderFetch {
     stale: bool,
 }
 
+/// A fetch request frame and where its patchable fields are.
+struct EncodedFetch {
+    frame: Vec<u8>,
+    /// `(partition, byte position of its fetch_offset)`.
+    slots: Vec<(i32, usize)>,
+    max_wait_at: usize,
+}
+
 /// Fetch offsets are written as these placeholders (plus the slot index) while encoding, then
 /// found in the frame: the request is laid out by `kafka-protocol`, and weir only needs to
 /// know where the offsets landed to patch them before each send.
@@ -673,7 +681,11 @@ impl Consumer {
                     s.selected && !s.done && s.leader == node
                 })
                 .collect();
-            let (frame, slots, max_wait_at) = self.encode_fetch(&parts)?;
+            let EncodedFetch {
+                frame,
+                slots,
+                max_wait_at,
+            } = self.encode_fetch(&parts)?;
             let conn = match old
                 .iter()
                 .position(|f| f.node == node && f.in_flight.is_none())
@@ -694,7 +706,7 @@ impl Consumer {
         Ok(())
     }
 
-    fn encode_fetch(&self, parts: &[i32]) -> Result<(Vec<u8>, Vec<(i32, usize)>, usize)> {
+    fn encode_fetch(&self, parts: &[i32]) -> Result<EncodedFetch> {
         let topic = TopicName(StrBytes::from_string(self.cfg.topic.clone()));
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
@@ -758,7 +770,11 @@ impl Consumer {
                 reason: "fetch offsets not found in the encoded request".into(),
             });
         }
-        Ok((frame, slots, wait_at))
+        Ok(EncodedFetch {
+            frame,
+            slots,
+            max_wait_at: wait_at,
+        })
     }
 
     /// True once a bounded read has reached every end offset.

@@ -131,7 +131,7 @@ fn producer_round_trip_partitions_and_startup_modes() {
         Compression::Zstd,
     ] {
         let t = topic(&format!("rt-{}", codec.name()));
-        create_topic(&[b.clone()], &t, 4, 1, &[], false).unwrap();
+        create_topic(std::slice::from_ref(&b), &t, 4, 1, &[], false).unwrap();
         let mut p = Producer::connect(&ProducerConfig {
             brokers: vec![b.clone()],
             topic: t.clone(),
@@ -262,7 +262,7 @@ fn offsets_out_of_range_follow_offset_reset() {
         return;
     };
     let t = topic("oor");
-    create_topic(&[b.clone()], &t, 1, 1, &[], false).unwrap();
+    create_topic(std::slice::from_ref(&b), &t, 1, 1, &[], false).unwrap();
     let mut p = Producer::connect(&ProducerConfig {
         brokers: vec![b.clone()],
         topic: t.clone(),
@@ -370,7 +370,7 @@ fn unbounded_follow_and_handler_errors() {
         return;
     };
     let t = topic("follow");
-    create_topic(&[b.clone()], &t, 2, 1, &[], false).unwrap();
+    create_topic(std::slice::from_ref(&b), &t, 2, 1, &[], false).unwrap();
     let mut p = Producer::connect(&ProducerConfig {
         brokers: vec![b.clone()],
         topic: t.clone(),
@@ -443,7 +443,7 @@ fn unknown_topic_and_partition_are_errors() {
     let t = topic("missing");
     let err = Consumer::connect(&config(&b, &t)).unwrap_err();
     assert!(matches!(err, Error::Topic { .. }), "{err}");
-    create_topic(&[b.clone()], &t, 2, 1, &[], false).unwrap();
+    create_topic(std::slice::from_ref(&b), &t, 2, 1, &[], false).unwrap();
     let err = Consumer::connect(&weir_kafka::ConsumerConfig {
         partitions: PartitionSelection::List(vec![0, 5]),
         ..config(&b, &t)
@@ -499,7 +499,7 @@ fn broker_restart_mid_read_loses_and_repeats_nothing() {
     let t = topic("restart");
     let partitions = 3;
     let n = 60_000usize;
-    create_topic(&[b.clone()], &t, partitions, 1, &[], false).unwrap();
+    create_topic(std::slice::from_ref(&b), &t, partitions, 1, &[], false).unwrap();
     let mut p = Producer::connect(&ProducerConfig {
         brokers: vec![b.clone()],
         topic: t.clone(),
