@@ -29,6 +29,8 @@ pub(crate) struct Connection {
     /// next `reserve` once the previous response is dropped, so receiving does not allocate in
     /// steady state.
     rbuf: BytesMut,
+    /// The read timeout last set, so the per-fetch call is a no-op when it did not change.
+    read_timeout: Duration,
 }
 
 impl std::fmt::Debug for Connection {
@@ -74,6 +76,7 @@ impl Connection {
             correlation: 0,
             versions: Vec::new(),
             rbuf: BytesMut::with_capacity(64 * 1024),
+            read_timeout: timeout,
         };
         // ApiVersions v3 is what every broker since 2.4 answers; Kafka 4 requires it.
         let resp: ApiVersionsResponse = conn.request(
@@ -99,13 +102,18 @@ impl Connection {
     }
 
     /// Sets how long a read may block (the fetch wait plus the request timeout).
-    pub fn set_read_timeout(&self, t: Duration) -> Result<()> {
+    pub fn set_read_timeout(&mut self, t: Duration) -> Result<()> {
+        if t == self.read_timeout {
+            return Ok(());
+        }
         self.stream
             .set_read_timeout(Some(t))
             .map_err(|source| Error::Io {
                 broker: self.addr.clone(),
                 source,
-            })
+            })?;
+        self.read_timeout = t;
+        Ok(())
     }
 
     pub fn protocol(&self, api: &'static str, reason: impl Into<String>) -> Error {

@@ -14,6 +14,27 @@
 //! * [`Producer`]: a batching producer with optional compression, for loading data.
 //! * [`create_topic`]: topic creation for tests, benchmarks and `weir gen`.
 //! * [`batch`]: the record-batch parser itself, usable on any bytes.
+//!
+//! How the source options of issue 5 map onto [`ConsumerConfig`]:
+//!
+//! | SQL option | field | parsed by |
+//! |---|---|---|
+//! | `'brokers'` (comma-separated) | `brokers` | split on `,` |
+//! | `'topic'` | `topic` | |
+//! | `'partitions'` = `all` / `0,2,5-7` | `partitions` | [`PartitionSelection::from_str`](std::str::FromStr) |
+//! | `'scan.startup.mode'` + `'scan.startup.offset'` / `'scan.startup.timestamp'` | `startup` | [`StartupMode::parse`] |
+//! | bounded `SELECT` / `--follow` | `bounded` | |
+//! | `'isolation.level'` | `isolation` | [`Isolation::from_str`](std::str::FromStr) |
+//! | `'check.crcs'` | `check_crc` | |
+//! | `'offset.reset'` = `earliest` / `latest` / `fail` | `offset_reset` | [`OffsetReset::from_str`](std::str::FromStr) |
+//!
+//! The metadata columns (topic, partition, offset, timestamp, key, headers) are the fields of
+//! [`Record`]. [`Consumer::position`] and [`Consumer::seek`] are what a checkpoint needs.
+//!
+//! Limits, on purpose or not yet: no consumer groups or offset commits (weir checkpoints
+//! itself), no TLS or SASL, fetches by topic name (Fetch up to v12), and one blocking socket read
+//! per leader in turn within a `poll` (with several leaders, a slow one delays the others by at
+//! most the fetch wait).
 
 pub mod batch;
 mod cluster;
