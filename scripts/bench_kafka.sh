@@ -35,6 +35,15 @@ measure() {
     /usr/bin/time -f "%e %U %S" -o "$OUT/time" "$@" >"$OUT/stdout" 2>"$OUT/stderr" || {
         echo "bench_kafka.sh: $name failed:" >&2; tail -20 "$OUT/stderr" >&2; exit 1; }
     read -r wall user sys < "$OUT/time"
+    # Every contender must have read every message (and weir's decode produced every row).
+    case "$name" in
+        weir*) grep -q " $COUNT messages" "$OUT/stdout" || { echo "$name: wrong count: $(cat "$OUT/stdout")" >&2; exit 1; }
+               case "$name" in *decode*) grep -q " $COUNT rows" "$OUT/stdout" || { echo "$name: wrong rows" >&2; exit 1; } ;; esac
+               cat "$OUT/stdout" >> "$OUT/notes" ;;
+        kcat*) [[ "$(wc -l < "$OUT/stdout")" == "$COUNT" ]] || { echo "$name: read $(wc -l < "$OUT/stdout") messages" >&2; exit 1; } ;;
+        Java*) grep -q ", $COUNT," "$OUT/stdout" || { echo "$name: wrong count: $(cat "$OUT/stdout")" >&2; exit 1; }
+               tail -1 "$OUT/stdout" | sed 's/^/Java: /' >> "$OUT/notes" ;;
+    esac
     python3 - "$name" "$COUNT" "$wall" "$user" "$sys" <<'PY'
 import sys
 name, n, wall, user, sys_ = sys.argv[1], int(sys.argv[2]), *map(float, sys.argv[3:])
@@ -56,5 +65,8 @@ measure "weir read + decode to Arrow" "$BIN" read "$BROKER" "$TOPIC" decode crc
 measure "kcat 1.7.1 / librdkafka 2.0.2" kcat -C -b "$BROKER" -t "$TOPIC" -o beginning -e -q -f '%o\n'
 measure "Java ConsumerPerformance 4.3.1" java -Xmx512m -cp "$CP" org.apache.kafka.tools.ConsumerPerformance \
     --bootstrap-server "$BROKER" --topic "$TOPIC" --messages "$COUNT" --timeout 60000
-grep -h "msg/s" "$OUT/stdout" >/dev/null 2>&1 || true
+echo
+echo "Counts checked: every contender read $COUNT messages. In-process figures (after connect):"
+echo
+sed 's/^/    /' "$OUT/notes"
 rm -rf "$OUT"
