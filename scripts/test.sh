@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit/differential/adversarial tests, the allocation
-# count, a short stable fuzz run, the engine and CLI tests, and a pyarrow read-back of weir's
-# Parquet/IPC output (pyarrow is installed into a virtualenv under ~/.cache the first time).
+# count, a short stable fuzz run, the engine and CLI tests, the Kafka client's tests against a
+# real Apache Kafka broker (started here with scripts/kafka.sh, which needs Java 17+ and Maven,
+# and always stopped on exit), and a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
+# installed into a virtualenv under ~/.cache the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,14 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== kafka broker (scripts/kafka.sh)"
+# A run directory of its own, so a broker a developer keeps running is neither reused nor stopped.
+export WEIR_KAFKA_RUN="${WEIR_KAFKA_RUN:-$HOME/.cache/weir-kafka/run-test-$$}"
+trap 'scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"' EXIT
+WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start)"
+export WEIR_KAFKA_BOOTSTRAP
+echo "broker at $WEIR_KAFKA_BOOTSTRAP"
 
 echo "== cargo test"
 cargo test --workspace --locked

@@ -1,0 +1,308 @@
+//! What the client asks the cluster besides fetching: where a topic's partitions lead
+//! (Metadata), where their logs start and end (ListOffsets), and topic creation (CreateTopics,
+//! for loading test and benchmark data).
+
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    create_topics_request::CreatableTopic, list_offsets_request::ListOffsetsPartition,
+    list_offsets_request::ListOffsetsTopic, metadata_request::MetadataRequestTopic, ApiKey,
+    BrokerId, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::connection::Connection;
+use crate::error::{error_name, is_retriable, Error, Result};
+
+/// ListOffsets timestamp asking for the offset after the last (high watermark or LSO).
+pub const LATEST: i64 = -1;
+/// ListOffsets timestamp asking for the log start offset.
+pub const EARLIEST: i64 = -2;
+
+/// A broker of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerAddr {
+    /// Node id.
+    pub node_id: i32,
+    /// `host:port`.
+    pub addr: String,
+}
+
+/// The leaders of one topic's partitions.
+#[derive(Debug, Clone)]
+pub struct TopicLayout {
+    /// The brokers.
+    pub brokers: Vec<BrokerAddr>,
+    /// Leader node id per partition id (-1: no leader right now).
+    pub leaders: Vec<i32>,
+}
+
+impl TopicLayout {
+    /// The address of a node.
+    pub fn addr(&self, node: i32) -> Option<&str> {
+        self.brokers
+            .iter()
+            .find(|b| b.node_id == node)
+            .map(|b| b.addr.as_str())
+    }
+}
+
+/// Opens a connection to the first reachable broker of `addrs`.
+pub(crate) fn connect_any(addrs: &[String], timeout: Duration) -> Result<Connection> {
+    let mut last = String::from("no brokers given");
+    for a in addrs {
+        match Connection::open(a, timeout) {
+            Ok(c) => return Ok(c),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(Error::NoBroker {
+        brokers: addrs.to_vec(),
+        last,
+    })
+}
+
+fn topic_name(t: &str) -> TopicName {
+    TopicName(StrBytes::from_string(t.to_string()))
+}
+
+/// Asks `conn` for the layout of `topic`. A topic that does not exist is [`Error::Topic`]; one
+/// whose metadata is not ready yet (just created) is a retriable [`Error::Broker`].
+pub(crate) fn topic_layout(conn: &mut Connection, topic: &str) -> Result<TopicLayout> {
+    let v = conn.version(ApiKey::Metadata, "Metadata", 4, 12)?;
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
+        ]))
+        .with_allow_auto_topic_creation(false);
+    let resp: MetadataResponse = conn.request(ApiKey::Metadata, v, &req)?;
+    let brokers = resp
+        .brokers
+        .iter()
+        .map(|b| BrokerAddr {
+            node_id: b.node_id.0,
+            addr: format!("{}:{}", b.host.as_str(), b.port),
+        })
+        .collect();
+    let Some(t) = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
+    else {
+        return Err(Error::Topic {
+            topic: topic.to_string(),
+            reason: "not in the metadata response".into(),
+        });
+    };
+    if t.error_code == 3 {
+        return Err(Error::Topic {
+            topic: topic.to_string(),
+            reason: "does not exist (UNKNOWN_TOPIC_OR_PARTITION)".into(),
+        });
+    }
+    if t.error_code != 0 {
+        return Err(Error::Broker {
+            topic: topic.to_string(),
+            partition: -1,
+            offset: -1,
+            api: "Metadata",
+            code: t.error_code,
+            name: error_name(t.error_code),
+        });
+    }
+    let count = t
+        .partitions
+        .iter()
+        .map(|p| p.partition_index)
+        .max()
+        .map_or(0, |m| m + 1);
+    if count <= 0 || count > 1_000_000 {
+        return Err(Error::Topic {
+            topic: topic.to_string(),
+            reason: format!("has {count} partitions"),
+        });
+    }
+    let mut leaders = vec![-1; count as usize];
+    for p in &t.partitions {
+        if p.partition_index >= 0 && p.error_code == 0 {
+            leaders[p.partition_index as usize] = p.leader_id.0;
+        }
+    }
+    Ok(TopicLayout { brokers, leaders })
+}
+
+/// One partition's answer to ListOffsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListedOffset {
+    pub partition: i32,
+    /// The offset, or -1 when no record has a timestamp at or after the one asked.
+    pub offset: i64,
+    pub error_code: i16,
+}
+
+/// Asks the leader on `conn` for an offset per partition (`timestamp` is [`EARLIEST`],
+/// [`LATEST`] or milliseconds since the epoch). `read_committed` makes LATEST the last stable
+/// offset.
+pub(crate) fn list_offsets(
+    conn: &mut Connection,
+    topic: &str,
+    partitions: &[i32],
+    timestamp: i64,
+    read_committed: bool,
+) -> Result<Vec<ListedOffset>> {
+    let v = conn.version(ApiKey::ListOffsets, "ListOffsets", 2, 7)?;
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(i8::from(read_committed))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|&p| {
+                        ListOffsetsPartition::default()
+                            .with_partition_index(p)
+                            .with_current_leader_epoch(-1)
+                            .with_timestamp(timestamp)
+                    })
+                    .collect(),
+            )]);
+    let resp: ListOffsetsResponse = conn.request(ApiKey::ListOffsets, v, &req)?;
+    let mut out = Vec::with_capacity(partitions.len());
+    for t in &resp.topics {
+        if t.name.0.as_str() != topic {
+            continue;
+        }
+        for p in &t.partitions {
+            out.push(ListedOffset {
+                partition: p.partition_index,
+                offset: p.offset,
+                error_code: p.error_code,
+            });
+        }
+    }
+    for &p in partitions {
+        if !out.iter().any(|o| o.partition == p) {
+            return Err(conn.protocol("ListOffsets", format!("no answer for partition {p}")));
+        }
+    }
+    Ok(out)
+}
+
+/// Turns a ListOffsets error code into an error (retriable or not).
+pub(crate) fn listed_error(topic: &str, o: &ListedOffset) -> Error {
+    Error::Broker {
+        topic: topic.to_string(),
+        partition: o.partition,
+        offset: -1,
+        api: "ListOffsets",
+        code: o.error_code,
+        name: error_name(o.error_code),
+    }
+}
+
+/// True when `e` is a partition error worth a metadata refresh and another try.
+pub(crate) fn retriable(e: &Error) -> bool {
+    match e {
+        Error::Broker { code, .. } => is_retriable(*code),
+        other => other.is_transient(),
+    }
+}
+
+/// Creates `topic` with `partitions` partitions (replication factor 1 unless given) and waits
+/// until its partitions have leaders. `configs` are topic settings such as
+/// `("compression.type", "zstd")`. An existing topic is an error unless `if_not_exists`.
+pub fn create_topic(
+    brokers: &[String],
+    topic: &str,
+    partitions: i32,
+    replication: i16,
+    configs: &[(&str, &str)],
+    if_not_exists: bool,
+) -> Result<()> {
+    let timeout = Duration::from_secs(30);
+    let mut conn = connect_any(brokers, timeout)?;
+    let v = conn.version(ApiKey::CreateTopics, "CreateTopics", 2, 7)?;
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatableTopic::default()
+        .with_name(topic_name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(replication)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, val)| {
+                    kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string((*k).to_string()))
+                        .with_value(Some(StrBytes::from_string((*val).to_string())))
+                })
+                .collect(),
+        )]);
+    let resp: CreateTopicsResponse = conn.request(ApiKey::CreateTopics, v, &req)?;
+    for t in &resp.topics {
+        if t.error_code == 36 && if_not_exists {
+            continue;
+        }
+        if t.error_code != 0 {
+            return Err(Error::Topic {
+                topic: topic.to_string(),
+                reason: format!(
+                    "cannot create: {} {}",
+                    error_name(t.error_code),
+                    t.error_message.as_ref().map_or("", |m| m.as_str())
+                ),
+            });
+        }
+    }
+    // The topic exists once the controller says so; wait until every partition has a leader.
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match topic_layout(&mut conn, topic) {
+            Ok(l)
+                if l.leaders.len() >= partitions as usize && l.leaders.iter().all(|&x| x >= 0) =>
+            {
+                // Metadata can name a leader before that broker serves the partition; a
+                // ListOffsets answered without error by every leader means it does.
+                if leaders_serve(&l, topic, timeout)? {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok(_) | Err(Error::Topic { .. }) | Err(Error::Broker { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok(_) => {
+                return Err(Error::Topic {
+                    topic: topic.to_string(),
+                    reason: "partitions have no leader 30 s after creation".into(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// True when every partition's leader answers ListOffsets for it without error.
+fn leaders_serve(layout: &TopicLayout, topic: &str, timeout: Duration) -> Result<bool> {
+    let mut nodes = layout.leaders.clone();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for node in nodes {
+        let Some(addr) = layout.addr(node) else {
+            return Ok(false);
+        };
+        let mine: Vec<i32> = (0..layout.leaders.len() as i32)
+            .filter(|&p| layout.leaders[p as usize] == node)
+            .collect();
+        let mut conn = Connection::open(addr, timeout)?;
+        let listed = list_offsets(&mut conn, topic, &mine, LATEST, false)?;
+        if listed.iter().any(|o| o.error_code != 0) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

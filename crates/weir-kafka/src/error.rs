@@ -1,0 +1,197 @@
+//! The crate's errors. Everything that concerns data names the topic, the partition and the
+//! offset, so that a failed query says where to look.
+
+use crate::batch::BatchError;
+
+/// A Kafka client error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration cannot work.
+    #[error("kafka config: {0}")]
+    Config(String),
+    /// No broker of the list could be reached (after retries).
+    #[error("kafka: cannot reach any broker of {brokers:?}: {last}")]
+    NoBroker {
+        /// The brokers tried.
+        brokers: Vec<String>,
+        /// The last failure.
+        last: String,
+    },
+    /// A socket failed talking to a broker.
+    #[error("kafka broker {broker}: {source}")]
+    Io {
+        /// `host:port`.
+        broker: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A broker sent bytes that do not frame or decode as the expected response.
+    #[error("kafka broker {broker}: malformed {api} response: {reason}")]
+    Protocol {
+        /// `host:port`.
+        broker: String,
+        /// The API (Fetch, Metadata, ...).
+        api: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The broker does not support a version of an API this client needs.
+    #[error("kafka broker {broker} does not support {api} v{min}..v{max} (it offers v{offered_min}..v{offered_max})")]
+    UnsupportedVersion {
+        /// `host:port`.
+        broker: String,
+        /// The API.
+        api: &'static str,
+        /// Lowest version this client speaks.
+        min: i16,
+        /// Highest version this client speaks.
+        max: i16,
+        /// Lowest version the broker offers.
+        offered_min: i16,
+        /// Highest version the broker offers.
+        offered_max: i16,
+    },
+    /// The topic does not exist (or is not visible).
+    #[error("kafka topic {topic}: {reason}")]
+    Topic {
+        /// The topic.
+        topic: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// A broker answered a request about a partition with an error code that is not retried.
+    #[error("kafka {topic}/{partition} at offset {offset}: {api} failed with error code {code} ({name})")]
+    Broker {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The partition's position when it happened (-1 when not yet known).
+        offset: i64,
+        /// The API.
+        api: &'static str,
+        /// Kafka's error code.
+        code: i16,
+        /// Kafka's name for it.
+        name: &'static str,
+    },
+    /// The position is outside the partition's log and `offset.reset` is `fail`.
+    #[error("kafka {topic}/{partition}: offset {offset} is out of range (log is {log_start}..{log_end}); set 'offset.reset' = 'earliest' or 'latest' to move on")]
+    OffsetOutOfRange {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The requested offset.
+        offset: i64,
+        /// First offset in the log.
+        log_start: i64,
+        /// Offset after the last in the log.
+        log_end: i64,
+    },
+    /// A record batch is corrupt.
+    #[error("kafka {topic}/{partition}: corrupt record batch at offset {offset}: {error}")]
+    CorruptBatch {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The batch's base offset (or the fetch position when the header itself is bad).
+        offset: i64,
+        /// What is wrong.
+        error: BatchError,
+    },
+    /// A partition made no progress for longer than `retry_timeout`.
+    #[error(
+        "kafka {topic}/{partition} at offset {offset}: gave up after {secs} s of failures: {last}"
+    )]
+    RetriesExhausted {
+        /// The topic.
+        topic: String,
+        /// A partition that was waiting.
+        partition: i32,
+        /// Its position.
+        offset: i64,
+        /// How long it kept trying.
+        secs: u64,
+        /// The last failure.
+        last: String,
+    },
+    /// The record handler returned an error; the record was not consumed.
+    #[error("kafka {topic}/{partition} at offset {offset}: the record handler failed: {source}")]
+    Handler {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+        /// The handler's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A produce request failed.
+    #[error("kafka produce to {topic}/{partition}: {reason}")]
+    Produce {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// True for failures worth retrying after a metadata refresh (sockets, protocol hiccups).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Io { .. } | Self::NoBroker { .. } | Self::Protocol { .. }
+        )
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Kafka's name for an error code (the common ones; others are "UNKNOWN").
+pub fn error_name(code: i16) -> &'static str {
+    match code {
+        0 => "NONE",
+        1 => "OFFSET_OUT_OF_RANGE",
+        2 => "CORRUPT_MESSAGE",
+        3 => "UNKNOWN_TOPIC_OR_PARTITION",
+        5 => "LEADER_NOT_AVAILABLE",
+        6 => "NOT_LEADER_OR_FOLLOWER",
+        7 => "REQUEST_TIMED_OUT",
+        9 => "REPLICA_NOT_AVAILABLE",
+        10 => "MESSAGE_TOO_LARGE",
+        13 => "NETWORK_EXCEPTION",
+        14 => "COORDINATOR_LOAD_IN_PROGRESS",
+        15 => "COORDINATOR_NOT_AVAILABLE",
+        19 => "NOT_ENOUGH_REPLICAS",
+        20 => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        29 => "TOPIC_AUTHORIZATION_FAILED",
+        35 => "UNSUPPORTED_VERSION",
+        36 => "TOPIC_ALREADY_EXISTS",
+        37 => "INVALID_PARTITIONS",
+        56 => "KAFKA_STORAGE_ERROR",
+        74 => "FENCED_LEADER_EPOCH",
+        75 => "UNKNOWN_LEADER_EPOCH",
+        78 => "OFFSET_NOT_AVAILABLE",
+        87 => "INVALID_RECORD",
+        100 => "UNKNOWN_TOPIC_ID",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Error codes after which a metadata refresh and a retry can succeed (leadership moved, a
+/// broker is restarting, a replica is catching up).
+pub fn is_retriable(code: i16) -> bool {
+    matches!(
+        code,
+        3 | 5 | 6 | 7 | 9 | 13 | 14 | 15 | 19 | 20 | 56 | 74 | 75 | 78 | 100
+    )
+}

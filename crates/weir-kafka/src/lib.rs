@@ -1,0 +1,55 @@
+//! weir's native Kafka client.
+//!
+//! This crate owns everything between a Kafka broker and a message slice: the wire protocol
+//! (framing of ApiVersions, Metadata, ListOffsets, Fetch, Produce and CreateTopics comes from
+//! the `kafka-protocol` crate), the record-batch v2 parser (weir's own, zero-copy and
+//! zero-allocation: the hot path demands it), decompression (gzip, snappy, lz4, zstd) into a
+//! reused buffer, CRC32C checks, read_committed filtering of aborted transactions, leader
+//! routing, pipelined fetches, retries with backoff, and offset reset. It does not decode
+//! messages: the engine's decoder reads each value in place, straight from the fetch buffer.
+//!
+//! * [`Consumer`]: one topic, a static set of partitions, single-threaded and `Send`, no
+//!   consumer group (weir checkpoints offsets itself). [`Consumer::poll`] calls a closure with
+//!   a [`Record`] whose key, value and headers are slices of the response.
+//! * [`Producer`]: a batching producer with optional compression, for loading data.
+//! * [`create_topic`]: topic creation for tests, benchmarks and `weir gen`.
+//! * [`batch`]: the record-batch parser itself, usable on any bytes.
+//!
+//! How the source options of issue 5 map onto [`ConsumerConfig`]:
+//!
+//! | SQL option | field | parsed by |
+//! |---|---|---|
+//! | `'brokers'` (comma-separated) | `brokers` | split on `,` |
+//! | `'topic'` | `topic` | |
+//! | `'partitions'` = `all` / `0,2,5-7` | `partitions` | [`PartitionSelection::from_str`](std::str::FromStr) |
+//! | `'scan.startup.mode'` + `'scan.startup.offset'` / `'scan.startup.timestamp'` | `startup` | [`StartupMode::parse`] |
+//! | bounded `SELECT` / `--follow` | `bounded` | |
+//! | `'isolation.level'` | `isolation` | [`Isolation::from_str`](std::str::FromStr) |
+//! | `'check.crcs'` | `check_crc` | |
+//! | `'offset.reset'` = `earliest` / `latest` / `fail` | `offset_reset` | [`OffsetReset::from_str`](std::str::FromStr) |
+//!
+//! The metadata columns (topic, partition, offset, timestamp, key, headers) are the fields of
+//! [`Record`]. [`Consumer::position`] and [`Consumer::seek`] are what a checkpoint needs.
+//!
+//! Limits, on purpose or not yet: no consumer groups or offset commits (weir checkpoints
+//! itself), no TLS or SASL, fetches by topic name (Fetch up to v12), and one blocking socket read
+//! per leader in turn within a `poll` (with several leaders, a slow one delays the others by at
+//! most the fetch wait).
+
+pub mod batch;
+mod cluster;
+mod compression;
+mod connection;
+mod consumer;
+mod error;
+mod producer;
+
+pub use batch::{Compression, Headers};
+pub use cluster::create_topic;
+pub use compression::Decompressor;
+pub use consumer::{
+    Consumer, ConsumerConfig, Isolation, OffsetReset, PartitionSelection, PollStatus, Record,
+    StartupMode,
+};
+pub use error::{Error, Result};
+pub use producer::{murmur2, Producer, ProducerConfig};

@@ -1,0 +1,459 @@
+//! A simple batching producer, good enough for loading test and benchmark data: records are
+//! collected per partition into v2 batches (optionally compressed), and each full batch goes
+//! to its leader in a produce request; up to a few requests per broker are in flight at once.
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    produce_request::{PartitionProduceData, TopicProduceData},
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+    ProducerId, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::batch::{finish_batch, BatchSpec, Compression, RecordsWriter};
+use crate::cluster::{self, TopicLayout};
+use crate::compression::compress;
+use crate::connection::{decode_response, Connection};
+use crate::error::{error_name, is_retriable, Error, Result};
+
+/// Producer settings.
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// Bootstrap brokers, `host:port`.
+    pub brokers: Vec<String>,
+    /// The topic (it must exist; see [`crate::create_topic`]).
+    pub topic: String,
+    /// Batch compression.
+    pub compression: Compression,
+    /// A partition's batch is sent once its records take this many bytes (uncompressed).
+    /// Keep it under the broker's `message.max.bytes` (1 MiB by default).
+    pub batch_bytes: usize,
+    /// `acks`: 0, 1 or -1 (all in-sync replicas).
+    pub acks: i16,
+    /// Produce requests in flight per broker before waiting for the oldest answer (at most one
+    /// per partition, so that a retry cannot reorder a partition's records).
+    pub max_in_flight: usize,
+    /// Socket and produce timeout.
+    pub request_timeout: Duration,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        Self {
+            brokers: Vec::new(),
+            topic: String::new(),
+            compression: Compression::None,
+            batch_bytes: 900 << 10,
+            acks: -1,
+            max_in_flight: 5,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A request sent and not yet answered, kept so it can be sent again after a leader move.
+struct Pending {
+    correlation: i32,
+    partition: i32,
+    batch: Bytes,
+}
+
+struct BrokerLink {
+    node: i32,
+    conn: Connection,
+    pending: VecDeque<Pending>,
+}
+
+/// Writes records to one topic.
+pub struct Producer {
+    cfg: ProducerConfig,
+    layout: TopicLayout,
+    links: Vec<BrokerLink>,
+    version: i16,
+    /// One open batch per partition id.
+    open: Vec<RecordsWriter>,
+    compressed: Vec<u8>,
+    sticky: usize,
+    sent: u64,
+    /// Idempotence (KIP-98): the broker drops duplicates and refuses gaps by sequence number,
+    /// so retried batches neither duplicate nor reorder records. -1 when acks is not -1.
+    producer_id: i64,
+    producer_epoch: i16,
+    /// Next sequence number per partition id.
+    sequences: Vec<i32>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("topic", &self.cfg.topic)
+            .finish()
+    }
+}
+
+/// Kafka's murmur2 (as the Java client's default partitioner uses it), so keyed records land in
+/// the same partitions as they would from a Java producer.
+pub fn murmur2(data: &[u8]) -> i32 {
+    const M: u32 = 0x5bd1_e995;
+    const SEED: u32 = 0x9747_b28c;
+    let len = data.len() as u32;
+    let mut h = SEED ^ len;
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let r = chunks.remainder();
+    if r.len() >= 3 {
+        h ^= u32::from(r[2]) << 16;
+    }
+    if r.len() >= 2 {
+        h ^= u32::from(r[1]) << 8;
+    }
+    if !r.is_empty() {
+        h ^= u32::from(r[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// Asks for an idempotent producer id, waiting while a fresh broker still loads its
+/// coordinator state (COORDINATOR_LOAD_IN_PROGRESS and similar).
+fn init_producer_id(conn: &mut Connection, cfg: &ProducerConfig) -> Result<(i64, i16)> {
+    let v = conn.version(ApiKey::InitProducerId, "InitProducerId", 0, 4)?;
+    let deadline = std::time::Instant::now() + cfg.request_timeout;
+    loop {
+        let resp: InitProducerIdResponse = conn.request(
+            ApiKey::InitProducerId,
+            v,
+            &InitProducerIdRequest::default()
+                // The default is Some(""), which the broker refuses: null means idempotent only.
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )?;
+        let code = resp.error_code;
+        if code == 0 {
+            return Ok((resp.producer_id.0, resp.producer_epoch));
+        }
+        if !is_retriable(code) || std::time::Instant::now() >= deadline {
+            return Err(Error::Produce {
+                topic: cfg.topic.clone(),
+                partition: -1,
+                reason: format!("InitProducerId failed: {} ({code})", error_name(code)),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Producer {
+    /// Connects and reads the topic's layout.
+    pub fn connect(cfg: &ProducerConfig) -> Result<Self> {
+        let mut conn = cluster::connect_any(&cfg.brokers, cfg.request_timeout)?;
+        let layout = cluster::topic_layout(&mut conn, &cfg.topic)?;
+        let version = conn.version(ApiKey::Produce, "Produce", 3, 12)?;
+        let (producer_id, producer_epoch) = if cfg.acks == -1 {
+            init_producer_id(&mut conn, cfg)?
+        } else {
+            (-1, -1)
+        };
+        Ok(Self {
+            sequences: vec![0; layout.leaders.len()],
+            producer_id,
+            producer_epoch,
+            open: vec![RecordsWriter::default(); layout.leaders.len()],
+            cfg: cfg.clone(),
+            layout,
+            links: Vec::new(),
+            version,
+            compressed: Vec::new(),
+            sticky: 0,
+            sent: 0,
+        })
+    }
+
+    /// The topic's partition count.
+    pub fn partitions(&self) -> i32 {
+        self.layout.leaders.len() as i32
+    }
+
+    /// Records acknowledged or in flight so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Queues a record. `partition` `None` picks one: by murmur2 of the key like the Java
+    /// client, or for keyless records the current sticky partition.
+    pub fn send(&mut self, partition: Option<i32>, key: Option<&[u8]>, value: &[u8]) -> Result<()> {
+        self.send_with(partition, key, Some(value), &[], None)
+    }
+
+    /// Queues a record with headers, a null value (tombstone) or an explicit timestamp (ms).
+    pub fn send_with(
+        &mut self,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+        timestamp: Option<i64>,
+    ) -> Result<()> {
+        let count = self.open.len();
+        let p = match partition {
+            Some(p) if p >= 0 && (p as usize) < count => p as usize,
+            Some(p) => {
+                return Err(Error::Produce {
+                    topic: self.cfg.topic.clone(),
+                    partition: p,
+                    reason: format!("the topic has partitions 0..{}", count - 1),
+                })
+            }
+            None => match key {
+                Some(k) => ((murmur2(k) & 0x7fff_ffff) as usize) % count,
+                None => self.sticky % count,
+            },
+        };
+        self.open[p].push(timestamp.unwrap_or_else(now_ms), key, value, headers);
+        if self.open[p].buf.len() >= self.cfg.batch_bytes {
+            if partition.is_none() && key.is_none() {
+                self.sticky = self.sticky.wrapping_add(1);
+            }
+            self.ship(p as i32)?;
+        }
+        Ok(())
+    }
+
+    /// Sends every open batch and waits until the broker acknowledged all of them.
+    pub fn flush(&mut self) -> Result<()> {
+        for p in 0..self.open.len() {
+            if self.open[p].count > 0 {
+                self.ship(p as i32)?;
+            }
+        }
+        for i in 0..self.links.len() {
+            while !self.links[i].pending.is_empty() {
+                self.await_oldest(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn produce_error(&self, partition: i32, reason: impl Into<String>) -> Error {
+        Error::Produce {
+            topic: self.cfg.topic.clone(),
+            partition,
+            reason: reason.into(),
+        }
+    }
+
+    /// Closes partition `p`'s batch and sends it.
+    fn ship(&mut self, p: i32) -> Result<()> {
+        let w = &self.open[p as usize];
+        let c = self.cfg.compression;
+        compress(c, &w.buf, &mut self.compressed)
+            .map_err(|e| self.produce_error(p, format!("compression failed: {e}")))?;
+        let mut batch = Vec::with_capacity(self.compressed.len() + 64);
+        let seq = &mut self.sequences[p as usize];
+        let spec = BatchSpec {
+            attributes: c.id(),
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: if self.producer_id >= 0 { *seq } else { -1 },
+            ..BatchSpec::default()
+        };
+        // Sequence numbers wrap at i32::MAX, as the Java client's do.
+        *seq = seq.wrapping_add(w.count) & i32::MAX;
+        finish_batch(&mut batch, &spec, w, &self.compressed);
+        self.sent += w.count as u64;
+        self.open[p as usize].clear();
+        self.submit(p, Bytes::from(batch))
+    }
+
+    fn link(&mut self, p: i32) -> Result<usize> {
+        let node = self.layout.leaders[p as usize];
+        if let Some(i) = self.links.iter().position(|l| l.node == node) {
+            return Ok(i);
+        }
+        let addr = self
+            .layout
+            .addr(node)
+            .ok_or_else(|| self.produce_error(p, format!("no address for leader {node}")))?
+            .to_string();
+        let conn = Connection::open(&addr, self.cfg.request_timeout)?;
+        self.links.push(BrokerLink {
+            node,
+            conn,
+            pending: VecDeque::new(),
+        });
+        Ok(self.links.len() - 1)
+    }
+
+    fn submit(&mut self, p: i32, batch: Bytes) -> Result<()> {
+        let i = self.link(p)?;
+        // One batch per partition in flight: a broker accepts a later sequence number from a
+        // producer it has no state for, so a retried earlier batch could otherwise be refused
+        // or land after it. Other partitions' batches still overlap.
+        while self.links[i].pending.iter().any(|x| x.partition == p) {
+            self.await_oldest(i)?;
+        }
+        let req = ProduceRequest::default()
+            .with_acks(self.cfg.acks)
+            .with_timeout_ms(self.cfg.request_timeout.as_millis().min(i32::MAX as u128) as i32)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(self.cfg.topic.clone())))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(p)
+                    .with_records(Some(batch.clone()))])]);
+        let mut frame = Connection::encode_frame(ApiKey::Produce, self.version, 0, &req)
+            .map_err(|e| self.produce_error(p, e))?;
+        let link = &mut self.links[i];
+        let correlation = link.conn.send_frame(&mut frame)?;
+        if self.cfg.acks == 0 {
+            return Ok(());
+        }
+        link.pending.push_back(Pending {
+            correlation,
+            partition: p,
+            batch,
+        });
+        if self.links[i].pending.len() >= self.in_flight_limit() {
+            self.await_oldest(i)?;
+        }
+        Ok(())
+    }
+
+    fn in_flight_limit(&self) -> usize {
+        self.cfg.max_in_flight.max(1)
+    }
+
+    /// The error code for the pending batch's partition in a produce response.
+    fn answer(&mut self, i: usize, pending: &Pending) -> Result<(i16, String)> {
+        let link = &mut self.links[i];
+        let mut body = link.conn.recv_frame("Produce", pending.correlation)?;
+        let resp: ProduceResponse = decode_response(ApiKey::Produce, self.version, &mut body)
+            .map_err(|e| link.conn.protocol("Produce", e))?;
+        for t in &resp.responses {
+            for pr in &t.partition_responses {
+                if pr.index == pending.partition && pr.error_code != 0 {
+                    let message = pr
+                        .error_message
+                        .as_ref()
+                        .map_or(String::new(), |m| m.as_str().to_string());
+                    return Ok((pr.error_code, message));
+                }
+            }
+        }
+        Ok((0, String::new()))
+    }
+
+    fn await_oldest(&mut self, i: usize) -> Result<()> {
+        let Some(pending) = self.links[i].pending.pop_front() else {
+            return Ok(());
+        };
+        let (code, message) = self.answer(i, &pending)?;
+        // DUPLICATE_SEQUENCE_NUMBER: an earlier attempt of this very batch was written.
+        if code == 0 || code == DUPLICATE_SEQUENCE {
+            return Ok(());
+        }
+        if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+            return Err(self.produce_error(
+                pending.partition,
+                format!("{} ({code}) {message}", error_name(code)),
+            ));
+        }
+        // The leader moved (or is not ready yet). Every later batch on this link may fail the
+        // same way, so collect the failures and resend them one by one after a refresh (they
+        // are of other partitions: one batch per partition is in flight).
+        let mut failed = vec![pending];
+        while let Some(next) = self.links[i].pending.pop_front() {
+            let (code, message) = self.answer(i, &next)?;
+            if code == 0 || code == DUPLICATE_SEQUENCE {
+                continue;
+            }
+            if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+                return Err(self.produce_error(
+                    next.partition,
+                    format!("{} ({code}) {message}", error_name(code)),
+                ));
+            }
+            failed.push(next);
+        }
+        for f in failed {
+            self.resend(f)?;
+        }
+        Ok(())
+    }
+
+    /// Sends one failed batch again, synchronously, refreshing the layout between attempts.
+    fn resend(&mut self, f: Pending) -> Result<()> {
+        let mut last = String::new();
+        for attempt in 1..=10u64 {
+            std::thread::sleep(Duration::from_millis(50 * attempt));
+            let mut conn = cluster::connect_any(&self.cfg.brokers, self.cfg.request_timeout)?;
+            self.layout = cluster::topic_layout(&mut conn, &self.cfg.topic)?;
+            if self.layout.leaders[f.partition as usize] < 0 {
+                continue;
+            }
+            // Connections to a node that lost leadership are kept: it may lead others.
+            let i = self.link(f.partition)?;
+            let before = self.links[i].pending.len();
+            self.submit(f.partition, f.batch.clone())?;
+            if self.links[i].pending.len() == before {
+                return Ok(()); // acks = 0, or answered inside submit
+            }
+            let Some(p) = self.links[i].pending.pop_back() else {
+                return Ok(());
+            };
+            let (code, message) = self.answer(i, &p)?;
+            if code == 0 || code == DUPLICATE_SEQUENCE {
+                return Ok(());
+            }
+            last = format!("{} ({code}) {message}", error_name(code));
+            if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+                break;
+            }
+        }
+        Err(self.produce_error(f.partition, format!("gave up resending: {last}")))
+    }
+}
+
+/// OUT_OF_ORDER_SEQUENCE_NUMBER: an earlier batch of the partition failed; resend in order.
+const OUT_OF_ORDER_SEQUENCE: i16 = 45;
+/// DUPLICATE_SEQUENCE_NUMBER: the batch was already written.
+const DUPLICATE_SEQUENCE: i16 = 46;
+
+#[cfg(test)]
+mod tests {
+    use super::murmur2;
+
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        // Values from Kafka's UtilsTest.testMurmur2.
+        assert_eq!(murmur2(b"21"), -973932308);
+        assert_eq!(murmur2(b"foobar"), -790332482);
+        assert_eq!(murmur2(b"a-little-bit-long-string"), -985981536);
+        assert_eq!(murmur2(b"a-little-bit-longer-string"), -1486304829);
+        assert_eq!(
+            murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"),
+            -58897971
+        );
+        assert_eq!(murmur2(b"abc"), 479470107);
+    }
+}

@@ -1,0 +1,579 @@
+//! weir's consumer and producer against a real Apache Kafka broker (started by
+//! `scripts/test.sh` through `scripts/kafka.sh`; see `common::bootstrap`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{bootstrap, config, drain, java_load, java_value, topic};
+use weir_kafka::{
+    create_topic, murmur2, Compression, Consumer, Error, Isolation, OffsetReset,
+    PartitionSelection, PollStatus, Producer, ProducerConfig, StartupMode,
+};
+
+/// Data written by Kafka's Java producer with each codec reads back exactly: every record once,
+/// in offset order per partition, with its key, value, header and a plausible timestamp.
+#[test]
+fn java_producer_batches_with_every_codec() {
+    let Some(b) = bootstrap("java_producer_batches_with_every_codec") else {
+        return;
+    };
+    let prefix = topic("codecs");
+    let (partitions, count) = (3usize, 3000usize);
+    java_load(&[
+        "codecs",
+        &b,
+        &prefix,
+        &partitions.to_string(),
+        &count.to_string(),
+    ]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let t = format!("{prefix}-{codec}");
+        let mut c = Consumer::connect(&config(&b, &t)).unwrap();
+        let got = drain(&mut c);
+        let total: usize = got.values().map(Vec::len).sum();
+        assert_eq!(total, count, "{codec}: record count");
+        for p in 0..partitions {
+            let recs = &got[&(p as i32)];
+            for (k, r) in recs.iter().enumerate() {
+                let i = p + k * partitions;
+                assert_eq!(r.offset, k as i64, "{codec} p{p}");
+                assert_eq!(
+                    r.key.as_deref(),
+                    Some(format!("k{i}").as_bytes()),
+                    "{codec}"
+                );
+                assert_eq!(r.value.as_deref(), Some(&java_value(i)[..]), "{codec}");
+                assert_eq!(
+                    r.headers,
+                    vec![(b"i".to_vec(), Some(i.to_string().into_bytes()))],
+                    "{codec}"
+                );
+                assert!(r.timestamp > now - 600_000 && r.timestamp <= now + 60_000);
+            }
+            assert_eq!(c.position(p as i32), Some(recs.len() as i64));
+        }
+    }
+}
+
+/// Transactions from the Java producer, some committed and some aborted: read_committed returns
+/// exactly the committed records and no control records; read_uncommitted returns all records.
+#[test]
+fn read_committed_drops_aborted_transactions() {
+    let Some(b) = bootstrap("read_committed_drops_aborted_transactions") else {
+        return;
+    };
+    let t = topic("tx");
+    let (partitions, txns, per) = (2usize, 12usize, 7usize);
+    java_load(&[
+        "tx",
+        &b,
+        &t,
+        &partitions.to_string(),
+        &txns.to_string(),
+        &per.to_string(),
+    ]);
+    let expected = |committed_only: bool| -> BTreeSet<String> {
+        (0..txns)
+            .filter(|t| !committed_only || t % 3 != 1)
+            .flat_map(|t| (0..per).map(move |j| format!("t{t}-{j}")))
+            .collect()
+    };
+    for (isolation, committed_only) in [
+        (Isolation::ReadCommitted, true),
+        (Isolation::ReadUncommitted, false),
+    ] {
+        let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+            isolation,
+            ..config(&b, &t)
+        })
+        .unwrap();
+        let got = drain(&mut c);
+        let mut values = Vec::new();
+        for recs in got.values() {
+            let mut last = -1;
+            for r in recs {
+                assert!(r.offset > last);
+                last = r.offset;
+                let v = String::from_utf8(r.value.clone().unwrap()).unwrap();
+                let key = String::from_utf8(r.key.clone().unwrap()).unwrap();
+                assert_eq!(key, format!("k{}", &v[1..]));
+                values.push(v);
+            }
+        }
+        let set: BTreeSet<String> = values.iter().cloned().collect();
+        assert_eq!(set.len(), values.len(), "{isolation:?}: duplicates");
+        assert_eq!(set, expected(committed_only), "{isolation:?}");
+        // The commit/abort markers take offsets too: the read ends past the last one.
+        for p in 0..partitions as i32 {
+            assert_eq!(c.position(p), c.end_offset(p));
+        }
+    }
+}
+
+/// weir's own producer with each codec; a static partition subset; keys partitioned as the Java
+/// client would; every startup mode.
+#[test]
+fn producer_round_trip_partitions_and_startup_modes() {
+    let Some(b) = bootstrap("producer_round_trip_partitions_and_startup_modes") else {
+        return;
+    };
+    for codec in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let t = topic(&format!("rt-{}", codec.name()));
+        create_topic(std::slice::from_ref(&b), &t, 4, 1, &[], false).unwrap();
+        let mut p = Producer::connect(&ProducerConfig {
+            brokers: vec![b.clone()],
+            topic: t.clone(),
+            compression: codec,
+            batch_bytes: 16 << 10,
+            ..ProducerConfig::default()
+        })
+        .unwrap();
+        let n = 4000;
+        for i in 0..n {
+            let key = format!("key-{i}");
+            let value = format!("value-{i}");
+            p.send_with(
+                None,
+                Some(key.as_bytes()),
+                if i % 100 == 99 {
+                    None
+                } else {
+                    Some(value.as_bytes())
+                },
+                &[(b"n", Some(i.to_string().as_bytes())), (b"null", None)],
+                Some(1_700_000_000_000 + i as i64),
+            )
+            .unwrap();
+        }
+        p.flush().unwrap();
+
+        // Partitions 1 and 3 only.
+        let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+            partitions: PartitionSelection::List(vec![1, 3]),
+            ..config(&b, &t)
+        })
+        .unwrap();
+        assert_eq!(c.partitions(), vec![1, 3]);
+        let got = drain(&mut c);
+        let expect: Vec<usize> = (0..n)
+            .filter(|i| {
+                let part = (murmur2(format!("key-{i}").as_bytes()) & 0x7fff_ffff) % 4;
+                part == 1 || part == 3
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for (part, recs) in &got {
+            assert!(*part == 1 || *part == 3);
+            for (k, r) in recs.iter().enumerate() {
+                assert_eq!(r.offset, k as i64);
+                let i: usize = std::str::from_utf8(&r.headers[0].1.clone().unwrap())
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert_eq!(r.key.as_deref(), Some(format!("key-{i}").as_bytes()));
+                if i % 100 == 99 {
+                    assert_eq!(r.value, None);
+                } else {
+                    assert_eq!(r.value.as_deref(), Some(format!("value-{i}").as_bytes()));
+                }
+                assert_eq!(r.headers[1], (b"null".to_vec(), None));
+                assert_eq!(r.timestamp, 1_700_000_000_000 + i as i64);
+                seen.push(i);
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, expect, "{codec:?}");
+
+        if codec != Compression::None {
+            continue;
+        }
+        // Startup modes, checked on one codec: Offset, Offsets, Latest, Timestamp.
+        let all = drain(&mut Consumer::connect(&config(&b, &t)).unwrap());
+        let sizes: Vec<i64> = (0..4).map(|p| all[&p].len() as i64).collect();
+        let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+            startup: StartupMode::Offset(10),
+            ..config(&b, &t)
+        })
+        .unwrap();
+        let got = drain(&mut c);
+        for p in 0..4 {
+            assert_eq!(got[&p].len() as i64, sizes[p as usize] - 10);
+            assert_eq!(got[&p][0], all[&p][10]);
+        }
+        let got = drain(
+            &mut Consumer::connect(&weir_kafka::ConsumerConfig {
+                startup: StartupMode::Offsets(vec![(2, 5)]),
+                partitions: PartitionSelection::List(vec![2]),
+                ..config(&b, &t)
+            })
+            .unwrap(),
+        );
+        assert_eq!(got[&2][..], all[&2][5..]);
+        let mut latest = Consumer::connect(&weir_kafka::ConsumerConfig {
+            startup: StartupMode::Latest,
+            ..config(&b, &t)
+        })
+        .unwrap();
+        assert_eq!(
+            latest
+                .poll(Duration::from_millis(10), |_| Ok::<(), std::io::Error>(()))
+                .unwrap(),
+            PollStatus::End
+        );
+        // Timestamps are 1_700_000_000_000 + i: from i = 3000 on.
+        let got = drain(
+            &mut Consumer::connect(&weir_kafka::ConsumerConfig {
+                startup: StartupMode::Timestamp(1_700_000_003_000),
+                ..config(&b, &t)
+            })
+            .unwrap(),
+        );
+        for (p, recs) in &got {
+            eprintln!(
+                "p{p}: first {:?} n {}",
+                recs.first().map(|r| (r.offset, r.timestamp)),
+                recs.len()
+            );
+        }
+        let mut from_ts: Vec<i64> = got.values().flatten().map(|r| r.timestamp).collect();
+        from_ts.sort_unstable();
+        let want: Vec<i64> = (3000..n as i64).map(|i| 1_700_000_000_000 + i).collect();
+        assert_eq!(from_ts, want);
+    }
+}
+
+/// A start offset outside the log follows `offset.reset`; so does an offset that a fetch finds
+/// out of range (after a seek past the end).
+#[test]
+fn offsets_out_of_range_follow_offset_reset() {
+    let Some(b) = bootstrap("offsets_out_of_range_follow_offset_reset") else {
+        return;
+    };
+    let t = topic("oor");
+    create_topic(std::slice::from_ref(&b), &t, 1, 1, &[], false).unwrap();
+    let mut p = Producer::connect(&ProducerConfig {
+        brokers: vec![b.clone()],
+        topic: t.clone(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    for i in 0..50 {
+        p.send(Some(0), None, format!("m{i}").as_bytes()).unwrap();
+    }
+    p.flush().unwrap();
+
+    let err = Consumer::connect(&weir_kafka::ConsumerConfig {
+        startup: StartupMode::Offset(1_000),
+        ..config(&b, &t)
+    })
+    .unwrap_err();
+    match &err {
+        Error::OffsetOutOfRange {
+            topic,
+            partition,
+            offset,
+            log_start,
+            log_end,
+        } => {
+            assert_eq!(
+                (topic.as_str(), *partition, *offset, *log_start, *log_end),
+                (t.as_str(), 0, 1_000, 0, 50)
+            );
+        }
+        other => panic!("expected OffsetOutOfRange, got {other}"),
+    }
+    assert!(err.to_string().contains(&format!("{t}/0")));
+
+    let got = drain(
+        &mut Consumer::connect(&weir_kafka::ConsumerConfig {
+            startup: StartupMode::Offset(1_000),
+            offset_reset: OffsetReset::Earliest,
+            ..config(&b, &t)
+        })
+        .unwrap(),
+    );
+    assert_eq!(got[&0].len(), 50);
+    assert_eq!(got[&0][0].value.as_deref(), Some(&b"m0"[..]));
+
+    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+        startup: StartupMode::Offset(1_000),
+        offset_reset: OffsetReset::Latest,
+        ..config(&b, &t)
+    })
+    .unwrap();
+    assert_eq!(c.position(0), Some(50));
+    assert!(drain(&mut c).is_empty());
+
+    // Fetch-time: an unbounded consumer seeks past the end; the broker answers
+    // OFFSET_OUT_OF_RANGE and the consumer goes back to the earliest offset.
+    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+        bounded: false,
+        offset_reset: OffsetReset::Earliest,
+        ..config(&b, &t)
+    })
+    .unwrap();
+    c.seek(0, 5_000).unwrap();
+    let mut values = Vec::new();
+    for _ in 0..50 {
+        c.poll(Duration::from_millis(100), |r| {
+            values.push(r.value.unwrap().to_vec());
+            Ok::<(), std::io::Error>(())
+        })
+        .unwrap();
+        if values.len() >= 50 {
+            break;
+        }
+    }
+    assert_eq!(values.len(), 50);
+    assert_eq!(values[49], b"m49");
+
+    // With 'fail', the fetch-time error names topic, partition and offset.
+    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+        bounded: false,
+        ..config(&b, &t)
+    })
+    .unwrap();
+    c.seek(0, 5_000).unwrap();
+    let err = c
+        .poll(Duration::from_millis(100), |_| Ok::<(), std::io::Error>(()))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OffsetOutOfRange {
+                partition: 0,
+                offset: 5_000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// An unbounded consumer from `Latest` sees only what is written after it connected; a handler
+/// error leaves the failing record unconsumed.
+#[test]
+fn unbounded_follow_and_handler_errors() {
+    let Some(b) = bootstrap("unbounded_follow_and_handler_errors") else {
+        return;
+    };
+    let t = topic("follow");
+    create_topic(std::slice::from_ref(&b), &t, 2, 1, &[], false).unwrap();
+    let mut p = Producer::connect(&ProducerConfig {
+        brokers: vec![b.clone()],
+        topic: t.clone(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    p.send(Some(0), None, b"before").unwrap();
+    p.flush().unwrap();
+    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+        bounded: false,
+        startup: StartupMode::Latest,
+        ..config(&b, &t)
+    })
+    .unwrap();
+    assert_eq!(
+        c.poll(Duration::from_millis(50), |_| Ok::<(), std::io::Error>(()))
+            .unwrap(),
+        PollStatus::Idle
+    );
+    for i in 0..10 {
+        p.send(Some(i % 2), None, format!("after-{i}").as_bytes())
+            .unwrap();
+    }
+    p.flush().unwrap();
+    let mut got = Vec::new();
+    // The handler refuses "after-4" once: the error names where, and the record comes again.
+    let mut refused = false;
+    for _ in 0..100 {
+        let r = c.poll(Duration::from_millis(100), |r| {
+            let v = r.value.unwrap();
+            if v == b"after-4" && !refused {
+                refused = true;
+                return Err(std::io::Error::other("refused once"));
+            }
+            got.push(String::from_utf8(v.to_vec()).unwrap());
+            Ok(())
+        });
+        if let Err(e) = r {
+            assert!(
+                matches!(
+                    e,
+                    Error::Handler {
+                        partition: 0,
+                        offset: 3,
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+        if got.len() == 10 {
+            break;
+        }
+    }
+    assert!(refused);
+    got.sort();
+    let mut want: Vec<String> = (0..10).map(|i| format!("after-{i}")).collect();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(c.position(0), Some(6));
+    assert_eq!(c.position(1), Some(5));
+}
+
+/// Connecting to a topic that does not exist or to partitions it does not have is an error.
+#[test]
+fn unknown_topic_and_partition_are_errors() {
+    let Some(b) = bootstrap("unknown_topic_and_partition_are_errors") else {
+        return;
+    };
+    let t = topic("missing");
+    let err = Consumer::connect(&config(&b, &t)).unwrap_err();
+    assert!(matches!(err, Error::Topic { .. }), "{err}");
+    create_topic(std::slice::from_ref(&b), &t, 2, 1, &[], false).unwrap();
+    let err = Consumer::connect(&weir_kafka::ConsumerConfig {
+        partitions: PartitionSelection::List(vec![0, 5]),
+        ..config(&b, &t)
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("lists 5"), "{err}");
+}
+
+/// Stops the private broker of a test when the test ends, however it ends.
+struct PrivateBroker {
+    run: std::path::PathBuf,
+}
+
+impl PrivateBroker {
+    fn kafka_sh(run: &std::path::Path, cmd: &str) -> std::process::Output {
+        std::process::Command::new("bash")
+            .arg(common::repo_root().join("scripts/kafka.sh"))
+            .arg(cmd)
+            .env("WEIR_KAFKA_RUN", run)
+            .output()
+            .expect("run scripts/kafka.sh")
+    }
+
+    fn start() -> (Self, String) {
+        let run = std::env::temp_dir().join(topic("weir-kafka-private-run"));
+        let out = Self::kafka_sh(&run, "start");
+        assert!(
+            out.status.success(),
+            "private broker did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let addr = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        (Self { run }, addr)
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        Self::kafka_sh(&self.run, "stop");
+        let _ = std::fs::remove_dir_all(&self.run);
+    }
+}
+
+/// A broker stopped and restarted in the middle of a bounded read: the consumer retries with
+/// backoff and resumes at the next offset, with no gap and no duplicate. The test runs its own
+/// broker so the restart does not disturb the other tests.
+#[test]
+fn broker_restart_mid_read_loses_and_repeats_nothing() {
+    if bootstrap("broker_restart_mid_read_loses_and_repeats_nothing").is_none() {
+        return;
+    }
+    let (broker, b) = PrivateBroker::start();
+    let t = topic("restart");
+    let partitions = 3;
+    let n = 60_000usize;
+    create_topic(std::slice::from_ref(&b), &t, partitions, 1, &[], false).unwrap();
+    let mut p = Producer::connect(&ProducerConfig {
+        brokers: vec![b.clone()],
+        topic: t.clone(),
+        compression: Compression::Lz4,
+        batch_bytes: 32 << 10,
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    for i in 0..n {
+        let mut v = format!("r{i}|").into_bytes();
+        v.resize(100, b'-');
+        p.send(Some((i % partitions as usize) as i32), None, &v)
+            .unwrap();
+    }
+    p.flush().unwrap();
+    drop(p);
+
+    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+        // Small fetches, so that the read is still going when the broker goes away.
+        partition_max_bytes: 16 << 10,
+        fetch_max_bytes: 48 << 10,
+        retry_backoff: Duration::from_millis(50),
+        retry_backoff_max: Duration::from_millis(500),
+        ..config(&b, &t)
+    })
+    .unwrap();
+    let mut got: Vec<Vec<(i64, Vec<u8>)>> = vec![Vec::new(); partitions as usize];
+    let mut take = |c: &mut Consumer| {
+        c.poll(Duration::from_millis(200), |r| {
+            got[r.partition as usize].push((r.offset, r.value.unwrap().to_vec()));
+            Ok::<(), std::io::Error>(())
+        })
+        .unwrap()
+    };
+    let mut seen = 0;
+    while seen < n / 4 {
+        if let PollStatus::Records(k) = take(&mut c) {
+            seen += k;
+        }
+    }
+    // Restart in the background; hold off polling until the broker has really gone away, so
+    // the consumer meets a dead connection and then a refusing port.
+    let run = broker.run.clone();
+    let restart = std::thread::spawn(move || PrivateBroker::kafka_sh(&run, "restart"));
+    let addr: std::net::SocketAddr = b.parse().unwrap();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        && !restart.is_finished()
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut idle = 0;
+    loop {
+        match take(&mut c) {
+            PollStatus::End => break,
+            PollStatus::Idle => {
+                idle += 1;
+                assert!(idle < 600, "no progress after the restart");
+            }
+            PollStatus::Records(_) => {}
+        }
+    }
+    let out = restart.join().unwrap();
+    assert!(
+        out.status.success(),
+        "restart failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.retries() > 0, "the consumer never noticed the restart");
+    for (part, recs) in got.iter().enumerate() {
+        assert_eq!(recs.len(), n / partitions as usize, "partition {part}");
+        for (k, (offset, value)) in recs.iter().enumerate() {
+            assert_eq!(*offset, k as i64, "partition {part}: gap or duplicate");
+            let i = part + k * partitions as usize;
+            assert!(value.starts_with(format!("r{i}|").as_bytes()));
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! What the broker tests share: finding the broker, unique topic names, Kafka's Java tools, and
+//! reading a topic to the end.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use weir_kafka::{Consumer, ConsumerConfig, PollStatus};
+
+/// The broker's address from `WEIR_KAFKA_BOOTSTRAP` (set by `scripts/test.sh`, which starts a
+/// broker with `scripts/kafka.sh`). Without the variable the test is skipped with a notice, so
+/// a plain `cargo test` works without Java; with it, an unreachable broker fails the test.
+pub fn bootstrap(test: &str) -> Option<String> {
+    let Ok(addr) = std::env::var("WEIR_KAFKA_BOOTSTRAP") else {
+        eprintln!(
+            "NOTICE: {test} skipped: WEIR_KAFKA_BOOTSTRAP is not set (scripts/test.sh starts a \
+             broker and sets it; or run scripts/kafka.sh start and export it yourself)"
+        );
+        return None;
+    };
+    let reachable = addr
+        .parse()
+        .ok()
+        .and_then(|sa| std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(5)).ok());
+    assert!(
+        reachable.is_some(),
+        "WEIR_KAFKA_BOOTSTRAP={addr} is set but no broker accepts connections there"
+    );
+    Some(addr)
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A topic name no other test (or earlier run against the same broker) uses.
+pub fn topic(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{name}-{}-{}-{nanos}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Kafka's jars (fetched by `scripts/kafka.sh`).
+pub fn classpath() -> String {
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/kafka.sh"))
+        .arg("classpath")
+        .output()
+        .expect("run scripts/kafka.sh classpath");
+    assert!(out.status.success(), "scripts/kafka.sh classpath failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Runs `tests/java/KafkaLoad.java` (Kafka's own Java producer) with `args`.
+pub fn java_load(args: &[&str]) {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/java/KafkaLoad.java");
+    let out = Command::new("java")
+        .arg("-Xmx256m")
+        .arg("-cp")
+        .arg(classpath())
+        .arg(src)
+        .args(args)
+        .output()
+        .expect("run java");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"),
+        "KafkaLoad {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One record, copied out for checking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owned {
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+/// Polls a bounded consumer to `End`, returning every record by partition.
+pub fn drain(consumer: &mut Consumer) -> BTreeMap<i32, Vec<Owned>> {
+    let mut out: BTreeMap<i32, Vec<Owned>> = BTreeMap::new();
+    let mut idle = 0;
+    loop {
+        let status = consumer
+            .poll(Duration::from_millis(200), |r| {
+                out.entry(r.partition).or_default().push(Owned {
+                    partition: r.partition,
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    key: r.key.map(<[u8]>::to_vec),
+                    value: r.value.map(<[u8]>::to_vec),
+                    headers: r
+                        .headers()
+                        .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+                        .collect(),
+                });
+                Ok::<(), std::io::Error>(())
+            })
+            .expect("poll");
+        match status {
+            PollStatus::End => return out,
+            PollStatus::Idle => {
+                idle += 1;
+                assert!(idle < 300, "bounded read made no progress for a minute");
+            }
+            PollStatus::Records(_) => idle = 0,
+        }
+    }
+}
+
+pub fn config(bootstrap: &str, topic: &str) -> ConsumerConfig {
+    ConsumerConfig {
+        brokers: vec![bootstrap.to_string()],
+        topic: topic.to_string(),
+        ..ConsumerConfig::default()
+    }
+}
+
+/// The value KafkaLoad writes for record `i`.
+pub fn java_value(i: usize) -> Vec<u8> {
+    let mut v = format!("v{i}|").into_bytes();
+    v.resize(100, b'.');
+    v
+}
