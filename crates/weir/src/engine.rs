@@ -371,13 +371,14 @@ impl Engine {
                     .parse()
                     .map_err(|e| format!("source {name}: {e}"))?;
                 let max_message_bytes = match options.get("max.message.bytes") {
-                    Some(v) => v
-                        .parse()
-                        .map_err(|_| format!("source {name}: 'max.message.bytes' = '{v}' is not a number"))?,
+                    Some(v) => v.parse().map_err(|_| {
+                        format!("source {name}: 'max.message.bytes' = '{v}' is not a number")
+                    })?,
                     None => 64 << 20,
                 };
                 // Fail now, not at the first query, when the path names nothing.
-                crate::source::file::expand_path(&path).map_err(|e| format!("source {name}: {e}"))?;
+                crate::source::file::expand_path(&path)
+                    .map_err(|e| format!("source {name}: {e}"))?;
                 Connector::File {
                     path,
                     framing,
@@ -385,11 +386,13 @@ impl Engine {
                 }
             }
             "kafka" => {
+                Connector::Kafka(kafka_config(&options).map_err(|e| format!("source {name}: {e}"))?)
+            }
+            other => {
                 return Err(format!(
-                    "source {name}: the kafka connector is not available in this build yet; use 'connector' = 'file'"
+                    "source {name}: unknown connector '{other}'; expected 'file' or 'kafka'"
                 ))
             }
-            other => return Err(format!("source {name}: unknown connector '{other}'; expected 'file' or 'kafka'")),
         };
         let encoding = options
             .get("encoding")
@@ -883,6 +886,50 @@ impl SourceStatsHandle {
             })
             .collect()
     }
+}
+
+/// The consumer settings of a Kafka source from its `WITH` options.
+fn kafka_config(options: &Options) -> Result<weir_kafka::ConsumerConfig, String> {
+    use weir_kafka::{ConsumerConfig, StartupMode};
+    let brokers: Vec<String> = options
+        .get("brokers")
+        .ok_or("the kafka connector needs 'brokers' (host:port, comma separated)")?
+        .split(',')
+        .map(|b| b.trim().to_string())
+        .filter(|b| !b.is_empty())
+        .collect();
+    if brokers.is_empty() {
+        return Err("'brokers' names no broker".into());
+    }
+    let topic = options
+        .get("topic")
+        .ok_or("the kafka connector needs 'topic'")?
+        .to_string();
+    let mut config = ConsumerConfig {
+        brokers,
+        topic,
+        ..ConsumerConfig::default()
+    };
+    if let Some(p) = options.get("partitions") {
+        config.partitions = p.parse()?;
+    }
+    let mode = options.get("scan.startup.mode").unwrap_or("earliest");
+    let value = match mode.to_ascii_lowercase().as_str() {
+        "offset" => options.get("scan.startup.offset"),
+        "timestamp" => options.get("scan.startup.timestamp"),
+        _ => None,
+    };
+    config.startup = StartupMode::parse(mode, value)?;
+    if let Some(v) = options.get("isolation.level") {
+        config.isolation = v.parse()?;
+    }
+    if let Some(v) = options.get("offset.reset") {
+        config.offset_reset = v.parse()?;
+    }
+    config.check_crc = options
+        .get_bool("check.crcs", true)
+        .map_err(|e| e.to_string())?;
+    Ok(config)
 }
 
 struct CollectRows(Vec<RecordBatch>);

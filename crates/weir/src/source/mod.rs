@@ -8,6 +8,7 @@
 
 pub mod file;
 pub mod framing;
+pub mod kafka;
 
 use std::fmt;
 use std::fs::File;
@@ -17,8 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, Int64Builder, RecordBatch, RecordBatchOptions, StringBuilder};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{
+    ArrayRef, BinaryBuilder, Int32Builder, Int64Builder, RecordBatch, RecordBatchOptions,
+    StringBuilder, TimestampMillisecondBuilder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use base64::Engine as _;
 use datafusion::catalog::Session;
@@ -82,6 +86,14 @@ pub enum MetaKind {
     File,
     /// The message's byte offset in its file, or its Kafka offset (Int64).
     Offset,
+    /// The Kafka topic (Utf8).
+    Topic,
+    /// The Kafka partition (Int32).
+    Partition,
+    /// The Kafka record timestamp (Timestamp(ms, UTC)).
+    Timestamp,
+    /// The Kafka record key (Binary, null when the key is null).
+    Key,
 }
 
 impl MetaKind {
@@ -90,8 +102,17 @@ impl MetaKind {
         match (kind, connector) {
             ("file", "file") => Ok(Self::File),
             ("offset", _) => Ok(Self::Offset),
+            ("topic", "kafka") => Ok(Self::Topic),
+            ("partition", "kafka") => Ok(Self::Partition),
+            ("timestamp", "kafka") => Ok(Self::Timestamp),
+            ("key", "kafka") => Ok(Self::Key),
             _ => Err(format!(
-                "INCLUDE {kind} is not available for the '{connector}' connector (it offers: file, offset)"
+                "INCLUDE {kind} is not available for the '{connector}' connector (it offers: {})",
+                if connector == "kafka" {
+                    "topic, partition, offset, timestamp, key"
+                } else {
+                    "file, offset"
+                }
             )),
         }
     }
@@ -101,30 +122,66 @@ impl MetaKind {
         match self {
             Self::File => "_weir_file",
             Self::Offset => "_weir_offset",
+            Self::Topic => "_weir_topic",
+            Self::Partition => "_weir_partition",
+            Self::Timestamp => "_weir_timestamp",
+            Self::Key => "_weir_key",
         }
     }
 
     /// The Arrow type of the column.
     pub fn data_type(self) -> DataType {
         match self {
-            Self::File => DataType::Utf8,
+            Self::File | Self::Topic => DataType::Utf8,
             Self::Offset => DataType::Int64,
+            Self::Partition => DataType::Int32,
+            Self::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            Self::Key => DataType::Binary,
         }
+    }
+
+    /// Whether the column can be null (only the key).
+    pub fn nullable(self) -> bool {
+        self == Self::Key
     }
 }
 
 /// Where a message came from.
 #[derive(Debug, Clone, Copy)]
-pub struct Position<'a> {
-    /// The file (file connector).
-    pub file: &'a str,
-    /// The byte offset of the message's frame in its file.
-    pub offset: i64,
+pub enum Position<'a> {
+    /// A message of the file connector.
+    File {
+        /// The file.
+        file: &'a str,
+        /// The byte offset of the message's frame in its file.
+        offset: i64,
+    },
+    /// A Kafka record.
+    Kafka {
+        /// The topic.
+        topic: &'a str,
+        /// The partition.
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+        /// Milliseconds since the epoch.
+        timestamp: i64,
+        /// The key, if not null.
+        key: Option<&'a [u8]>,
+    },
 }
 
 impl fmt::Display for Position<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "file {} at byte {}", self.file, self.offset)
+        match self {
+            Self::File { file, offset } => write!(f, "file {file} at byte {offset}"),
+            Self::Kafka {
+                topic,
+                partition,
+                offset,
+                ..
+            } => write!(f, "topic {topic} partition {partition} offset {offset}"),
+        }
     }
 }
 
@@ -160,13 +217,32 @@ impl DeadLetterFile {
         error: &str,
         message: &[u8],
     ) -> std::io::Result<()> {
-        let line = serde_json::json!({
-            "source": source,
-            "file": pos.file,
-            "offset": pos.offset,
-            "error": error,
-            "message_base64": base64::engine::general_purpose::STANDARD.encode(message),
-        });
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let line = match *pos {
+            Position::File { file, offset } => serde_json::json!({
+                "source": source,
+                "file": file,
+                "offset": offset,
+                "error": error,
+                "message_base64": b64(message),
+            }),
+            Position::Kafka {
+                topic,
+                partition,
+                offset,
+                timestamp,
+                key,
+            } => serde_json::json!({
+                "source": source,
+                "topic": topic,
+                "partition": partition,
+                "offset": offset,
+                "timestamp": timestamp,
+                "key_base64": key.map(b64),
+                "error": error,
+                "message_base64": b64(message),
+            }),
+        };
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         serde_json::to_writer(&mut *out, &line)?;
         out.write_all(b"\n")?;
@@ -178,6 +254,8 @@ impl DeadLetterFile {
 /// The connector of a source.
 #[derive(Debug, Clone)]
 pub enum Connector {
+    /// A Kafka topic: the consumer settings of every scan (bounded unless following).
+    Kafka(weir_kafka::ConsumerConfig),
     /// Files on disk.
     File {
         /// A file, a directory or a glob.
@@ -194,6 +272,7 @@ impl Connector {
     pub fn name(&self) -> &'static str {
         match self {
             Self::File { .. } => "file",
+            Self::Kafka(_) => "kafka",
         }
     }
 }
@@ -275,7 +354,7 @@ pub enum SourceError {
     },
 }
 
-fn external(e: SourceError) -> DataFusionError {
+pub(crate) fn external(e: SourceError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
@@ -289,6 +368,57 @@ enum Slot {
 enum MetaColumn {
     File(StringBuilder),
     Offset(Int64Builder),
+    Topic(StringBuilder),
+    Partition(Int32Builder),
+    Timestamp(TimestampMillisecondBuilder),
+    Key(BinaryBuilder),
+}
+
+impl MetaColumn {
+    fn new(kind: MetaKind) -> Self {
+        match kind {
+            MetaKind::File => Self::File(StringBuilder::new()),
+            MetaKind::Offset => Self::Offset(Int64Builder::new()),
+            MetaKind::Topic => Self::Topic(StringBuilder::new()),
+            MetaKind::Partition => Self::Partition(Int32Builder::new()),
+            MetaKind::Timestamp => {
+                Self::Timestamp(TimestampMillisecondBuilder::new().with_timezone("UTC"))
+            }
+            MetaKind::Key => Self::Key(BinaryBuilder::new()),
+        }
+    }
+
+    #[inline]
+    fn append(&mut self, pos: &Position<'_>) {
+        let (file, topic, partition, offset, timestamp, key) = match *pos {
+            Position::File { file, offset } => (file, "", 0, offset, 0, None),
+            Position::Kafka {
+                topic,
+                partition,
+                offset,
+                timestamp,
+                key,
+            } => ("", topic, partition, offset, timestamp, key),
+        };
+        match self {
+            Self::File(b) => b.append_value(file),
+            Self::Offset(b) => b.append_value(offset),
+            Self::Topic(b) => b.append_value(topic),
+            Self::Partition(b) => b.append_value(partition),
+            Self::Timestamp(b) => b.append_value(timestamp),
+            Self::Key(b) => b.append_option(key),
+        }
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Self::File(b) | Self::Topic(b) => Arc::new(b.finish()),
+            Self::Offset(b) => Arc::new(b.finish()),
+            Self::Partition(b) => Arc::new(b.finish()),
+            Self::Timestamp(b) => Arc::new(b.finish()),
+            Self::Key(b) => Arc::new(b.finish()),
+        }
+    }
 }
 
 /// Decodes one partition's messages into batches of the scan's projected schema.
@@ -326,10 +456,7 @@ impl Ingest {
                 self.decoded += 1;
                 self.buffered += 1;
                 for m in &mut self.meta {
-                    match m {
-                        MetaColumn::File(b) => b.append_value(pos.file),
-                        MetaColumn::Offset(b) => b.append_value(pos.offset),
-                    }
+                    m.append(pos);
                 }
                 Ok(())
             }
@@ -396,16 +523,8 @@ impl Ingest {
             return Ok(None);
         };
         let rows = decoded.num_rows();
-        let mut meta: Vec<Option<ArrayRef>> = self
-            .meta
-            .iter_mut()
-            .map(|m| {
-                Some(match m {
-                    MetaColumn::File(b) => Arc::new(b.finish()) as ArrayRef,
-                    MetaColumn::Offset(b) => Arc::new(b.finish()) as ArrayRef,
-                })
-            })
-            .collect();
+        let mut meta: Vec<Option<ArrayRef>> =
+            self.meta.iter_mut().map(|m| Some(m.finish())).collect();
         let columns: Vec<ArrayRef> = self
             .slots
             .iter()
@@ -440,17 +559,16 @@ impl Ingest {
 }
 
 /// The part of a scan all its partitions share.
-struct ScanPlan {
+pub(crate) struct ScanPlan {
     config: Arc<SourceConfig>,
     columns: Vec<ColumnSpec>,
     metas: Vec<MetaKind>,
     slots: Arc<Vec<Slot>>,
     schema: SchemaRef,
-    feed: Arc<FileFeed>,
 }
 
 impl ScanPlan {
-    fn ingest(&self) -> DfResult<Ingest> {
+    pub(crate) fn ingest(&self) -> DfResult<Ingest> {
         let decoder = self
             .config
             .factory
@@ -466,14 +584,7 @@ impl ScanPlan {
                     error: e.to_string(),
                 })
             })?;
-        let meta = self
-            .metas
-            .iter()
-            .map(|m| match m {
-                MetaKind::File => MetaColumn::File(StringBuilder::new()),
-                MetaKind::Offset => MetaColumn::Offset(Int64Builder::new()),
-            })
-            .collect();
+        let meta = self.metas.iter().map(|&m| MetaColumn::new(m)).collect();
         let batch_size = decoder.batch_size().max(1);
         Ok(Ingest {
             config: Arc::clone(&self.config),
@@ -495,6 +606,7 @@ impl ScanPlan {
 /// One partition of a file scan: takes blocks from the shared feed and decodes them in place.
 struct FilePartition {
     plan: Arc<ScanPlan>,
+    feed: Arc<FileFeed>,
 }
 
 impl fmt::Debug for FilePartition {
@@ -513,6 +625,7 @@ enum Step {
 
 struct FileReader {
     plan: Arc<ScanPlan>,
+    feed: Arc<FileFeed>,
     ingest: Ingest,
     buf: Vec<u8>,
     file: Arc<str>,
@@ -523,13 +636,13 @@ struct FileReader {
 
 impl FileReader {
     fn next_step(&mut self) -> DfResult<Step> {
-        let framing = self.plan.feed.framing();
+        let framing = self.feed.framing();
         loop {
             while self.at < self.len {
                 let buf = &self.buf[..self.len];
                 match framing.frame(buf, self.at, true) {
                     Frame::Message { start, end, next } => {
-                        let pos = Position {
+                        let pos = Position::File {
                             file: &self.file,
                             offset: (self.base + self.at as u64) as i64,
                         };
@@ -550,7 +663,7 @@ impl FileReader {
                     }
                 }
             }
-            let status = self.plan.feed.next_block(&mut self.buf).map_err(|e| {
+            let status = self.feed.next_block(&mut self.buf).map_err(|e| {
                 external(SourceError::Connector {
                     source_name: self.plan.config.name.clone(),
                     error: e.to_string(),
@@ -571,7 +684,7 @@ impl FileReader {
                 } => {
                     self.len = 0;
                     self.at = 0;
-                    let pos = Position {
+                    let pos = Position::File {
                         file: &file,
                         offset: offset as i64,
                     };
@@ -609,6 +722,7 @@ impl PartitionStream for FilePartition {
         let schema = Arc::clone(&self.plan.schema);
         let reader = self.plan.ingest().map(|ingest| FileReader {
             plan: Arc::clone(&self.plan),
+            feed: Arc::clone(&self.feed),
             ingest,
             buf: Vec::new(),
             file: Arc::from(""),
@@ -694,33 +808,44 @@ impl TableProvider for SourceTable {
             }
         }
         let schema = Arc::new(Schema::new(fields));
-        let feed = match &cfg.connector {
-            Connector::File {
-                path,
-                framing,
-                max_message_bytes,
-            } => FileFeed::new(path, *framing, cfg.follow, *max_message_bytes).map_err(|e| {
-                external(SourceError::Connector {
-                    source_name: cfg.name.clone(),
-                    error: e.to_string(),
-                })
-            })?,
-        };
         let plan = Arc::new(ScanPlan {
             config: Arc::clone(cfg),
             columns,
             metas,
             slots: Arc::new(slots),
             schema: Arc::clone(&schema),
-            feed: Arc::new(feed),
         });
-        let partitions: Vec<Arc<dyn PartitionStream>> = (0..self.partitions)
-            .map(|_| {
-                Arc::new(FilePartition {
-                    plan: Arc::clone(&plan),
-                }) as Arc<dyn PartitionStream>
+        let connector_error = |error: String| {
+            external(SourceError::Connector {
+                source_name: cfg.name.clone(),
+                error,
             })
-            .collect();
+        };
+        let partitions: Vec<Arc<dyn PartitionStream>> = match &cfg.connector {
+            Connector::File {
+                path,
+                framing,
+                max_message_bytes,
+            } => {
+                let feed = Arc::new(
+                    FileFeed::new(path, *framing, cfg.follow, *max_message_bytes)
+                        .map_err(|e| connector_error(e.to_string()))?,
+                );
+                (0..self.partitions)
+                    .map(|_| {
+                        Arc::new(FilePartition {
+                            plan: Arc::clone(&plan),
+                            feed: Arc::clone(&feed),
+                        }) as Arc<dyn PartitionStream>
+                    })
+                    .collect()
+            }
+            Connector::Kafka(consumer) => {
+                kafka::partitions(&plan, consumer, self.partitions, cfg.follow)
+                    .await
+                    .map_err(connector_error)?
+            }
+        };
         Ok(Arc::new(StreamingTableExec::try_new(
             schema,
             partitions,
@@ -740,7 +865,7 @@ pub fn table_schema(decoded: &Schema, includes: &[(MetaKind, String)]) -> Schema
         .map(|f| f.as_ref().clone())
         .collect();
     for (kind, name) in includes {
-        fields.push(Field::new(name, kind.data_type(), false));
+        fields.push(Field::new(name, kind.data_type(), kind.nullable()));
     }
     Arc::new(Schema::new(fields))
 }

@@ -1,0 +1,165 @@
+//! `'connector' = 'kafka'` against a real broker (started by `scripts/test.sh`, which exports
+//! `WEIR_KAFKA_BOOTSTRAP`). Without the variable the test is skipped with a notice; with it set
+//! and the broker unreachable, it fails.
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
+use weir::engine::{Engine, EngineOptions};
+use weir::gen::{QuoteGenerator, STOCKS_PROTO};
+use weir_kafka::{create_topic, Producer, ProducerConfig};
+
+fn bootstrap() -> Option<String> {
+    let Ok(addr) = std::env::var("WEIR_KAFKA_BOOTSTRAP") else {
+        eprintln!("NOTICE: kafka engine test skipped: WEIR_KAFKA_BOOTSTRAP is not set (scripts/test.sh sets it)");
+        return None;
+    };
+    let sock = addr.parse().expect("WEIR_KAFKA_BOOTSTRAP is host:port");
+    TcpStream::connect_timeout(&sock, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("WEIR_KAFKA_BOOTSTRAP={addr} is set but unreachable: {e}"));
+    Some(addr)
+}
+
+fn topic(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{name}-{}-{nanos}", std::process::id())
+}
+
+fn rows(b: &[RecordBatch]) -> usize {
+    b.iter().map(|b| b.num_rows()).sum()
+}
+
+#[test]
+fn kafka_sources_decode_in_place_with_metadata_and_error_policy() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let proto = dir.path().join("stocks.proto");
+    std::fs::write(&proto, STOCKS_PROTO).unwrap();
+    let topic = topic("weir-engine-quotes");
+    create_topic(&[broker.clone()], &topic, 3, 1, &[], false).unwrap();
+    let mut producer = Producer::connect(&ProducerConfig {
+        brokers: vec![broker.clone()],
+        topic: topic.clone(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    // 3,000 quotes keyed by ticker, then one record that is not a quote, on partition 1.
+    let mut g = QuoteGenerator::new(21);
+    let mut want: HashMap<String, (i64, f64)> = HashMap::new();
+    let mut msg = Vec::new();
+    for _ in 0..3_000 {
+        let q = g.next_quote();
+        msg.clear();
+        q.encode_protobuf(&mut msg);
+        producer
+            .send(None, Some(q.ticker.as_bytes()), &msg)
+            .unwrap();
+        let e = want.entry(q.ticker.to_string()).or_insert((0, 0.0));
+        e.0 += 1;
+        e.1 += q.bid_price;
+    }
+    producer
+        .send(Some(1), Some(b"bad"), &[0x0a, 0x05, b'x'])
+        .unwrap();
+    producer.flush().unwrap();
+
+    let source = |extra: &str| {
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, bid_price DOUBLE)
+               INCLUDE topic INCLUDE partition AS p INCLUDE offset AS o INCLUDE key AS k INCLUDE timestamp AS ts
+             WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}',
+                   'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}'{extra});",
+            proto.display()
+        )
+    };
+    // on.error = fail names topic, partition and offset.
+    let engine = Engine::new(EngineOptions {
+        partitions: 2,
+        ..EngineOptions::default()
+    });
+    let err = rt
+        .block_on(engine.query(&format!("{}\nSELECT count(*) FROM q;", source(""))))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("topic {topic} partition 1 offset")),
+        "{err}"
+    );
+    assert!(err.contains("runs past the end"), "{err}");
+
+    // skip: every good quote, grouped as the generator says, with its metadata.
+    let engine = Engine::new(EngineOptions {
+        partitions: 2,
+        ..EngineOptions::default()
+    });
+    let got = rt
+        .block_on(engine.query(&format!(
+            "{}\nSELECT ticker, count(*), sum(bid_price), min(p), max(p), count(DISTINCT _weir_topic), sum(CASE WHEN CAST(k AS VARCHAR) = ticker THEN 1 ELSE 0 END), min(ts) FROM q GROUP BY ticker;",
+            source(", 'on.error' = 'skip'")
+        )))
+        .unwrap();
+    assert_eq!(rows(&got), want.len());
+    let mut partitions_seen = std::collections::HashSet::new();
+    for b in &got {
+        let t = b.column(0).as_string::<i32>();
+        let n = b.column(1).as_primitive::<Int64Type>();
+        let sum = b.column(2).as_primitive::<Float64Type>();
+        let lo = b.column(3).as_primitive::<Int32Type>();
+        let keyed = b.column(6).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            let (count, s) = want[t.value(i)];
+            assert_eq!(n.value(i), count);
+            assert!((sum.value(i) - s).abs() < 1e-6);
+            assert_eq!(
+                keyed.value(i),
+                count,
+                "the key column holds each record's key"
+            );
+            partitions_seen.insert(lo.value(i));
+        }
+        assert!(b.column(7).null_count() == 0);
+    }
+    assert!(
+        partitions_seen.len() > 1,
+        "quotes spread over partitions by key"
+    );
+    let r = &engine.source_reports()[0];
+    assert_eq!((r.messages, r.decoded, r.skipped), (3_001, 3_000, 1));
+
+    // Offsets are per partition and dense: 0..count on each.
+    let engine = Engine::new(EngineOptions {
+        partitions: 3,
+        ..EngineOptions::default()
+    });
+    let got = rt
+        .block_on(engine.query(&format!(
+            "{}\nSELECT p, count(*), min(o), max(o) FROM q GROUP BY p ORDER BY p;",
+            source(", 'on.error' = 'skip', 'partitions' = '0-2'")
+        )))
+        .unwrap();
+    let b = arrow::compute::concat_batches(&got[0].schema(), &got).unwrap();
+    let mut total = 0;
+    for i in 0..b.num_rows() {
+        let n = b.column(1).as_primitive::<Int64Type>().value(i);
+        let lo = b.column(2).as_primitive::<Int64Type>().value(i);
+        let hi = b.column(3).as_primitive::<Int64Type>().value(i);
+        assert_eq!(lo, 0);
+        let p = b.column(0).as_primitive::<Int32Type>().value(i);
+        // Partition 1's bad record came last, so the good ones are still 0..n.
+        assert_eq!(hi, n - 1, "partition {p}");
+        total += n;
+    }
+    assert_eq!(total, 3_000);
+    let r = &engine.source_reports()[0];
+    assert_eq!(r.skipped, 1);
+}
