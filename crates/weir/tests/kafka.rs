@@ -46,7 +46,7 @@ fn kafka_sources_decode_in_place_with_metadata_and_error_policy() {
     let proto = dir.path().join("stocks.proto");
     std::fs::write(&proto, STOCKS_PROTO).unwrap();
     let topic = topic("weir-engine-quotes");
-    create_topic(&[broker.clone()], &topic, 3, 1, &[], false).unwrap();
+    create_topic(std::slice::from_ref(&broker), &topic, 3, 1, &[], false).unwrap();
     let mut producer = Producer::connect(&ProducerConfig {
         brokers: vec![broker.clone()],
         topic: topic.clone(),
