@@ -241,8 +241,11 @@ pub fn create_topic(
                 .collect(),
         )]);
     let resp: CreateTopicsResponse = conn.request(ApiKey::CreateTopics, v, &req)?;
+    // An existing topic keeps its own partition count; wait for those, not for `partitions`.
+    let mut existed = false;
     for t in &resp.topics {
         if t.error_code == 36 && if_not_exists {
+            existed = true;
             continue;
         }
         if t.error_code != 0 {
@@ -261,7 +264,8 @@ pub fn create_topic(
     loop {
         match topic_layout(&mut conn, topic) {
             Ok(l)
-                if l.leaders.len() >= partitions as usize && l.leaders.iter().all(|&x| x >= 0) =>
+                if (l.leaders.len() >= partitions as usize || existed && !l.leaders.is_empty())
+                    && l.leaders.iter().all(|&x| x >= 0) =>
             {
                 // Metadata can name a leader before that broker serves the partition; a
                 // ListOffsets answered without error by every leader means it does.

@@ -83,6 +83,24 @@ enum Command {
         #[arg(long)]
         skip_errors: bool,
     },
+    /// Send the messages of a file to a Kafka topic (batched; the topic is created if missing).
+    Produce {
+        /// The file (or directory, or glob) of messages.
+        #[arg(long)]
+        input: String,
+        /// How messages are delimited in the file.
+        #[arg(long, value_enum, default_value_t = FramingArg::Varint)]
+        framing: FramingArg,
+        /// kafka://HOST:PORT/TOPIC
+        #[arg(long)]
+        to: String,
+        /// Partitions of a topic that this creates.
+        #[arg(long, default_value_t = 4)]
+        topic_partitions: i32,
+        /// Batch compression: none, gzip, snappy, lz4, zstd.
+        #[arg(long, default_value = "none")]
+        compression: String,
+    },
     /// Generate quotes, run seed 002's source and a GROUP BY ticker query, print the top groups
     /// and the throughput. Needs no broker.
     Demo {
@@ -115,8 +133,17 @@ enum GenWhat {
         #[arg(long, value_enum)]
         framing: Option<FramingArg>,
         /// The output file.
+        #[arg(long, required_unless_present = "to", conflicts_with = "to")]
+        out: Option<PathBuf>,
+        /// Send to Kafka instead: kafka://HOST:PORT/TOPIC (the topic is created if missing).
         #[arg(long)]
-        out: PathBuf,
+        to: Option<String>,
+        /// Partitions of a topic that --to creates.
+        #[arg(long, default_value_t = 4)]
+        topic_partitions: i32,
+        /// Batch compression when sending to Kafka: none, gzip, snappy, lz4, zstd.
+        #[arg(long, default_value = "none")]
+        compression: String,
         /// Seed: the same seed gives the same bytes.
         #[arg(long, default_value_t = DEFAULT_SEED)]
         seed: u64,
@@ -208,6 +235,9 @@ fn run(cli: Cli) -> Result<()> {
                     format,
                     framing,
                     out,
+                    to,
+                    topic_partitions,
+                    compression,
                     seed,
                     schema_dir,
                 },
@@ -216,14 +246,41 @@ fn run(cli: Cli) -> Result<()> {
                 FormatArg::Protobuf => (QuoteFormat::Protobuf, Framing::Varint),
                 FormatArg::Json => (QuoteFormat::Json, Framing::Lines),
             };
-            let framing = framing.map(Framing::from).unwrap_or(default_framing);
-            let written = gen_quotes(&out, n, seed, format, framing)?;
-            eprintln!(
-                "wrote {} quotes ({}) to {}",
-                count(n),
-                bytes(written),
-                out.display()
-            );
+            match (out, to) {
+                (Some(out), _) => {
+                    let framing = framing.map(Framing::from).unwrap_or(default_framing);
+                    let written = gen_quotes(&out, n, seed, format, framing)?;
+                    eprintln!(
+                        "wrote {} quotes ({}) to {}",
+                        count(n),
+                        bytes(written),
+                        out.display()
+                    );
+                }
+                (None, Some(url)) => {
+                    let mut producer = kafka_producer(&url, topic_partitions, &compression)?;
+                    let mut generator = weir::gen::QuoteGenerator::new(seed);
+                    let mut msg = Vec::with_capacity(256);
+                    let mut total = 0u64;
+                    for _ in 0..n {
+                        msg.clear();
+                        let q = generator.next_quote();
+                        match format {
+                            QuoteFormat::Protobuf => q.encode_protobuf(&mut msg),
+                            QuoteFormat::Json => q.encode_json(&mut msg),
+                        }
+                        total += msg.len() as u64;
+                        producer.send(None, Some(q.ticker.as_bytes()), &msg)?;
+                    }
+                    producer.flush()?;
+                    eprintln!(
+                        "sent {} quotes ({}) to {url}, keyed by ticker",
+                        count(n),
+                        bytes(total)
+                    );
+                }
+                (None, None) => bail!("give --out FILE or --to kafka://HOST:PORT/TOPIC"),
+            }
             if let Some(dir) = schema_dir {
                 let (proto, pb) = write_schema(&dir)?;
                 eprintln!("wrote {} and {}", proto.display(), pb.display());
@@ -249,6 +306,13 @@ fn run(cli: Cli) -> Result<()> {
             limit,
             skip_errors,
         ),
+        Command::Produce {
+            input,
+            framing,
+            to,
+            topic_partitions,
+            compression,
+        } => produce(&input, framing.into(), &to, topic_partitions, &compression),
         Command::Demo {
             count: n,
             partitions,
@@ -417,6 +481,79 @@ fn decode(
         }
         anyhow::Ok(())
     })
+}
+
+/// Parses kafka://HOST:PORT[,HOST:PORT...]/TOPIC.
+fn kafka_url(url: &str) -> Result<(Vec<String>, String)> {
+    let rest = url
+        .strip_prefix("kafka://")
+        .with_context(|| format!("'{url}' is not a kafka://HOST:PORT/TOPIC address"))?;
+    let (brokers, topic) = rest
+        .split_once('/')
+        .filter(|(b, t)| !b.is_empty() && !t.is_empty())
+        .with_context(|| format!("'{url}' needs brokers and a topic: kafka://HOST:PORT/TOPIC"))?;
+    Ok((
+        brokers.split(',').map(str::to_string).collect(),
+        topic.to_string(),
+    ))
+}
+
+fn kafka_producer(url: &str, partitions: i32, compression: &str) -> Result<weir_kafka::Producer> {
+    let (brokers, topic) = kafka_url(url)?;
+    let compression: weir_kafka::Compression = compression.parse().map_err(anyhow::Error::msg)?;
+    weir_kafka::create_topic(&brokers, &topic, partitions, 1, &[], true)
+        .with_context(|| format!("cannot create topic {topic}"))?;
+    weir_kafka::Producer::connect(&weir_kafka::ProducerConfig {
+        brokers,
+        topic,
+        compression,
+        ..weir_kafka::ProducerConfig::default()
+    })
+    .with_context(|| format!("cannot connect to {url}"))
+}
+
+fn produce(
+    input: &str,
+    framing: Framing,
+    to: &str,
+    partitions: i32,
+    compression: &str,
+) -> Result<()> {
+    let mut producer = kafka_producer(to, partitions, compression)?;
+    let feed = weir::source::file::FileFeed::new(input, framing, false, 64 << 20)?;
+    let mut buf = Vec::new();
+    let (mut n, mut total) = (0u64, 0u64);
+    loop {
+        match feed.next_block(&mut buf)? {
+            weir::source::file::BlockStatus::Block { len, .. } => {
+                let mut at = 0;
+                while at < len {
+                    match framing.frame(&buf[..len], at, true) {
+                        weir::source::framing::Frame::Message { start, end, next } => {
+                            producer.send(None, None, &buf[start..end])?;
+                            n += 1;
+                            total += (end - start) as u64;
+                            at = next;
+                        }
+                        weir::source::framing::Frame::Empty { next } => at = next,
+                        other => bail!("{input}: unexpected frame {other:?}"),
+                    }
+                }
+            }
+            weir::source::file::BlockStatus::Bad {
+                file,
+                offset,
+                reason,
+                ..
+            } => {
+                bail!("{file} at byte {offset}: {reason}")
+            }
+            weir::source::file::BlockStatus::Wait | weir::source::file::BlockStatus::End => break,
+        }
+    }
+    producer.flush()?;
+    eprintln!("sent {} messages ({}) to {to}", count(n), bytes(total));
+    Ok(())
 }
 
 async fn demo(n: u64, partitions: Option<usize>, dir: Option<PathBuf>, quiet: bool) -> Result<()> {

@@ -163,3 +163,80 @@ fn kafka_sources_decode_in_place_with_metadata_and_error_policy() {
     let r = &engine.source_reports()[0];
     assert_eq!(r.skipped, 1);
 }
+
+#[test]
+fn gen_and_produce_load_a_topic_that_a_query_reads_back() {
+    let Some(broker) = bootstrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let topic = topic("weir-cli");
+    let url = format!("kafka://{broker}/{topic}");
+    let weir = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let schema = dir.path().join("s");
+    let file = dir.path().join("q.bin");
+    weir(&[
+        "gen",
+        "quotes",
+        "--count",
+        "3000",
+        "--to",
+        &url,
+        "--compression",
+        "lz4",
+        "--topic-partitions",
+        "2",
+        "--schema-dir",
+        schema.to_str().unwrap(),
+    ]);
+    weir(&[
+        "gen",
+        "quotes",
+        "--count",
+        "500",
+        "--seed",
+        "9",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    weir(&[
+        "produce",
+        "--input",
+        file.to_str().unwrap(),
+        "--to",
+        &url,
+        "--compression",
+        "gzip",
+    ]);
+    let sql = dir.path().join("k.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "CREATE SOURCE k (ticker VARCHAR) WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+             'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}');\nSELECT count(*) AS n FROM k;",
+            schema.join("stocks.pb").display()
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("n.jsonl");
+    weir(&[
+        "run",
+        "--quiet",
+        sql.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().trim(),
+        "{\"n\":3500}"
+    );
+}
