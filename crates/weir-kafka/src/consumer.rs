@@ -10,18 +10,18 @@
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use kafka_protocol::messages::{
     fetch_request::{FetchPartition, FetchTopic},
-    ApiKey, BrokerId, FetchRequest, FetchResponse, TopicName,
+    ApiKey, BrokerId, FetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use crate::batch::{control_type, AbortedFilter, BatchError, BatchIter, Headers, RecordIter};
 use crate::cluster::{self, listed_error, retriable, TopicLayout, EARLIEST, LATEST};
 use crate::compression::Decompressor;
-use crate::connection::{decode_response, Connection};
+use crate::connection::Connection;
 use crate::error::{error_name, is_retriable, Error, Result};
+use crate::fetch::{aborted, parse_fetch, PartitionView};
 
 /// Which partitions of the topic this consumer reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -360,6 +360,8 @@ pub struct Consumer {
     wait: Duration,
     /// Transient failures retried so far.
     retries: u64,
+    /// The partitions of the response being handled (reused: no allocation per fetch).
+    views: Vec<PartitionView>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -397,6 +399,7 @@ impl Consumer {
             last_failure: String::new(),
             wait: cfg.fetch_max_wait,
             retries: 0,
+            views: Vec::new(),
         };
         let layout = c.load_layout()?;
         let count = layout.leaders.len();
@@ -971,84 +974,98 @@ impl Consumer {
         };
         let version = self.fetch_version;
         let f = &mut self.fetches[i];
-        let mut body = f.conn.recv_frame("Fetch", id)?;
+        let body = f.conn.recv_frame("Fetch", id)?;
         f.in_flight = None;
-        let resp: FetchResponse = decode_response(ApiKey::Fetch, version, &mut body)
+        let mut views = std::mem::take(&mut self.views);
+        views.clear();
+        let top = parse_fetch(&body, version, &self.cfg.topic, &mut views)
             .map_err(|e| f.conn.protocol("Fetch", e))?;
-        drop(body);
-        if resp.error_code != 0 {
-            let e = Error::Broker {
+        let r = self.handle(i, &body, top, &views, n, handler);
+        // Handing the vector back keeps its capacity for the next response.
+        self.views = views;
+        r
+    }
+
+    /// Handles one parsed Fetch response: errors first, then the next request, then the records.
+    fn handle<F, E>(
+        &mut self,
+        i: usize,
+        body: &[u8],
+        top_error: i16,
+        views: &[PartitionView],
+        n: &mut usize,
+        handler: &mut F,
+    ) -> Result<()>
+    where
+        F: FnMut(&Record<'_>) -> std::result::Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let version = self.fetch_version;
+        if top_error != 0 {
+            return Err(Error::Broker {
                 topic: self.cfg.topic.clone(),
                 partition: -1,
                 offset: -1,
                 api: "Fetch",
-                code: resp.error_code,
-                name: error_name(resp.error_code),
-            };
-            return Err(e);
+                code: top_error,
+                name: error_name(top_error),
+            });
         }
         // First pass: errors, and the next fetch positions from the batch headers alone.
         let mut clean = true;
         let mut finished = false;
-        for t in &resp.responses {
-            if t.topic.0.as_str() != self.cfg.topic {
+        for pr in views {
+            let Some(s) = usize::try_from(pr.partition)
+                .ok()
+                .and_then(|p| self.parts.get_mut(p))
+                .filter(|s| s.selected && !s.done)
+            else {
                 continue;
-            }
-            for pr in &t.partitions {
-                let Some(s) = usize::try_from(pr.partition_index)
-                    .ok()
-                    .and_then(|p| self.parts.get_mut(p))
-                    .filter(|s| s.selected && !s.done)
-                else {
+            };
+            match pr.error_code {
+                0 => {}
+                1 => {
+                    clean = false;
+                    let p = pr.partition;
+                    let offset = s.position;
+                    let to = self.out_of_range(p, offset)?;
+                    let s = &mut self.parts[p as usize];
+                    s.position = to;
+                    s.fetch_position = to;
+                    if to >= s.end {
+                        s.done = true;
+                        finished = true;
+                    }
                     continue;
-                };
-                match pr.error_code {
-                    0 => {}
-                    1 => {
-                        clean = false;
-                        let p = pr.partition_index;
-                        let offset = s.position;
-                        let to = self.out_of_range(p, offset)?;
-                        let s = &mut self.parts[p as usize];
-                        s.position = to;
-                        s.fetch_position = to;
-                        if to >= s.end {
-                            s.done = true;
-                            finished = true;
-                        }
-                        continue;
-                    }
-                    code if is_retriable(code) => {
-                        clean = false;
-                        self.refresh = true;
-                        log::warn!(
-                            "kafka {}/{}: fetch at offset {}: {}; refreshing metadata",
-                            self.cfg.topic,
-                            pr.partition_index,
-                            s.position,
-                            error_name(code)
-                        );
-                        continue;
-                    }
-                    code => {
-                        return Err(Error::Broker {
-                            topic: self.cfg.topic.clone(),
-                            partition: pr.partition_index,
-                            offset: s.position,
-                            api: "Fetch",
-                            code,
-                            name: error_name(code),
-                        })
-                    }
                 }
-                if let Some(records) = &pr.records {
-                    for b in BatchIter::new(records).flatten() {
-                        s.fetch_position = s.fetch_position.max(b.header.next_offset());
-                    }
+                code if is_retriable(code) => {
+                    clean = false;
+                    self.refresh = true;
+                    log::warn!(
+                        "kafka {}/{}: fetch at offset {}: {}; refreshing metadata",
+                        self.cfg.topic,
+                        pr.partition,
+                        s.position,
+                        error_name(code)
+                    );
+                    continue;
                 }
-                if s.fetch_position >= s.end {
-                    finished = true;
+                code => {
+                    return Err(Error::Broker {
+                        topic: self.cfg.topic.clone(),
+                        partition: pr.partition,
+                        offset: s.position,
+                        api: "Fetch",
+                        code,
+                        name: error_name(code),
+                    })
                 }
+            }
+            for b in BatchIter::new(&body[pr.records.clone()]).flatten() {
+                s.fetch_position = s.fetch_position.max(b.header.next_offset());
+            }
+            if s.fetch_position >= s.end {
+                finished = true;
             }
         }
         if finished {
@@ -1065,50 +1082,39 @@ impl Consumer {
         let read_committed = self.read_committed();
         let check_crc = self.cfg.check_crc;
         let topic = self.cfg.topic.as_str();
-        for t in &resp.responses {
-            if t.topic.0.as_str() != topic {
+        for pr in views {
+            if pr.error_code != 0 || pr.records.is_empty() {
                 continue;
             }
-            for pr in &t.partitions {
-                if pr.error_code != 0 {
-                    continue;
-                }
-                let Some(records) = &pr.records else { continue };
-                let Some(s) = usize::try_from(pr.partition_index)
-                    .ok()
-                    .and_then(|p| self.parts.get_mut(p))
-                    .filter(|s| s.selected && !s.done)
-                else {
-                    continue;
-                };
-                if read_committed {
-                    self.aborted.reset(
-                        pr.aborted_transactions
-                            .iter()
-                            .flatten()
-                            .map(|a| (a.producer_id.0, a.first_offset)),
-                    );
-                }
-                let r = deliver(
-                    topic,
-                    pr.partition_index,
-                    s,
-                    records,
-                    &mut Delivery {
-                        decompressor: &mut self.decompressor,
-                        aborted: &mut self.aborted,
-                        read_committed,
-                        check_crc,
-                    },
-                    n,
-                    handler,
-                );
-                if s.position >= s.end {
-                    s.done = true;
-                    self.fetches[i].stale = true;
-                }
-                r?;
+            let Some(s) = usize::try_from(pr.partition)
+                .ok()
+                .and_then(|p| self.parts.get_mut(p))
+                .filter(|s| s.selected && !s.done)
+            else {
+                continue;
+            };
+            if read_committed {
+                self.aborted.reset(aborted(body, version, pr));
             }
+            let r = deliver(
+                topic,
+                pr.partition,
+                s,
+                &body[pr.records.clone()],
+                &mut Delivery {
+                    decompressor: &mut self.decompressor,
+                    aborted: &mut self.aborted,
+                    read_committed,
+                    check_crc,
+                },
+                n,
+                handler,
+            );
+            if s.position >= s.end {
+                s.done = true;
+                self.fetches[i].stale = true;
+            }
+            r?;
         }
         self.succeeded();
         Ok(())
@@ -1139,7 +1145,7 @@ fn deliver<F, E>(
     topic: &str,
     partition: i32,
     s: &mut PartState,
-    records: &Bytes,
+    records: &[u8],
     d: &mut Delivery<'_>,
     n: &mut usize,
     handler: &mut F,
@@ -1332,12 +1338,11 @@ mod tests {
         filter.reset(aborted.iter().copied());
         let mut got = Vec::new();
         let mut n = 0;
-        let bytes = Bytes::copy_from_slice(records);
         let r = deliver(
             "t",
             3,
             s,
-            &bytes,
+            records,
             &mut Delivery {
                 decompressor: &mut decompressor,
                 aborted: &mut filter,

@@ -42,6 +42,7 @@ mod compression;
 mod connection;
 mod consumer;
 mod error;
+mod fetch;
 mod producer;
 
 pub use batch::{Compression, Headers};
