@@ -60,6 +60,7 @@ start() {
     fetch
     if running; then
         echo "kafka.sh: already running (pid $(cat "$RUN/pid")) at $(cat "$RUN/bootstrap")" >&2
+        cat "$RUN/bootstrap"
         return 0
     fi
     mkdir -p "$RUN"
