@@ -587,7 +587,10 @@ impl Consumer {
                     std::thread::sleep(self.cfg.retry_backoff);
                     let layout = self.load_layout()?;
                     for &p in selected {
-                        self.parts[p as usize].leader = layout.leaders[p as usize];
+                        // A partition gone from the metadata has no leader: retried, then the
+                        // deadline turns it into an error.
+                        self.parts[p as usize].leader =
+                            layout.leaders.get(p as usize).copied().unwrap_or(-1);
                     }
                     self.layout = Some(layout);
                 }
