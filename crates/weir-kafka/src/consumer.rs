@@ -926,7 +926,15 @@ impl Consumer {
             if self.fetches.iter().any(|f| f.stale) && !self.refresh {
                 // A partition set changed without a failure: re-encode, keep connections.
                 if self.fetches.iter().all(|f| f.in_flight.is_none()) {
-                    self.rebuild_fetches()?;
+                    match self.rebuild_fetches() {
+                        Ok(()) => {}
+                        // Opening a connection to a leader can fail like any other socket.
+                        Err(e) if retriable(&e) => {
+                            self.fail(e)?;
+                            return Ok(PollStatus::Idle);
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             } else if !self.recover(timeout)? {
                 return Ok(PollStatus::Idle);
