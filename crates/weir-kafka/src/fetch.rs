@@ -23,16 +23,17 @@ pub(crate) struct PartitionView {
     pub records: Range<usize>,
 }
 
-/// Reads fields from a byte slice, every read bounds-checked.
-struct Cursor<'a> {
-    b: &'a [u8],
-    pos: usize,
+/// Reads fields from a byte slice, every read bounds-checked (shared with the other hand-read
+/// responses in `responses.rs`).
+pub(crate) struct Cursor<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) pos: usize,
 }
 
-type Parse<T> = Result<T, String>;
+pub(crate) type Parse<T> = Result<T, String>;
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Parse<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Parse<&'a [u8]> {
         let end = self
             .pos
             .checked_add(n)
@@ -42,21 +43,21 @@ impl<'a> Cursor<'a> {
         self.pos = end;
         Ok(s)
     }
-    fn i16(&mut self, what: &str) -> Parse<i16> {
+    pub(crate) fn i16(&mut self, what: &str) -> Parse<i16> {
         let s = self.take(2, what)?;
         Ok(i16::from_be_bytes([s[0], s[1]]))
     }
-    fn i32(&mut self, what: &str) -> Parse<i32> {
+    pub(crate) fn i32(&mut self, what: &str) -> Parse<i32> {
         let s = self.take(4, what)?;
         Ok(i32::from_be_bytes([s[0], s[1], s[2], s[3]]))
     }
-    fn i64(&mut self, what: &str) -> Parse<i64> {
+    pub(crate) fn i64(&mut self, what: &str) -> Parse<i64> {
         let s = self.take(8, what)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(s);
         Ok(i64::from_be_bytes(a))
     }
-    fn uvarint(&mut self, what: &str) -> Parse<u32> {
+    pub(crate) fn uvarint(&mut self, what: &str) -> Parse<u32> {
         let mut v = 0u32;
         for shift in (0..35).step_by(7) {
             let byte = self.take(1, what)?[0];
@@ -69,7 +70,12 @@ impl<'a> Cursor<'a> {
     }
     /// An array length: INT32 (-1 null) or, flexible, UNSIGNED_VARINT n+1 (0 null). `None` is
     /// null. The count is checked against the bytes left at `min_size` bytes per element.
-    fn array_len(&mut self, flexible: bool, min_size: usize, what: &str) -> Parse<Option<usize>> {
+    pub(crate) fn array_len(
+        &mut self,
+        flexible: bool,
+        min_size: usize,
+        what: &str,
+    ) -> Parse<Option<usize>> {
         let n: i64 = if flexible {
             i64::from(self.uvarint(what)?) - 1
         } else {
@@ -84,7 +90,12 @@ impl<'a> Cursor<'a> {
         Ok(Some(n as usize))
     }
     /// A string or nullable bytes: INT16/INT32 length or, flexible, UNSIGNED_VARINT n+1.
-    fn bytes(&mut self, flexible: bool, wide: bool, what: &str) -> Parse<Option<Range<usize>>> {
+    pub(crate) fn bytes(
+        &mut self,
+        flexible: bool,
+        wide: bool,
+        what: &str,
+    ) -> Parse<Option<Range<usize>>> {
         let n: i64 = if flexible {
             i64::from(self.uvarint(what)?) - 1
         } else if wide {
@@ -103,7 +114,7 @@ impl<'a> Cursor<'a> {
         Ok(Some(start..self.pos))
     }
     /// Skips a tagged-field section (flexible versions).
-    fn tagged(&mut self, what: &str) -> Parse<()> {
+    pub(crate) fn tagged(&mut self, what: &str) -> Parse<()> {
         let n = self.uvarint(what)?;
         for _ in 0..n {
             self.uvarint(what)?;

@@ -2,9 +2,10 @@
 //!
 //! This crate owns everything between a Kafka broker and a message slice: the wire protocol
 //! (requests of ApiVersions, Metadata, ListOffsets, Fetch, Produce, InitProducerId and
-//! CreateTopics are framed by the `kafka-protocol` crate, as are their responses except
-//! Fetch's), the hot path written by hand because it demands it (the Fetch response walker and
-//! the record-batch v2 parser: zero-copy, zero-allocation, every length checked),
+//! CreateTopics are framed by the `kafka-protocol` crate; the consumer's responses are read by
+//! hand, every length checked before anything is reserved), the hot path written by hand
+//! because it demands it (the Fetch response walker and the record-batch v2 parser: zero-copy,
+//! zero-allocation),
 //! decompression (gzip, snappy, lz4, zstd) into a reused buffer, CRC32C checks, read_committed
 //! filtering of aborted transactions, leader routing, pipelined fetches, retries with backoff,
 //! and offset reset. It does not decode messages: the engine's decoder reads each value in
@@ -36,8 +37,9 @@
 //! Limits, on purpose or not yet: no consumer groups or offset commits (weir checkpoints
 //! itself), no TLS or SASL, fetches by topic name (Fetch up to v12), and one blocking socket read
 //! per leader in turn within a `poll` (with several leaders, a slow one delays the others by at
-//! most the fetch wait). The responses `kafka-protocol` decodes (all but Fetch, none of them on
-//! the hot path) trust the array lengths a broker sends when reserving memory.
+//! most the fetch wait). The responses `kafka-protocol` still decodes (Produce, InitProducerId,
+//! CreateTopics: the producer and topic creation, not the consumer) trust the array lengths a
+//! broker sends when reserving memory.
 
 pub mod batch;
 mod cluster;
@@ -47,6 +49,7 @@ mod consumer;
 mod error;
 mod fetch;
 mod producer;
+mod responses;
 
 pub use batch::{Compression, Headers};
 pub use cluster::create_topic;
