@@ -237,6 +237,216 @@ fn read_all(c: &mut Consumer) -> Vec<i64> {
     panic!("the read did not end: {} records", got.len());
 }
 
+/// A two-broker cluster: partition 0 led by node 1, partition 1 by node 2. After node 1 has
+/// answered `move_after` fetches, leadership of partition 0 moves to node 2: node 1 answers
+/// NOT_LEADER_OR_FOLLOWER for it and the metadata names node 2.
+struct Cluster {
+    ports: [u16; 2],
+    /// Fetches answered per node (index node - 1), and per node and partition.
+    fetches: [AtomicUsize; 2],
+    served: [[AtomicUsize; 2]; 2],
+    refused: AtomicUsize,
+    moved: std::sync::atomic::AtomicBool,
+    move_after: usize,
+}
+
+impl Cluster {
+    fn leader(&self, partition: i32) -> i32 {
+        if partition == 1 || self.moved.load(Ordering::SeqCst) {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+fn serve_node(mut s: TcpStream, node: i32, cl: Arc<Cluster>) {
+    loop {
+        let mut size = [0u8; 4];
+        if s.read_exact(&mut size).is_err() {
+            return;
+        }
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        if s.read_exact(&mut frame).is_err() {
+            return;
+        }
+        let mut buf = Bytes::from(frame);
+        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).unwrap();
+        let version = i16::from_be_bytes([buf[2], buf[3]]);
+        let header = RequestHeader::decode(&mut buf, key.request_header_version(version)).unwrap();
+        let id = header.correlation_id;
+        let ok = match key {
+            ApiKey::ApiVersions => {
+                let v = |k: ApiKey, lo, hi| {
+                    ApiVersion::default()
+                        .with_api_key(k as i16)
+                        .with_min_version(lo)
+                        .with_max_version(hi)
+                };
+                respond(
+                    &mut s,
+                    key,
+                    version,
+                    id,
+                    &ApiVersionsResponse::default().with_api_keys(vec![
+                        v(ApiKey::Fetch, 4, 12),
+                        v(ApiKey::Metadata, 4, 12),
+                        v(ApiKey::ListOffsets, 2, 7),
+                        v(ApiKey::ApiVersions, 0, 3),
+                    ]),
+                )
+            }
+            ApiKey::Metadata => {
+                let broker = |n: i32| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(n))
+                        .with_host(StrBytes::from_static_str("127.0.0.1"))
+                        .with_port(i32::from(cl.ports[(n - 1) as usize]))
+                };
+                let part = |p: i32| {
+                    MetadataResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_leader_id(BrokerId(cl.leader(p)))
+                };
+                respond(
+                    &mut s,
+                    key,
+                    version,
+                    id,
+                    &MetadataResponse::default()
+                        .with_brokers(vec![broker(1), broker(2)])
+                        .with_topics(vec![MetadataResponseTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC))))
+                            .with_partitions(vec![part(0), part(1)])]),
+                )
+            }
+            ApiKey::ListOffsets => {
+                let req = ListOffsetsRequest::decode(&mut buf, version).unwrap();
+                let ts = req.topics[0].partitions[0].timestamp;
+                let parts = req.topics[0]
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        ListOffsetsPartitionResponse::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(if cl.leader(p.partition_index) == node {
+                                0
+                            } else {
+                                6
+                            })
+                            .with_offset(if ts == -2 { 0 } else { RECORDS })
+                    })
+                    .collect();
+                respond(
+                    &mut s,
+                    key,
+                    version,
+                    id,
+                    &ListOffsetsResponse::default().with_topics(vec![
+                        ListOffsetsTopicResponse::default()
+                            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                            .with_partitions(parts),
+                    ]),
+                )
+            }
+            ApiKey::Fetch => {
+                let req = FetchRequest::decode(&mut buf, version).unwrap();
+                let n = cl.fetches[(node - 1) as usize].fetch_add(1, Ordering::SeqCst) + 1;
+                if node == 1 && n > cl.move_after {
+                    cl.moved.store(true, Ordering::SeqCst);
+                }
+                let parts = req.topics[0]
+                    .partitions
+                    .iter()
+                    .map(|fp| {
+                        let p = fp.partition;
+                        let part = PartitionData::default()
+                            .with_partition_index(p)
+                            .with_high_watermark(RECORDS)
+                            .with_last_stable_offset(RECORDS);
+                        if cl.leader(p) != node {
+                            cl.refused.fetch_add(1, Ordering::SeqCst);
+                            return part.with_error_code(6);
+                        }
+                        cl.served[(node - 1) as usize][p as usize].fetch_add(1, Ordering::SeqCst);
+                        part.with_records(Some(batches(fp.fetch_offset)))
+                    })
+                    .collect();
+                respond(
+                    &mut s,
+                    key,
+                    version,
+                    id,
+                    &FetchResponse::default().with_responses(vec![
+                        FetchableTopicResponse::default()
+                            .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                            .with_partitions(parts),
+                    ]),
+                )
+            }
+            other => panic!("the fake broker does not answer {other:?}"),
+        };
+        if !ok {
+            return;
+        }
+    }
+}
+
+/// Fetches go to each partition's leader, one connection per broker; when leadership moves, the
+/// consumer refreshes metadata, follows the partition to its new leader (now fetching both
+/// partitions in one request there), and reads everything exactly once.
+#[test]
+fn fetches_follow_leaders_across_brokers() {
+    let l1 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l2 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let cl = Arc::new(Cluster {
+        ports: [
+            l1.local_addr().unwrap().port(),
+            l2.local_addr().unwrap().port(),
+        ],
+        fetches: [AtomicUsize::new(0), AtomicUsize::new(0)],
+        served: Default::default(),
+        refused: AtomicUsize::new(0),
+        moved: std::sync::atomic::AtomicBool::new(false),
+        move_after: 2,
+    });
+    for (node, l) in [(1, l1), (2, l2)] {
+        let cl = Arc::clone(&cl);
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let cl = Arc::clone(&cl);
+                std::thread::spawn(move || serve_node(s, node, cl));
+            }
+        });
+    }
+    let mut c = consumer(&format!("127.0.0.1:{}", cl.ports[0]));
+    let mut got: [Vec<i64>; 2] = Default::default();
+    for _ in 0..1_000 {
+        let status = c
+            .poll(Duration::from_millis(100), |r| {
+                assert_eq!(r.value.unwrap(), format!("m{}", r.offset).as_bytes());
+                got[r.partition as usize].push(r.offset);
+                Ok::<(), std::io::Error>(())
+            })
+            .unwrap();
+        if status == PollStatus::End {
+            break;
+        }
+    }
+    for (p, offsets) in got.iter().enumerate() {
+        assert_eq!(*offsets, (0..RECORDS).collect::<Vec<_>>(), "partition {p}");
+    }
+    let served = |n: usize, p: usize| cl.served[n][p].load(Ordering::SeqCst);
+    // Node 1 served partition 0 until the move, node 2 served it after; node 1 never served
+    // partition 1.
+    assert_eq!(served(0, 0), 2);
+    assert!(served(1, 0) >= 1);
+    assert_eq!(served(0, 1), 0);
+    assert_eq!(served(1, 1), 5);
+    // Exactly one fetch reached the old leader after the move.
+    assert_eq!(cl.refused.load(Ordering::SeqCst), 1);
+}
+
 #[test]
 fn not_leader_refreshes_metadata_and_resumes() {
     let (addr, fetches) = fake_broker(Fault::NotLeader);
