@@ -60,6 +60,7 @@ start() {
     fetch
     if running; then
         echo "kafka.sh: already running (pid $(cat "$RUN/pid")) at $(cat "$RUN/bootstrap")" >&2
+        cat "$RUN/bootstrap"
         return 0
     fi
     mkdir -p "$RUN"
@@ -101,7 +102,7 @@ LOG
     java -cp "$cp" -Dlog4j2.configurationFile="$data/log4j2.properties" kafka.tools.StorageTool \
         format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)" \
         -c "$data/server.properties" >"$data/format.log" 2>&1 \
-        || { cat "$data/format.log" >&2; echo "kafka.sh: storage format failed" >&2; exit 1; }
+        || { cat "$data/format.log" >&2; echo "kafka.sh: storage format failed" >&2; rm -rf "$data"; exit 1; }
     echo "$data" > "$RUN/data"
     echo "127.0.0.1:$port" > "$RUN/bootstrap"
     launch

@@ -7,13 +7,14 @@ use std::time::Duration;
 use kafka_protocol::messages::{
     create_topics_request::CreatableTopic, list_offsets_request::ListOffsetsPartition,
     list_offsets_request::ListOffsetsTopic, metadata_request::MetadataRequestTopic, ApiKey,
-    BrokerId, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, TopicName,
+    BrokerId, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest, MetadataRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use crate::connection::Connection;
 use crate::error::{error_name, is_retriable, Error, Result};
+use crate::responses;
 
 /// ListOffsets timestamp asking for the offset after the last (high watermark or LSO).
 pub const LATEST: i64 = -1;
@@ -76,20 +77,10 @@ pub(crate) fn topic_layout(conn: &mut Connection, topic: &str) -> Result<TopicLa
             MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
         ]))
         .with_allow_auto_topic_creation(false);
-    let resp: MetadataResponse = conn.request(ApiKey::Metadata, v, &req)?;
-    let brokers = resp
-        .brokers
-        .iter()
-        .map(|b| BrokerAddr {
-            node_id: b.node_id.0,
-            addr: format!("{}:{}", b.host.as_str(), b.port),
-        })
-        .collect();
-    let Some(t) = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
-    else {
+    let body = conn.request_body(ApiKey::Metadata, v, &req)?;
+    let (brokers, topic_md) =
+        responses::metadata(&body, v, topic).map_err(|e| conn.protocol("Metadata", e))?;
+    let Some(t) = topic_md else {
         return Err(Error::Topic {
             topic: topic.to_string(),
             reason: "not in the metadata response".into(),
@@ -111,12 +102,7 @@ pub(crate) fn topic_layout(conn: &mut Connection, topic: &str) -> Result<TopicLa
             name: error_name(t.error_code),
         });
     }
-    let count = t
-        .partitions
-        .iter()
-        .map(|p| p.partition_index)
-        .max()
-        .map_or(0, |m| m + 1);
+    let count = t.partitions.iter().map(|p| p.0).max().map_or(0, |m| m + 1);
     if count <= 0 || count > 1_000_000 {
         return Err(Error::Topic {
             topic: topic.to_string(),
@@ -124,9 +110,9 @@ pub(crate) fn topic_layout(conn: &mut Connection, topic: &str) -> Result<TopicLa
         });
     }
     let mut leaders = vec![-1; count as usize];
-    for p in &t.partitions {
-        if p.partition_index >= 0 && p.error_code == 0 {
-            leaders[p.partition_index as usize] = p.leader_id.0;
+    for &(index, error_code, leader) in &t.partitions {
+        if index >= 0 && error_code == 0 {
+            leaders[index as usize] = leader;
         }
     }
     Ok(TopicLayout { brokers, leaders })
@@ -168,20 +154,9 @@ pub(crate) fn list_offsets(
                     })
                     .collect(),
             )]);
-    let resp: ListOffsetsResponse = conn.request(ApiKey::ListOffsets, v, &req)?;
-    let mut out = Vec::with_capacity(partitions.len());
-    for t in &resp.topics {
-        if t.name.0.as_str() != topic {
-            continue;
-        }
-        for p in &t.partitions {
-            out.push(ListedOffset {
-                partition: p.partition_index,
-                offset: p.offset,
-                error_code: p.error_code,
-            });
-        }
-    }
+    let body = conn.request_body(ApiKey::ListOffsets, v, &req)?;
+    let out =
+        responses::list_offsets(&body, v, topic).map_err(|e| conn.protocol("ListOffsets", e))?;
     for &p in partitions {
         if !out.iter().any(|o| o.partition == p) {
             return Err(conn.protocol("ListOffsets", format!("no answer for partition {p}")));

@@ -6,10 +6,11 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
 
 use crate::error::{Error, Result};
+use crate::responses;
 
 /// The largest response frame accepted: a guard against a corrupt size prefix.
 const MAX_FRAME: usize = 1 << 30;
@@ -79,23 +80,25 @@ impl Connection {
             read_timeout: timeout,
         };
         // ApiVersions v3 is what every broker since 2.4 answers; Kafka 4 requires it.
-        let resp: ApiVersionsResponse = conn.request(
+        let body = conn.request_body(
             ApiKey::ApiVersions,
             3,
             &ApiVersionsRequest::default()
                 .with_client_software_name(StrBytes::from_static_str("weir-kafka"))
                 .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION"))),
         )?;
-        if resp.error_code != 0 {
-            return Err(conn.protocol("ApiVersions", format!("error code {}", resp.error_code)));
+        let (error_code, keys) =
+            responses::api_versions(&body).map_err(|e| conn.protocol("ApiVersions", e))?;
+        if error_code != 0 {
+            return Err(conn.protocol("ApiVersions", format!("error code {error_code}")));
         }
-        for k in &resp.api_keys {
-            let i = k.api_key as usize;
-            if k.api_key >= 0 && i < 256 {
+        for (key, min, max) in keys {
+            let i = key as usize;
+            if key >= 0 && i < 256 {
                 if conn.versions.len() <= i {
                     conn.versions.resize(i + 1, (-1, -1));
                 }
-                conn.versions[i] = (k.min_version, k.max_version);
+                conn.versions[i] = (min, max);
             }
         }
         Ok(conn)
@@ -213,7 +216,21 @@ impl Connection {
         Ok(frame)
     }
 
-    /// Sends `req` and waits for its response.
+    /// Sends `req` and returns its response body (after the correlation id), for the
+    /// responses this crate reads by hand.
+    pub fn request_body<Req>(&mut self, key: ApiKey, version: i16, req: &Req) -> Result<Bytes>
+    where
+        Req: Encodable + HeaderVersion + Message,
+    {
+        let api = api_name(key);
+        let mut frame = Self::encode_frame(key, version, 0, req)
+            .map_err(|e| self.protocol(api, format!("cannot encode the request: {e}")))?;
+        let id = self.send_frame(&mut frame)?;
+        self.recv_frame(api, id)
+    }
+
+    /// Sends `req` and waits for its response, decoded by `kafka-protocol` (used only off the
+    /// consumer's path: Produce, InitProducerId, CreateTopics).
     pub fn request<Req, Resp>(&mut self, key: ApiKey, version: i16, req: &Req) -> Result<Resp>
     where
         Req: Encodable + HeaderVersion + Message,

@@ -1,12 +1,15 @@
 //! weir's native Kafka client.
 //!
 //! This crate owns everything between a Kafka broker and a message slice: the wire protocol
-//! (framing of ApiVersions, Metadata, ListOffsets, Fetch, Produce and CreateTopics comes from
-//! the `kafka-protocol` crate), the record-batch v2 parser (weir's own, zero-copy and
-//! zero-allocation: the hot path demands it), decompression (gzip, snappy, lz4, zstd) into a
-//! reused buffer, CRC32C checks, read_committed filtering of aborted transactions, leader
-//! routing, pipelined fetches, retries with backoff, and offset reset. It does not decode
-//! messages: the engine's decoder reads each value in place, straight from the fetch buffer.
+//! (requests of ApiVersions, Metadata, ListOffsets, Fetch, Produce, InitProducerId and
+//! CreateTopics are framed by the `kafka-protocol` crate; the consumer's responses are read by
+//! hand, every length checked before anything is reserved), the hot path written by hand
+//! because it demands it (the Fetch response walker and the record-batch v2 parser: zero-copy,
+//! zero-allocation),
+//! decompression (gzip, snappy, lz4, zstd) into a reused buffer, CRC32C checks, read_committed
+//! filtering of aborted transactions, leader routing, pipelined fetches, retries with backoff,
+//! and offset reset. It does not decode messages: the engine's decoder reads each value in
+//! place, straight from the fetch buffer.
 //!
 //! * [`Consumer`]: one topic, a static set of partitions, single-threaded and `Send`, no
 //!   consumer group (weir checkpoints offsets itself). [`Consumer::poll`] calls a closure with
@@ -34,7 +37,9 @@
 //! Limits, on purpose or not yet: no consumer groups or offset commits (weir checkpoints
 //! itself), no TLS or SASL, fetches by topic name (Fetch up to v12), and one blocking socket read
 //! per leader in turn within a `poll` (with several leaders, a slow one delays the others by at
-//! most the fetch wait).
+//! most the fetch wait). The responses `kafka-protocol` still decodes (Produce, InitProducerId,
+//! CreateTopics: the producer and topic creation, not the consumer) trust the array lengths a
+//! broker sends when reserving memory.
 
 pub mod batch;
 mod cluster;
@@ -42,7 +47,9 @@ mod compression;
 mod connection;
 mod consumer;
 mod error;
+mod fetch;
 mod producer;
+mod responses;
 
 pub use batch::{Compression, Headers};
 pub use cluster::create_topic;

@@ -287,7 +287,8 @@ impl Producer {
     }
 
     fn link(&mut self, p: i32) -> Result<usize> {
-        let node = self.layout.leaders[p as usize];
+        // The layout is refreshed from the network: a partition may be missing from it.
+        let node = self.layout.leaders.get(p as usize).copied().unwrap_or(-1);
         if let Some(i) = self.links.iter().position(|l| l.node == node) {
             return Ok(i);
         }
@@ -408,7 +409,12 @@ impl Producer {
             std::thread::sleep(Duration::from_millis(50 * attempt));
             let mut conn = cluster::connect_any(&self.cfg.brokers, self.cfg.request_timeout)?;
             self.layout = cluster::topic_layout(&mut conn, &self.cfg.topic)?;
-            if self.layout.leaders[f.partition as usize] < 0 {
+            if self
+                .layout
+                .leaders
+                .get(f.partition as usize)
+                .is_none_or(|&l| l < 0)
+            {
                 continue;
             }
             // Connections to a node that lost leadership are kept: it may lead others.
