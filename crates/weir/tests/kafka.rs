@@ -240,3 +240,149 @@ fn gen_and_produce_load_a_topic_that_a_query_reads_back() {
         "{\"n\":3500}"
     );
 }
+
+#[test]
+fn headers_and_tombstones() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let topic = topic("weir-headers");
+    create_topic(std::slice::from_ref(&broker), &topic, 1, 1, &[], false).unwrap();
+    let mut producer = Producer::connect(&ProducerConfig {
+        brokers: vec![broker.clone()],
+        topic: topic.clone(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let h1: [(&[u8], Option<&[u8]>); 2] = [(b"trace", Some(b"t1")), (b"n", None)];
+    producer
+        .send_with(Some(0), None, Some(b"a"), &h1, Some(1_000))
+        .unwrap();
+    producer
+        .send_with(Some(0), None, Some(b"b"), &[], Some(2_000))
+        .unwrap();
+    producer
+        .send_with(Some(0), Some(b"gone"), None, &[], Some(3_000))
+        .unwrap();
+    producer
+        .send_with(
+            Some(0),
+            None,
+            Some(b"c"),
+            &[(b"k", Some(b"v"))],
+            Some(4_000),
+        )
+        .unwrap();
+    producer.flush().unwrap();
+    let engine = Engine::new(EngineOptions::default());
+    let got = rt
+        .block_on(engine.query(&format!(
+            "CREATE SOURCE r INCLUDE offset AS o INCLUDE headers AS h INCLUDE timestamp AS ts
+             WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'raw', 'on.error' = 'skip');
+             SELECT o, h, CAST(ts AS BIGINT) AS ms FROM r ORDER BY o;"
+        )))
+        .unwrap();
+    let b = arrow::compute::concat_batches(&got[0].schema(), &got).unwrap();
+    assert_eq!(
+        b.column(0).as_primitive::<Int64Type>().values().to_vec(),
+        [0, 1, 3]
+    );
+    let maps = b.column(1).as_map();
+    let entries = |i: usize| {
+        let m = maps.value(i);
+        let keys = m.column(0).as_string::<i32>();
+        let vals = m.column(1).as_binary::<i32>();
+        (0..m.len())
+            .map(|j| {
+                let v = (!vals.is_null(j)).then(|| vals.value(j).to_vec());
+                (keys.value(j).to_string(), v)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        entries(0),
+        [
+            ("trace".to_string(), Some(b"t1".to_vec())),
+            ("n".to_string(), None)
+        ]
+    );
+    assert_eq!(entries(1), []);
+    assert_eq!(entries(2), [("k".to_string(), Some(b"v".to_vec()))]);
+    let ms = b.column(2).as_primitive::<Int64Type>().values().to_vec();
+    assert_eq!(ms, [1_000, 2_000, 4_000]);
+    let r = &engine.source_reports()[0];
+    assert_eq!(
+        (r.decoded, r.skipped),
+        (3, 1),
+        "the tombstone is a bad message, skipped"
+    );
+}
+
+#[test]
+fn follow_mode_streams_new_records_into_a_sink_until_stopped() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = topic("weir-follow");
+    create_topic(std::slice::from_ref(&broker), &topic, 2, 1, &[], false).unwrap();
+    let mut producer = Producer::connect(&ProducerConfig {
+        brokers: vec![broker.clone()],
+        topic: topic.clone(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let send = |producer: &mut Producer, from: u32, to: u32| {
+        for i in from..to {
+            producer
+                .send(None, Some(&i.to_be_bytes()), format!("m{i}").as_bytes())
+                .unwrap();
+        }
+        producer.flush().unwrap();
+    };
+    send(&mut producer, 0, 100);
+    let out = dir.path().join("live.jsonl");
+    let engine = Engine::new(EngineOptions {
+        follow: true,
+        partitions: 2,
+        ..EngineOptions::default()
+    });
+    rt.block_on(engine.query(&format!(
+        "CREATE SOURCE r WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'raw');
+         CREATE SINK live FROM (SELECT CAST(value AS VARCHAR) AS v FROM r WHERE octet_length(CAST(value AS VARCHAR)) > 0)
+           WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'json', 'framing' = 'lines');",
+        out.display()
+    )))
+    .unwrap();
+    let wait_for = |n: u64| {
+        for _ in 0..200 {
+            if engine.source_reports()[0].decoded >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("never reached {n}: {:?}", engine.source_reports());
+    };
+    wait_for(100);
+    send(&mut producer, 100, 150);
+    wait_for(150);
+    engine.stop();
+    rt.block_on(engine.wait()).unwrap();
+    rt.block_on(engine.finish()).unwrap();
+    let mut got: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["v"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = (0..150).map(|i| format!("m{i}")).collect();
+    want.sort();
+    assert_eq!(got, want, "every record once: no gap, no duplicate");
+}

@@ -130,6 +130,7 @@ fn read(
                 offset: rec.offset,
                 timestamp: rec.timestamp,
                 key: rec.key,
+                headers: rec.headers,
             };
             let done = match rec.value {
                 Some(value) => ingest.message(value, &pos),

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arrow::array::builder::{MapBuilder, MapFieldNames};
 use arrow::array::{
     ArrayRef, BinaryBuilder, Int32Builder, Int64Builder, RecordBatch, RecordBatchOptions,
     StringBuilder, TimestampMillisecondBuilder,
@@ -94,6 +95,8 @@ pub enum MetaKind {
     Timestamp,
     /// The Kafka record key (Binary, null when the key is null).
     Key,
+    /// The Kafka record headers (Map of Utf8 key to Binary value, in record order).
+    Headers,
 }
 
 impl MetaKind {
@@ -106,10 +109,11 @@ impl MetaKind {
             ("partition", "kafka") => Ok(Self::Partition),
             ("timestamp", "kafka") => Ok(Self::Timestamp),
             ("key", "kafka") => Ok(Self::Key),
+            ("headers", "kafka") => Ok(Self::Headers),
             _ => Err(format!(
                 "INCLUDE {kind} is not available for the '{connector}' connector (it offers: {})",
                 if connector == "kafka" {
-                    "topic, partition, offset, timestamp, key"
+                    "topic, partition, offset, timestamp, key, headers"
                 } else {
                     "file, offset"
                 }
@@ -126,6 +130,7 @@ impl MetaKind {
             Self::Partition => "_weir_partition",
             Self::Timestamp => "_weir_timestamp",
             Self::Key => "_weir_key",
+            Self::Headers => "_weir_headers",
         }
     }
 
@@ -137,6 +142,8 @@ impl MetaKind {
             Self::Partition => DataType::Int32,
             Self::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
             Self::Key => DataType::Binary,
+            // Exactly the type the builder produces.
+            Self::Headers => arrow::array::Array::data_type(&headers_builder().finish()).clone(),
         }
     }
 
@@ -144,6 +151,17 @@ impl MetaKind {
     pub fn nullable(self) -> bool {
         self == Self::Key
     }
+}
+
+type HeadersBuilder = MapBuilder<StringBuilder, BinaryBuilder>;
+
+fn headers_builder() -> HeadersBuilder {
+    let names = MapFieldNames {
+        entry: "entries".into(),
+        key: "key".into(),
+        value: "value".into(),
+    };
+    MapBuilder::new(Some(names), StringBuilder::new(), BinaryBuilder::new())
 }
 
 /// Where a message came from.
@@ -168,6 +186,8 @@ pub enum Position<'a> {
         timestamp: i64,
         /// The key, if not null.
         key: Option<&'a [u8]>,
+        /// The headers.
+        headers: weir_kafka::Headers<'a>,
     },
 }
 
@@ -232,6 +252,7 @@ impl DeadLetterFile {
                 offset,
                 timestamp,
                 key,
+                ..
             } => serde_json::json!({
                 "source": source,
                 "topic": topic,
@@ -372,6 +393,7 @@ enum MetaColumn {
     Partition(Int32Builder),
     Timestamp(TimestampMillisecondBuilder),
     Key(BinaryBuilder),
+    Headers(HeadersBuilder),
 }
 
 impl MetaColumn {
@@ -385,20 +407,22 @@ impl MetaColumn {
                 Self::Timestamp(TimestampMillisecondBuilder::new().with_timezone("UTC"))
             }
             MetaKind::Key => Self::Key(BinaryBuilder::new()),
+            MetaKind::Headers => Self::Headers(headers_builder()),
         }
     }
 
     #[inline]
     fn append(&mut self, pos: &Position<'_>) {
-        let (file, topic, partition, offset, timestamp, key) = match *pos {
-            Position::File { file, offset } => (file, "", 0, offset, 0, None),
+        let (file, topic, partition, offset, timestamp, key, headers) = match *pos {
+            Position::File { file, offset } => (file, "", 0, offset, 0, None, None),
             Position::Kafka {
                 topic,
                 partition,
                 offset,
                 timestamp,
                 key,
-            } => ("", topic, partition, offset, timestamp, key),
+                headers,
+            } => ("", topic, partition, offset, timestamp, key, Some(headers)),
         };
         match self {
             Self::File(b) => b.append_value(file),
@@ -407,6 +431,15 @@ impl MetaColumn {
             Self::Partition(b) => b.append_value(partition),
             Self::Timestamp(b) => b.append_value(timestamp),
             Self::Key(b) => b.append_option(key),
+            Self::Headers(b) => {
+                for (k, v) in headers.into_iter().flatten() {
+                    b.keys().append_value(String::from_utf8_lossy(k));
+                    b.values().append_option(v);
+                }
+                // Appending a map entry cannot fail here: keys and values were appended in
+                // pairs above.
+                let _ = b.append(true);
+            }
         }
     }
 
@@ -417,6 +450,7 @@ impl MetaColumn {
             Self::Partition(b) => Arc::new(b.finish()),
             Self::Timestamp(b) => Arc::new(b.finish()),
             Self::Key(b) => Arc::new(b.finish()),
+            Self::Headers(b) => Arc::new(b.finish()),
         }
     }
 }
