@@ -393,7 +393,8 @@ enum MetaColumn {
     Partition(Int32Builder),
     Timestamp(TimestampMillisecondBuilder),
     Key(BinaryBuilder),
-    Headers(HeadersBuilder),
+    // Boxed: a map builder is several times the size of the others.
+    Headers(Box<HeadersBuilder>),
 }
 
 impl MetaColumn {
@@ -407,7 +408,7 @@ impl MetaColumn {
                 Self::Timestamp(TimestampMillisecondBuilder::new().with_timezone("UTC"))
             }
             MetaKind::Key => Self::Key(BinaryBuilder::new()),
-            MetaKind::Headers => Self::Headers(headers_builder()),
+            MetaKind::Headers => Self::Headers(Box::new(headers_builder())),
         }
     }
 
