@@ -3,6 +3,13 @@
 
 mod common;
 
+/// The broker tests run one at a time: together (Java producers, a second broker for the restart
+/// test) they overload a 2-core machine until client timeouts, not weir, decide the outcome.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -16,6 +23,7 @@ use weir_kafka::{
 /// in offset order per partition, with its key, value, header and a plausible timestamp.
 #[test]
 fn java_producer_batches_with_every_codec() {
+    let _serial = serial();
     let Some(b) = bootstrap("java_producer_batches_with_every_codec") else {
         return;
     };
@@ -65,6 +73,7 @@ fn java_producer_batches_with_every_codec() {
 /// exactly the committed records and no control records; read_uncommitted returns all records.
 #[test]
 fn read_committed_drops_aborted_transactions() {
+    let _serial = serial();
     let Some(b) = bootstrap("read_committed_drops_aborted_transactions") else {
         return;
     };
@@ -120,6 +129,7 @@ fn read_committed_drops_aborted_transactions() {
 /// client would; every startup mode.
 #[test]
 fn producer_round_trip_partitions_and_startup_modes() {
+    let _serial = serial();
     let Some(b) = bootstrap("producer_round_trip_partitions_and_startup_modes") else {
         return;
     };
@@ -258,6 +268,7 @@ fn producer_round_trip_partitions_and_startup_modes() {
 /// out of range (after a seek past the end).
 #[test]
 fn offsets_out_of_range_follow_offset_reset() {
+    let _serial = serial();
     let Some(b) = bootstrap("offsets_out_of_range_follow_offset_reset") else {
         return;
     };
@@ -366,6 +377,7 @@ fn offsets_out_of_range_follow_offset_reset() {
 /// error leaves the failing record unconsumed.
 #[test]
 fn unbounded_follow_and_handler_errors() {
+    let _serial = serial();
     let Some(b) = bootstrap("unbounded_follow_and_handler_errors") else {
         return;
     };
@@ -437,6 +449,7 @@ fn unbounded_follow_and_handler_errors() {
 /// Connecting to a topic that does not exist or to partitions it does not have is an error.
 #[test]
 fn unknown_topic_and_partition_are_errors() {
+    let _serial = serial();
     let Some(b) = bootstrap("unknown_topic_and_partition_are_errors") else {
         return;
     };
@@ -492,6 +505,7 @@ impl Drop for PrivateBroker {
 /// broker so the restart does not disturb the other tests.
 #[test]
 fn broker_restart_mid_read_loses_and_repeats_nothing() {
+    let _serial = serial();
     if bootstrap("broker_restart_mid_read_loses_and_repeats_nothing").is_none() {
         return;
     }

@@ -36,6 +36,15 @@ public class KafkaLoad {
         return p;
     }
 
+    // Every send's outcome, checked before "ok" is printed: a record the broker never took must
+    // fail the load, not show up later as a missing record in the consumer's count.
+    static final List<java.util.concurrent.Future<RecordMetadata>> SENT = new ArrayList<>();
+
+    static void checkSent() throws Exception {
+        for (java.util.concurrent.Future<RecordMetadata> f : SENT) f.get();
+        SENT.clear();
+    }
+
     static byte[] b(String s) {
         return s.getBytes(StandardCharsets.UTF_8);
     }
@@ -58,9 +67,10 @@ public class KafkaLoad {
                     for (int i = 0; i < count; i++) {
                         ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(t, i % partitions, b("k" + i), b(value(i)));
                         r.headers().add("i", b(Integer.toString(i)));
-                        prod.send(r);
+                        SENT.add(prod.send(r));
                     }
                     prod.flush();
+                    checkSent();
                 }
             }
         } else if (mode.equals("tx")) {
