@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use arrow_array::builder::BinaryBuilder;
-use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{DecodeError, PlanError, SchemaError};
@@ -462,9 +462,8 @@ impl Decoder for RawDecoder {
         } else {
             vec![Arc::new(self.values.finish())]
         };
-        let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
-        self.rows = 0;
-        RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options).ok()
+        let rows = std::mem::take(&mut self.rows);
+        Some(crate::batch_of(&self.schema, columns, rows))
     }
 }
 

@@ -31,6 +31,21 @@ pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 pub use schema::ProtoSchema;
 
+/// A batch of `rows` rows from columns a decoder built for `schema` (a zero-column schema still
+/// carries its row count). The decoders build columns to match their own schema, so a mismatch
+/// is a bug in weir-codec, not bad input.
+pub(crate) fn batch_of(
+    schema: &SchemaRef,
+    columns: Vec<arrow_array::ArrayRef>,
+    rows: usize,
+) -> RecordBatch {
+    let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows));
+    match RecordBatch::try_new_with_options(std::sync::Arc::clone(schema), columns, &options) {
+        Ok(b) => b,
+        Err(e) => panic!("weir-codec built an inconsistent batch (a bug in weir): {e}"),
+    }
+}
+
 /// Rows per batch when the caller does not choose.
 pub const DEFAULT_BATCH_SIZE: usize = 8192;
 

@@ -55,7 +55,7 @@ mod wire;
 
 use std::sync::Arc;
 
-use arrow_array::{RecordBatch, RecordBatchOptions};
+use arrow_array::RecordBatch;
 use arrow_schema::{DataType, SchemaRef};
 
 use crate::error::{DecodeError, PlanError};
@@ -210,10 +210,6 @@ impl Decoder for ProtoDecoder {
             .map(|&c| columns::finish(&mut self.state.cols, c))
             .collect();
         self.state.rows = 0;
-        let options = RecordBatchOptions::new().with_row_count(Some(rows));
-        match RecordBatch::try_new_with_options(Arc::clone(&self.plan.schema), arrays, &options) {
-            Ok(b) => Some(b),
-            Err(e) => panic!("weir-codec built an inconsistent batch (a bug in weir): {e}"),
-        }
+        Some(crate::batch_of(&self.plan.schema, arrays, rows))
     }
 }
