@@ -4,66 +4,11 @@
 //! a column gets its first null, so columns without nulls write no validity bits at all.
 
 use arrow_array::{make_array, ArrayRef};
-use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow_buffer::{Buffer, NullBuffer};
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
 
-/// A growable bitmap (validity, or boolean values).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Bits {
-    bytes: Vec<u8>,
-    len: usize,
-}
-
-impl Bits {
-    /// `len` bits, all `value`.
-    fn filled(len: usize, value: bool, capacity: usize) -> Self {
-        let mut bytes = Vec::with_capacity(capacity.max(len).div_ceil(8));
-        bytes.resize(len.div_ceil(8), if value { 0xFF } else { 0 });
-        let mut b = Self { bytes, len };
-        b.clear_tail();
-        b
-    }
-
-    #[inline(always)]
-    pub(crate) fn push(&mut self, v: bool) {
-        let i = self.len;
-        if i % 8 == 0 {
-            self.bytes.push(0);
-        }
-        if v {
-            if let Some(last) = self.bytes.last_mut() {
-                *last |= 1 << (i % 8);
-            }
-        }
-        self.len = i + 1;
-    }
-
-    /// Zeroes the bits past `len` in the last byte (Arrow ignores them; tidy for equality).
-    fn clear_tail(&mut self) {
-        if self.len % 8 != 0 {
-            if let Some(last) = self.bytes.last_mut() {
-                *last &= (1u8 << (self.len % 8)) - 1;
-            }
-        }
-    }
-
-    fn truncate(&mut self, len: usize) {
-        if len >= self.len {
-            return;
-        }
-        self.len = len;
-        self.bytes.truncate(len.div_ceil(8));
-        self.clear_tail();
-    }
-
-    fn take(&mut self, capacity: usize) -> BooleanBuffer {
-        let len = self.len;
-        let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(capacity.div_ceil(8)));
-        self.len = 0;
-        BooleanBuffer::new(Buffer::from_vec(bytes), 0, len)
-    }
-}
+pub(crate) use crate::bits::Bits;
 
 /// The values of one column.
 #[derive(Debug)]
@@ -143,7 +88,7 @@ impl Column {
     fn reserve(&mut self) {
         let cap = self.capacity;
         fixed!(&mut self.values, v => v.reserve(cap), other => match other {
-            Values::Bool(b) => b.bytes.reserve(cap.div_ceil(8)),
+            Values::Bool(b) => b.reserve(cap),
             Values::Bytes { offsets, data } => {
                 offsets.reserve(cap + 1);
                 data.reserve(cap * 16);
@@ -195,7 +140,7 @@ impl Column {
     /// Rows in this column.
     pub(crate) fn len(&self) -> usize {
         fixed!(&self.values, v => v.len(), other => match other {
-            Values::Bool(b) => b.len,
+            Values::Bool(b) => b.len(),
             Values::Bytes { offsets, .. } | Values::List { offsets, .. } => {
                 offsets.len().saturating_sub(1)
             }

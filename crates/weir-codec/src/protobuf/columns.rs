@@ -3,72 +3,11 @@
 //! failed message must be rolled back, and arrow builders cannot be truncated.
 
 use arrow_array::{make_array, ArrayRef};
-use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow_buffer::{Buffer, NullBuffer};
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
 
-/// A growable bitmap (validity, or boolean values).
-#[derive(Debug, Default)]
-pub(crate) struct Bits {
-    bytes: Vec<u8>,
-    len: usize,
-}
-
-impl Bits {
-    fn with_capacity(bits: usize) -> Self {
-        Self {
-            bytes: Vec::with_capacity(bits.div_ceil(8)),
-            len: 0,
-        }
-    }
-
-    #[inline(always)]
-    pub(crate) fn push(&mut self, v: bool) {
-        let i = self.len;
-        if i % 8 == 0 {
-            self.bytes.push(0);
-        }
-        if v {
-            let last = self.bytes.len() - 1;
-            self.bytes[last] |= 1 << (i % 8);
-        }
-        self.len = i + 1;
-    }
-
-    /// Sets the last bit (the current row of a direct column).
-    #[inline(always)]
-    pub(crate) fn set_last(&mut self, v: bool) {
-        if self.len == 0 {
-            return;
-        }
-        let i = self.len - 1;
-        let last = &mut self.bytes[i / 8];
-        if v {
-            *last |= 1 << (i % 8);
-        } else {
-            *last &= !(1 << (i % 8));
-        }
-    }
-
-    fn truncate(&mut self, len: usize) {
-        if len >= self.len {
-            return;
-        }
-        self.len = len;
-        self.bytes.truncate(len.div_ceil(8));
-        if len % 8 != 0 {
-            let last = self.bytes.len() - 1;
-            self.bytes[last] &= (1u8 << (len % 8)) - 1;
-        }
-    }
-
-    fn take(&mut self, capacity: usize) -> BooleanBuffer {
-        let len = self.len;
-        let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(capacity.div_ceil(8)));
-        self.len = 0;
-        BooleanBuffer::new(Buffer::from_vec(bytes), 0, len)
-    }
-}
+pub(crate) use crate::bits::Bits;
 
 /// The values of one column.
 #[derive(Debug)]
@@ -127,7 +66,7 @@ impl Column {
     fn reserve(&mut self) {
         let cap = self.capacity;
         match &mut self.data {
-            ColumnData::Bool(b) => b.bytes.reserve(cap.div_ceil(8)),
+            ColumnData::Bool(b) => b.reserve(cap),
             ColumnData::I32(v) => v.reserve(cap),
             ColumnData::I64(v) => v.reserve(cap),
             ColumnData::U32(v) => v.reserve(cap),
@@ -165,7 +104,7 @@ pub(crate) fn push_offset(offsets: &mut Vec<i32>, end: usize) -> bool {
 /// Number of rows in column `id`.
 pub(crate) fn column_len(cols: &[Column], id: usize) -> usize {
     match &cols[id].data {
-        ColumnData::Bool(b) => b.len,
+        ColumnData::Bool(b) => b.len(),
         ColumnData::I32(v) => v.len(),
         ColumnData::I64(v) => v.len(),
         ColumnData::U32(v) => v.len(),

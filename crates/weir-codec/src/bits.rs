@@ -1,0 +1,99 @@
+//! A growable bitmap (validity, or boolean values) shared by the protobuf and JSON column
+//! buffers. Hand-written rather than arrow's builder because a failed message must be rolled
+//! back (`truncate`), and the result becomes an Arrow buffer without a copy (`take`).
+
+use arrow_buffer::{BooleanBuffer, Buffer};
+
+/// A growable bitmap.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Bits {
+    bytes: Vec<u8>,
+    len: usize,
+}
+
+impl Bits {
+    /// An empty bitmap with room for `bits` bits.
+    pub(crate) fn with_capacity(bits: usize) -> Self {
+        Self {
+            bytes: Vec::with_capacity(bits.div_ceil(8)),
+            len: 0,
+        }
+    }
+
+    /// `len` bits, all `value`, with room for `capacity` bits.
+    pub(crate) fn filled(len: usize, value: bool, capacity: usize) -> Self {
+        let mut bytes = Vec::with_capacity(capacity.max(len).div_ceil(8));
+        bytes.resize(len.div_ceil(8), if value { 0xFF } else { 0 });
+        let mut b = Self { bytes, len };
+        b.clear_tail();
+        b
+    }
+
+    /// Bits held.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Makes room for `bits` more bits.
+    pub(crate) fn reserve(&mut self, bits: usize) {
+        self.bytes.reserve(bits.div_ceil(8));
+    }
+
+    /// Appends one bit.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, v: bool) {
+        let i = self.len;
+        if i % 8 == 0 {
+            self.bytes.push(0);
+        }
+        if v {
+            if let Some(last) = self.bytes.last_mut() {
+                *last |= 1 << (i % 8);
+            }
+        }
+        self.len = i + 1;
+    }
+
+    /// Sets the last bit (the current row of a direct column).
+    #[inline(always)]
+    pub(crate) fn set_last(&mut self, v: bool) {
+        if self.len == 0 {
+            return;
+        }
+        let i = self.len - 1;
+        let last = &mut self.bytes[i / 8];
+        if v {
+            *last |= 1 << (i % 8);
+        } else {
+            *last &= !(1 << (i % 8));
+        }
+    }
+
+    /// Zeroes the bits past `len` in the last byte (Arrow ignores them; tidy for equality).
+    fn clear_tail(&mut self) {
+        if self.len % 8 != 0 {
+            if let Some(last) = self.bytes.last_mut() {
+                *last &= (1u8 << (self.len % 8)) - 1;
+            }
+        }
+    }
+
+    /// Drops the bits from `len` on (a rolled-back row).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        self.len = len;
+        self.bytes.truncate(len.div_ceil(8));
+        self.clear_tail();
+    }
+
+    /// The bits as an Arrow buffer; the bitmap starts again empty with room for `capacity`.
+    pub(crate) fn take(&mut self, capacity: usize) -> BooleanBuffer {
+        let len = self.len;
+        let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(capacity.div_ceil(8)));
+        self.len = 0;
+        BooleanBuffer::new(Buffer::from_vec(bytes), 0, len)
+    }
+}
