@@ -28,7 +28,10 @@ pub struct FuzzTarget {
 
 /// The weir-codec crate directory (the harness is compiled both from it and from `fuzz/`).
 fn root() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string()),
+    );
     if dir.ends_with("fuzz") {
         dir.parent().map(Path::to_path_buf).unwrap_or(dir)
     } else {

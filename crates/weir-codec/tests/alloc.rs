@@ -61,7 +61,8 @@ fn quote(i: u64, out: &mut Vec<u8>) {
 
 #[test]
 fn a_million_messages_allocate_per_batch() {
-    let dir = env!("CARGO_MANIFEST_DIR");
+    let dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
     let schema = ProtoSchema::from_proto_file(format!("{dir}/testdata/stocks.proto"), &[]).unwrap();
     let cols = vec![
         ColumnSpec::new("ticker", DataType::Utf8).with_path("base.ticker"),

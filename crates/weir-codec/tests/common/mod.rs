@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -28,9 +28,12 @@ use weir_codec::{DataType, Field, ProtoSchema, TimeUnit};
 
 /// `tests/proto` of this crate.
 pub fn proto_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("proto")
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string()),
+    )
+    .join("tests")
+    .join("proto")
 }
 
 /// Compiles `tests/proto/<file>` (well-known types resolve through protox).

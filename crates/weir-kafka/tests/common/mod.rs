@@ -51,7 +51,11 @@ pub fn topic(name: &str) -> String {
 }
 
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string()),
+    )
+    .join("../..")
 }
 
 /// Kafka's jars (fetched by `scripts/kafka.sh`).
@@ -67,7 +71,11 @@ pub fn classpath() -> String {
 
 /// Runs `tests/java/KafkaLoad.java` (Kafka's own Java producer) with `args`.
 pub fn java_load(args: &[&str]) {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/java/KafkaLoad.java");
+    let src = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string()),
+    )
+    .join("tests/java/KafkaLoad.java");
     let out = Command::new("java")
         .arg("-Xmx256m")
         .arg("-cp")
