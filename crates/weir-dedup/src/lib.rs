@@ -1,0 +1,252 @@
+//! weir's state: primary-key dedup and exactly-once checkpoints, in one RocksDB database per
+//! state directory.
+//!
+//! This crate owns:
+//! - [`StateStore`]: opens a state directory; [`StateStore::dedup`] marks the duplicate rows of
+//!   a batch (first occurrence wins; a TTL on an event-time column expires old keys), and
+//!   [`StateStore::commit`] writes, in one synced RocksDB write batch, the keys of the step, the
+//!   next position of every source partition and the files the step completed.
+//! - [`KeyColumns`] and [`KeyMode`]: which columns make a key, stored hashed (xxh3-128) or raw.
+//! - [`DedupStats`]: block-cache hit rates overall and for data, index and filter blocks apart,
+//!   bloom-filter usefulness, keys held and expired, duplicates dropped and bytes on disk. The
+//!   overall hit rate alone can hide a poor data-block rate (seed 000's lesson), so all are shown.
+//!
+//! Lookups are batched per RecordBatch (`batched_multi_get`), and two generations of recently
+//! seen keys sit in memory in front of RocksDB (an open-addressing table, no allocation per key),
+//! so hot duplicates and repeated keys within a step never reach it. The crate does no Arrow
+//! compute and no I/O besides RocksDB and its directory.
+
+mod keys;
+mod set;
+mod store;
+
+use std::fmt;
+
+pub use keys::{KeyColumns, KeyMode};
+pub use store::{Checkpoint, DedupKey, StateOptions, StateStore};
+
+/// What went wrong with the state.
+#[derive(Debug, thiserror::Error)]
+pub enum DedupError {
+    /// A setting is wrong.
+    #[error("{0}")]
+    Config(String),
+    /// RocksDB failed.
+    #[error("state directory {dir}: cannot {what}: {error}")]
+    Db {
+        /// The state directory.
+        dir: String,
+        /// What was being done.
+        what: String,
+        /// RocksDB's message.
+        error: String,
+    },
+    /// The directory could not be created or read.
+    #[error("state directory {path}: {error}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The cause.
+        error: std::io::Error,
+    },
+    /// The state holds something this version cannot read.
+    #[error("the state is damaged: {0}")]
+    Corrupt(String),
+}
+
+/// Parses a duration such as `90s`, `15m`, `1h`, `7d` or `250ms` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration; write for example '90s', '15m' or '1h'"))?;
+    let secs = match unit.trim() {
+        "ms" => return Ok(std::time::Duration::from_millis(n)),
+        "" | "s" => 1,
+        "m" | "min" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        u => {
+            return Err(format!(
+                "'{s}': unknown time unit '{u}'; use ms, s, m, h or d"
+            ))
+        }
+    };
+    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
+}
+
+/// Parses a size such as `64MB`, `512KiB`, `1g` or `1048576` (bytes).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size; write for example '64MB' or '1GB'"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        u => return Err(format!("'{s}': unknown size unit '{u}'; use KB, MB or GB")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// The state's statistics: cumulative over every run on the state directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DedupStats {
+    /// Whether a dedup key is set (else the state holds checkpoints only).
+    pub dedup: bool,
+    /// Steps committed.
+    pub step: u64,
+    /// Rows checked.
+    pub rows: u64,
+    /// Rows dropped as duplicates.
+    pub duplicates_dropped: u64,
+    /// Duplicates answered from memory, without RocksDB.
+    pub recent_hits: u64,
+    /// Keys looked up in RocksDB.
+    pub lookups: u64,
+    /// Keys written (first occurrences, and expired keys seen again).
+    pub keys_written: u64,
+    /// Keys found expired, at lookup or dropped by compaction.
+    pub keys_expired: u64,
+    /// Keys in RocksDB, as RocksDB estimates them.
+    pub keys_held_estimate: u64,
+    /// Keys in the in-memory sets now.
+    pub recent_keys_in_memory: usize,
+    /// Bytes of the in-memory sets.
+    pub recent_bytes: usize,
+    /// The block cache's configured size.
+    pub block_cache_bytes: u64,
+    /// The block cache's use now.
+    pub block_cache_usage: u64,
+    /// Block cache hits, all blocks.
+    pub cache_hit: u64,
+    /// Block cache misses, all blocks.
+    pub cache_miss: u64,
+    /// Data-block hits.
+    pub data_hit: u64,
+    /// Data-block misses.
+    pub data_miss: u64,
+    /// Index-block hits.
+    pub index_hit: u64,
+    /// Index-block misses.
+    pub index_miss: u64,
+    /// Filter-block hits.
+    pub filter_hit: u64,
+    /// Filter-block misses.
+    pub filter_miss: u64,
+    /// Lookups a bloom filter answered "absent" (no data block read).
+    pub bloom_useful: u64,
+    /// Lookups a bloom filter let through.
+    pub bloom_positive: u64,
+    /// Of those, the key was really there.
+    pub bloom_true_positive: u64,
+    /// Bytes of the state directory's files.
+    pub bytes_on_disk: u64,
+}
+
+fn rate(hit: u64, miss: u64) -> String {
+    if hit + miss == 0 {
+        "-".to_string()
+    } else {
+        format!(
+            "{:.2}% ({hit} hits, {miss} misses)",
+            100.0 * hit as f64 / (hit + miss) as f64
+        )
+    }
+}
+
+impl fmt::Display for DedupStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "steps committed:        {}", self.step)?;
+        if !self.dedup {
+            return writeln!(f, "dedup:                  off (checkpoints only)");
+        }
+        writeln!(f, "rows checked:           {}", self.rows)?;
+        writeln!(f, "duplicates dropped:     {}", self.duplicates_dropped)?;
+        writeln!(
+            f,
+            "  answered in memory:   {} (RocksDB lookups: {})",
+            self.recent_hits, self.lookups
+        )?;
+        writeln!(f, "keys written:           {}", self.keys_written)?;
+        writeln!(f, "keys expired:           {}", self.keys_expired)?;
+        writeln!(f, "keys held (estimate):   {}", self.keys_held_estimate)?;
+        if self.recent_bytes > 0 {
+            writeln!(
+                f,
+                "keys in memory:         {} ({} MiB)",
+                self.recent_keys_in_memory,
+                self.recent_bytes >> 20
+            )?;
+        }
+        if self.block_cache_bytes > 0 {
+            writeln!(
+                f,
+                "block cache:            {} MiB configured, {} MiB used",
+                self.block_cache_bytes >> 20,
+                self.block_cache_usage >> 20
+            )?;
+        } else {
+            writeln!(f, "block cache:            (as of the last commit)")?;
+        }
+        writeln!(
+            f,
+            "  hit rate, all blocks: {}",
+            rate(self.cache_hit, self.cache_miss)
+        )?;
+        writeln!(
+            f,
+            "  data blocks:          {}",
+            rate(self.data_hit, self.data_miss)
+        )?;
+        writeln!(
+            f,
+            "  index blocks:         {}",
+            rate(self.index_hit, self.index_miss)
+        )?;
+        writeln!(
+            f,
+            "  filter blocks:        {}",
+            rate(self.filter_hit, self.filter_miss)
+        )?;
+        let checked = self.bloom_useful + self.bloom_positive;
+        let false_pos = self.bloom_positive.saturating_sub(self.bloom_true_positive);
+        writeln!(
+            f,
+            "bloom filters:          {} checks, {} answered absent ({}), {} false positives",
+            checked,
+            self.bloom_useful,
+            if checked == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.2}%", 100.0 * self.bloom_useful as f64 / checked as f64)
+            },
+            false_pos
+        )?;
+        writeln!(f, "bytes on disk:          {}", self.bytes_on_disk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("1h").unwrap().as_secs(), 3600);
+        assert_eq!(parse_duration("250ms").unwrap().as_millis(), 250);
+        assert_eq!(parse_duration("90").unwrap().as_secs(), 90);
+        assert!(parse_duration("1 fortnight").is_err());
+        assert!(parse_duration("h").is_err());
+        assert_eq!(parse_bytes("64MB").unwrap(), 64 << 20);
+        assert_eq!(parse_bytes("1g").unwrap(), 1 << 30);
+        assert!(parse_bytes("12 parsecs").is_err());
+    }
+}

@@ -1,0 +1,705 @@
+//! The state directory: dedup keys and checkpoints in one RocksDB database, committed together.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow_array::{BooleanArray, RecordBatch};
+use arrow_buffer::BooleanBufferBuilder;
+use rocksdb::compaction_filter::Decision;
+use rocksdb::statistics::Ticker;
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, Options, WriteBatch,
+    WriteOptions, DB,
+};
+
+use crate::keys::{KeyColumns, KeyMode, RowKeys};
+use crate::set::KeySet;
+use crate::{DedupError, DedupStats};
+
+const KEYS: &str = "keys";
+const META: &str = "meta";
+const CHECKPOINT: &[u8] = b"checkpoint";
+const SETUP: &[u8] = b"setup";
+const FORMAT: u8 = 1;
+
+/// What a state directory is opened with.
+#[derive(Debug, Clone)]
+pub struct StateOptions {
+    /// The dedup key; `None` keeps checkpoints only.
+    pub key: Option<DedupKey>,
+    /// Block cache size in bytes (`'dedup.block_cache'`).
+    pub block_cache_bytes: usize,
+    /// Keys kept in memory in front of RocksDB (per generation; two generations are kept).
+    pub recent_keys: usize,
+}
+
+impl Default for StateOptions {
+    fn default() -> Self {
+        Self {
+            key: None,
+            block_cache_bytes: 64 << 20,
+            recent_keys: 1 << 20,
+        }
+    }
+}
+
+/// A dedup key: its columns, how it is stored, and the TTL in the time column's unit.
+#[derive(Debug, Clone)]
+pub struct DedupKey {
+    /// The key (and time) columns.
+    pub columns: KeyColumns,
+    /// Hash or raw.
+    pub mode: KeyMode,
+    /// A key older than this, relative to the largest time seen, expires.
+    pub ttl: Option<i64>,
+}
+
+impl DedupKey {
+    fn describe(&self) -> String {
+        format!(
+            "key={};hash={};ttl={}",
+            self.columns.describe(),
+            match self.mode {
+                KeyMode::Xxh3_128 => "xxh3_128",
+                KeyMode::Raw => "none",
+            },
+            self.ttl.map(|t| t.to_string()).unwrap_or_default()
+        )
+    }
+}
+
+/// What one commit records: how far each source partition has been read, and the output files
+/// this step completed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Commits so far (the first commit is step 1).
+    pub step: u64,
+    /// The next position to read of each source partition, by a name the engine chooses (for
+    /// example `kafka/quotes/3` or `file:/data/q.bin`).
+    pub positions: Vec<(String, i64)>,
+    /// The files the step committed, as their final names.
+    pub files: Vec<String>,
+}
+
+/// Counters kept across runs in the checkpoint record.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    rows: u64,
+    dropped: u64,
+    recent_hits: u64,
+    lookups: u64,
+    written: u64,
+    expired: u64,
+    tickers: [u64; TICKERS.len()],
+}
+
+const TICKERS: [Ticker; 11] = [
+    Ticker::BlockCacheHit,
+    Ticker::BlockCacheMiss,
+    Ticker::BlockCacheDataHit,
+    Ticker::BlockCacheDataMiss,
+    Ticker::BlockCacheIndexHit,
+    Ticker::BlockCacheIndexMiss,
+    Ticker::BlockCacheFilterHit,
+    Ticker::BlockCacheFilterMiss,
+    Ticker::BloomFilterUseful,
+    Ticker::BloomFilterFullPositive,
+    Ticker::BloomFilterFullTruePositive,
+];
+
+/// A state directory, open for one writer.
+pub struct StateStore {
+    dir: PathBuf,
+    db: DB,
+    db_options: Options,
+    cache: Cache,
+    block_cache_bytes: usize,
+    key: Option<DedupKey>,
+    setup: String,
+    committed: Checkpoint,
+    max_time: i64,
+    /// The compaction filter's cutoff: keys older than this are dropped when compacted.
+    cutoff: Arc<AtomicI64>,
+    compaction_expired: Arc<AtomicU64>,
+    /// Keys of this step (not committed yet) and the recently seen ones: two generations, the
+    /// current one holds every key of the open step.
+    recent: [KeySet; 2],
+    current: usize,
+    recent_keys: usize,
+    rows: RowKeys,
+    candidates: Vec<usize>,
+    pending: WriteBatch,
+    base: Counters,
+    run: Counters,
+}
+
+impl std::fmt::Debug for StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateStore")
+            .field("dir", &self.dir)
+            .field("step", &self.committed.step)
+            .finish()
+    }
+}
+
+fn db_error(dir: &Path, what: &str, e: rocksdb::Error) -> DedupError {
+    DedupError::Db {
+        dir: dir.display().to_string(),
+        what: what.to_string(),
+        error: e.to_string(),
+    }
+}
+
+impl StateStore {
+    /// Opens (or creates) the state in `dir`. Fails when another process holds it, or when it
+    /// was written with another dedup key, hash mode or TTL (its keys would mean something else).
+    pub fn open(dir: &Path, options: StateOptions) -> Result<Self, DedupError> {
+        std::fs::create_dir_all(dir).map_err(|e| DedupError::Io {
+            path: dir.display().to_string(),
+            error: e,
+        })?;
+        let cache = Cache::new_lru_cache(options.block_cache_bytes);
+        let cutoff = Arc::new(AtomicI64::new(i64::MIN));
+        let compaction_expired = Arc::new(AtomicU64::new(0));
+
+        let mut db_options = Options::default();
+        db_options.create_if_missing(true);
+        db_options.create_missing_column_families(true);
+        db_options.enable_statistics();
+        db_options.set_max_background_jobs(2);
+
+        // Point lookups: whole-key bloom filters (10 bits a key, about 1% false positives), and
+        // index and filter blocks in the block cache with L0's and the top level's pinned, so a
+        // lookup of an absent key costs filter probes in memory and no data-block read.
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_bloom_filter(10.0, false);
+        table.set_whole_key_filtering(true);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_cache_index_and_filter_blocks_with_high_priority(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        table.set_pin_top_level_index_and_filter(true);
+        table.set_block_size(4 << 10);
+        let mut keys_options = Options::default();
+        keys_options.set_block_based_table_factory(&table);
+        // Hashes do not compress; raw keys little. No codec keeps the C++ build small too.
+        keys_options.set_compression_type(DBCompressionType::None);
+        // A bloom filter over the memtable, so absent keys skip its skip-list search.
+        keys_options.set_memtable_prefix_bloom_ratio(0.05);
+        keys_options.set_memtable_whole_key_filtering(true);
+        keys_options.set_write_buffer_size(64 << 20);
+        keys_options.set_level_compaction_dynamic_level_bytes(true);
+        {
+            let cutoff = Arc::clone(&cutoff);
+            let expired = Arc::clone(&compaction_expired);
+            keys_options.set_compaction_filter("weir-dedup-ttl", move |_, _, value: &[u8]| {
+                match value.try_into().map(i64::from_le_bytes) {
+                    Ok(t) if t < cutoff.load(Ordering::Relaxed) => {
+                        expired.fetch_add(1, Ordering::Relaxed);
+                        Decision::Remove
+                    }
+                    _ => Decision::Keep,
+                }
+            });
+        }
+        let meta_options = Options::default();
+        let db = DB::open_cf_descriptors(
+            &db_options,
+            dir,
+            [
+                ColumnFamilyDescriptor::new(KEYS, keys_options),
+                ColumnFamilyDescriptor::new(META, meta_options),
+            ],
+        )
+        .map_err(|e| db_error(dir, "open the state database", e))?;
+
+        let setup = options
+            .key
+            .as_ref()
+            .map(DedupKey::describe)
+            .unwrap_or_default();
+        let meta = db
+            .cf_handle(META)
+            .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
+        if let Some(found) = db
+            .get_cf(meta, SETUP)
+            .map_err(|e| db_error(dir, "read the setup", e))?
+        {
+            let found = String::from_utf8_lossy(&found).into_owned();
+            if found != setup {
+                return Err(DedupError::Config(format!(
+                    "state directory {} was written with dedup settings '{found}', not '{setup}'; use another 'state.dir' or the same settings",
+                    dir.display()
+                )));
+            }
+        }
+        let (committed, max_time, base) = match db
+            .get_cf(meta, CHECKPOINT)
+            .map_err(|e| db_error(dir, "read the checkpoint", e))?
+        {
+            Some(bytes) => decode_checkpoint(&bytes).ok_or_else(|| {
+                DedupError::Corrupt(format!(
+                    "the checkpoint record in {} cannot be read",
+                    dir.display()
+                ))
+            })?,
+            None => (Checkpoint::default(), i64::MIN, Counters::default()),
+        };
+        let raw = matches!(
+            options.key,
+            Some(DedupKey {
+                mode: KeyMode::Raw,
+                ..
+            })
+        );
+        let mode = options.key.as_ref().map(|k| k.mode).unwrap_or_default();
+        let ttl = options.key.as_ref().and_then(|k| k.ttl);
+        if let Some(ttl) = ttl {
+            cutoff.store(max_time.saturating_sub(ttl), Ordering::Relaxed);
+        }
+        let recent_keys = options.recent_keys.max(1024);
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            db,
+            db_options,
+            cache,
+            block_cache_bytes: options.block_cache_bytes,
+            key: options.key,
+            setup,
+            committed,
+            max_time,
+            cutoff,
+            compaction_expired,
+            recent: [KeySet::new(recent_keys, raw), KeySet::new(recent_keys, raw)],
+            current: 0,
+            recent_keys,
+            rows: RowKeys::new(mode),
+            candidates: Vec::new(),
+            pending: WriteBatch::default(),
+            base,
+            run: Counters::default(),
+        })
+    }
+
+    /// Reads a state directory without taking it over (a running writer may hold it): the last
+    /// checkpoint, the dedup settings it was written with, and the statistics as of the last
+    /// commit (RocksDB's own counters only cover the runs up to then).
+    pub fn inspect(dir: &Path) -> Result<(Checkpoint, String, DedupStats), DedupError> {
+        if !dir.join("CURRENT").exists() {
+            return Err(DedupError::Config(format!(
+                "{} is not a state directory (no RocksDB database in it)",
+                dir.display()
+            )));
+        }
+        let db = DB::open_cf_for_read_only(&Options::default(), dir, [KEYS, META], false)
+            .map_err(|e| db_error(dir, "open the state database read-only", e))?;
+        let meta = db
+            .cf_handle(META)
+            .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
+        let setup = db
+            .get_cf(meta, SETUP)
+            .map_err(|e| db_error(dir, "read the setup", e))?
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default();
+        let (checkpoint, _, c) = match db
+            .get_cf(meta, CHECKPOINT)
+            .map_err(|e| db_error(dir, "read the checkpoint", e))?
+        {
+            Some(bytes) => decode_checkpoint(&bytes).ok_or_else(|| {
+                DedupError::Corrupt(format!(
+                    "the checkpoint record in {} cannot be read",
+                    dir.display()
+                ))
+            })?,
+            None => (Checkpoint::default(), i64::MIN, Counters::default()),
+        };
+        let estimate = db
+            .cf_handle(KEYS)
+            .and_then(|cf| {
+                db.property_int_value_cf(cf, "rocksdb.estimate-num-keys")
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(0);
+        let stats = stats_of(
+            &c,
+            !setup.is_empty(),
+            checkpoint.step,
+            estimate,
+            (0, 0),
+            (0, 0),
+            dir_bytes(dir),
+        );
+        Ok((checkpoint, setup, stats))
+    }
+
+    /// The last committed checkpoint (step 0 when nothing was committed yet).
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.committed
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The rows of `batch` to keep: `None` keeps every row, else a mask that is false for
+    /// duplicates. The first occurrence of a key is kept, in this batch or any earlier one,
+    /// unless it expired. Kept keys become part of the open step and are written at
+    /// [`StateStore::commit`].
+    pub fn dedup(&mut self, batch: &RecordBatch) -> Result<Option<BooleanArray>, DedupError> {
+        let Some(key) = &self.key else {
+            return Ok(None);
+        };
+        let n = batch.num_rows();
+        self.rows.encode(batch, &key.columns)?;
+        debug_assert_eq!(self.rows.len(), n);
+        self.run.rows += n as u64;
+        if self.rows.has_times() {
+            for r in 0..n {
+                self.max_time = self.max_time.max(self.rows.time(r));
+            }
+        }
+        let cutoff = key
+            .ttl
+            .map(|ttl| self.max_time.saturating_sub(ttl))
+            .unwrap_or(i64::MIN);
+        let live = |t: i64| key.ttl.is_none() || t >= cutoff;
+        let mut keep = BooleanBufferBuilder::new(n);
+        keep.append_n(n, true);
+        let mut dropped = 0u64;
+
+        // Pass 1: keys in memory (this step's, and recent ones) are settled without RocksDB.
+        self.candidates.clear();
+        let (cur, old) = (self.current, 1 - self.current);
+        for r in 0..n {
+            let (h, raw) = (self.rows.hash(r), self.rows.raw(r));
+            let seen = self.recent[cur]
+                .get(h, raw)
+                .or_else(|| self.recent[old].get(h, raw));
+            match seen {
+                Some(t) if live(t) => {
+                    keep.set_bit(r, false);
+                    dropped += 1;
+                    self.run.recent_hits += 1;
+                }
+                _ => self.candidates.push(r),
+            }
+        }
+        // Pass 2: one batched lookup for the rest.
+        if !self.candidates.is_empty() {
+            let keys_cf = self
+                .db
+                .cf_handle(KEYS)
+                .ok_or_else(|| DedupError::Corrupt("the keys column family is missing".into()))?;
+            let rows = &self.rows;
+            let found = self.db.batched_multi_get_cf(
+                keys_cf,
+                self.candidates.iter().map(|&r| rows.stored(r)),
+                false,
+            );
+            self.run.lookups += self.candidates.len() as u64;
+            for (&r, got) in self.candidates.iter().zip(found) {
+                let (h, raw, time) = (rows.hash(r), rows.raw(r), rows.time(r));
+                // An earlier row of this batch may have brought the key in; a key held in
+                // memory but expired is not asked about again below.
+                let in_memory = self.recent[cur]
+                    .get(h, raw)
+                    .or_else(|| self.recent[old].get(h, raw));
+                if matches!(in_memory, Some(t) if live(t)) {
+                    keep.set_bit(r, false);
+                    dropped += 1;
+                    self.run.recent_hits += 1;
+                    continue;
+                }
+                let stored = got.map_err(|e| db_error(&self.dir, "look keys up", e))?;
+                let stored_time = stored
+                    .as_deref()
+                    .map(|v| v.try_into().map(i64::from_le_bytes).unwrap_or(i64::MIN));
+                match stored_time {
+                    Some(t) if live(t) => {
+                        keep.set_bit(r, false);
+                        dropped += 1;
+                        // Hot duplicates are then answered from memory.
+                        self.recent[cur].insert(h, raw, t);
+                    }
+                    expired => {
+                        if expired.is_some() || in_memory.is_some() {
+                            self.run.expired += 1;
+                        }
+                        self.recent[cur].insert(h, raw, time);
+                        let value = time.to_le_bytes();
+                        self.pending.put_cf(
+                            keys_cf,
+                            rows.stored(r),
+                            if key.ttl.is_some() { &value[..] } else { &[] },
+                        );
+                        self.run.written += 1;
+                    }
+                }
+            }
+        }
+        self.run.dropped += dropped;
+        Ok((dropped > 0).then(|| BooleanArray::new(keep.finish(), None)))
+    }
+
+    /// Commits the open step: this step's keys and `checkpoint` in one synced RocksDB write
+    /// batch. Call it only once the step's output is durable under its final name.
+    pub fn commit(&mut self, mut checkpoint: Checkpoint) -> Result<(), DedupError> {
+        checkpoint.step = self.committed.step + 1;
+        let meta = self
+            .db
+            .cf_handle(META)
+            .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
+        let counters = self.counters();
+        let mut batch = std::mem::take(&mut self.pending);
+        batch.put_cf(meta, SETUP, self.setup.as_bytes());
+        batch.put_cf(
+            meta,
+            CHECKPOINT,
+            encode_checkpoint(&checkpoint, self.max_time, &counters),
+        );
+        for f in &checkpoint.files {
+            batch.put_cf(
+                meta,
+                format!("file/{:020}/{f}", checkpoint.step).as_bytes(),
+                b"",
+            );
+        }
+        let mut write = WriteOptions::default();
+        write.set_sync(true);
+        self.db
+            .write_opt(batch, &write)
+            .map_err(|e| db_error(&self.dir, "commit a step", e))?;
+        self.committed = checkpoint;
+        if let Some(ttl) = self.key.as_ref().and_then(|k| k.ttl) {
+            self.cutoff
+                .store(self.max_time.saturating_sub(ttl), Ordering::Relaxed);
+        }
+        // Every key in memory is committed now; start a new generation when this one is full.
+        if self.recent[self.current].len() >= self.recent_keys {
+            self.current = 1 - self.current;
+            self.recent[self.current].clear();
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        let mut c = Counters {
+            rows: self.base.rows + self.run.rows,
+            dropped: self.base.dropped + self.run.dropped,
+            recent_hits: self.base.recent_hits + self.run.recent_hits,
+            lookups: self.base.lookups + self.run.lookups,
+            written: self.base.written + self.run.written,
+            expired: self.base.expired
+                + self.run.expired
+                + self.compaction_expired.load(Ordering::Relaxed),
+            tickers: self.base.tickers,
+        };
+        for (i, t) in TICKERS.iter().enumerate() {
+            c.tickers[i] += self.db_options.get_ticker_count(*t);
+        }
+        c
+    }
+
+    /// The statistics: cumulative over every run on this state directory, up to now.
+    pub fn stats(&self) -> DedupStats {
+        let estimate = self
+            .db
+            .cf_handle(KEYS)
+            .and_then(|cf| {
+                self.db
+                    .property_int_value_cf(cf, "rocksdb.estimate-num-keys")
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(0);
+        let mut st = stats_of(
+            &self.counters(),
+            self.key.is_some(),
+            self.committed.step,
+            estimate,
+            (
+                self.recent[0].len() + self.recent[1].len(),
+                self.recent[0].bytes() + self.recent[1].bytes(),
+            ),
+            (self.block_cache_bytes as u64, self.cache.get_usage() as u64),
+            dir_bytes(&self.dir),
+        );
+        st.dedup = self.key.is_some();
+        st
+    }
+
+    /// The files committed by every step so far, oldest first.
+    pub fn committed_files(&self) -> Result<Vec<String>, DedupError> {
+        let meta = self
+            .db
+            .cf_handle(META)
+            .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
+        let mut files = Vec::new();
+        for item in self.db.prefix_iterator_cf(meta, b"file/") {
+            let (k, _) = item.map_err(|e| db_error(&self.dir, "list committed files", e))?;
+            if !k.starts_with(b"file/") {
+                break;
+            }
+            // "file/<20-digit step>/<name>"
+            if let Some(name) = k.get(26..) {
+                files.push(String::from_utf8_lossy(name).into_owned());
+            }
+        }
+        Ok(files)
+    }
+}
+
+fn stats_of(
+    c: &Counters,
+    dedup: bool,
+    step: u64,
+    keys_held_estimate: u64,
+    (recent_keys_in_memory, recent_bytes): (usize, usize),
+    (block_cache_bytes, block_cache_usage): (u64, u64),
+    bytes_on_disk: u64,
+) -> DedupStats {
+    let t = |k: Ticker| {
+        TICKERS
+            .iter()
+            .position(|x| *x == k)
+            .map(|i| c.tickers[i])
+            .unwrap_or(0)
+    };
+    DedupStats {
+        dedup,
+        step,
+        rows: c.rows,
+        duplicates_dropped: c.dropped,
+        recent_hits: c.recent_hits,
+        lookups: c.lookups,
+        keys_written: c.written,
+        keys_expired: c.expired,
+        keys_held_estimate,
+        recent_keys_in_memory,
+        recent_bytes,
+        block_cache_bytes,
+        block_cache_usage,
+        cache_hit: t(Ticker::BlockCacheHit),
+        cache_miss: t(Ticker::BlockCacheMiss),
+        data_hit: t(Ticker::BlockCacheDataHit),
+        data_miss: t(Ticker::BlockCacheDataMiss),
+        index_hit: t(Ticker::BlockCacheIndexHit),
+        index_miss: t(Ticker::BlockCacheIndexMiss),
+        filter_hit: t(Ticker::BlockCacheFilterHit),
+        filter_miss: t(Ticker::BlockCacheFilterMiss),
+        bloom_useful: t(Ticker::BloomFilterUseful),
+        bloom_positive: t(Ticker::BloomFilterFullPositive),
+        bloom_true_positive: t(Ticker::BloomFilterFullTruePositive),
+        bytes_on_disk,
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|it| {
+            it.filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn encode_checkpoint(c: &Checkpoint, max_time: i64, counters: &Counters) -> Vec<u8> {
+    let mut out = vec![FORMAT];
+    out.extend_from_slice(&c.step.to_le_bytes());
+    out.extend_from_slice(&max_time.to_le_bytes());
+    out.extend_from_slice(&(c.positions.len() as u32).to_le_bytes());
+    for (name, pos) in &c.positions {
+        put_str(&mut out, name);
+        out.extend_from_slice(&pos.to_le_bytes());
+    }
+    out.extend_from_slice(&(c.files.len() as u32).to_le_bytes());
+    for f in &c.files {
+        put_str(&mut out, f);
+    }
+    for v in [
+        counters.rows,
+        counters.dropped,
+        counters.recent_hits,
+        counters.lookups,
+        counters.written,
+        counters.expired,
+    ]
+    .iter()
+    .chain(counters.tickers.iter())
+    {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_at_checked(N)?;
+        self.0 = rest;
+        head.try_into().ok()
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take::<8>().map(u64::from_le_bytes)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take::<4>().map(u32::from_le_bytes)
+    }
+    fn string(&mut self) -> Option<String> {
+        let n = self.u32()? as usize;
+        let (s, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        String::from_utf8(s.to_vec()).ok()
+    }
+}
+
+fn decode_checkpoint(bytes: &[u8]) -> Option<(Checkpoint, i64, Counters)> {
+    let mut r = Reader(bytes);
+    if r.take::<1>()? != [FORMAT] {
+        return None;
+    }
+    let step = r.u64()?;
+    let max_time = r.u64()? as i64;
+    let mut positions = Vec::new();
+    for _ in 0..r.u32()? {
+        let name = r.string()?;
+        positions.push((name, r.u64()? as i64));
+    }
+    let mut files = Vec::new();
+    for _ in 0..r.u32()? {
+        files.push(r.string()?);
+    }
+    let mut counters = Counters {
+        rows: r.u64()?,
+        dropped: r.u64()?,
+        recent_hits: r.u64()?,
+        lookups: r.u64()?,
+        written: r.u64()?,
+        expired: r.u64()?,
+        tickers: [0; TICKERS.len()],
+    };
+    for t in counters.tickers.iter_mut() {
+        *t = r.u64()?;
+    }
+    Some((
+        Checkpoint {
+            step,
+            positions,
+            files,
+        },
+        max_time,
+        counters,
+    ))
+}

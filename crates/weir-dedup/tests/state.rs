@@ -1,0 +1,232 @@
+//! Dedup and checkpoint behaviour on a real RocksDB state directory.
+
+use std::sync::Arc;
+
+use arrow_array::{
+    ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use weir_dedup::{Checkpoint, DedupKey, KeyColumns, KeyMode, StateOptions, StateStore};
+
+fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("ticker", DataType::Utf8, true),
+        Field::new("seq", DataType::Int64, true),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            true,
+        ),
+    ]))
+}
+
+fn batch(rows: &[(Option<&str>, Option<i64>, i64)]) -> RecordBatch {
+    let t: ArrayRef = Arc::new(StringArray::from(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+    ));
+    let s: ArrayRef = Arc::new(Int64Array::from(
+        rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+    ));
+    let ts: ArrayRef = Arc::new(
+        TimestampMillisecondArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())
+            .with_timezone("UTC"),
+    );
+    RecordBatch::try_new(schema(), vec![t, s, ts]).unwrap()
+}
+
+fn key(cols: &[&str], mode: KeyMode, ttl_ms: Option<i64>) -> StateOptions {
+    let names: Vec<String> = cols.iter().map(|c| c.to_string()).collect();
+    let time = ttl_ms.map(|_| "ts");
+    StateOptions {
+        key: Some(DedupKey {
+            columns: KeyColumns::resolve(&schema(), &names, time).unwrap(),
+            mode,
+            ttl: ttl_ms,
+        }),
+        block_cache_bytes: 8 << 20,
+        recent_keys: 1024,
+    }
+}
+
+/// The indexes of the rows kept.
+fn kept(store: &mut StateStore, b: &RecordBatch) -> Vec<usize> {
+    match store.dedup(b).unwrap() {
+        None => (0..b.num_rows()).collect(),
+        Some(mask) => (0..mask.len()).filter(|&i| mask.value(i)).collect(),
+    }
+}
+
+fn commit(store: &mut StateStore, pos: i64) {
+    store
+        .commit(Checkpoint {
+            positions: vec![("p0".into(), pos)],
+            files: vec![format!("part-{pos}.parquet")],
+            ..Checkpoint::default()
+        })
+        .unwrap();
+}
+
+#[test]
+fn multi_column_keys_in_both_modes_keep_the_first_occurrence() {
+    for mode in [KeyMode::Xxh3_128, KeyMode::Raw] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = StateStore::open(dir.path(), key(&["ticker", "seq"], mode, None)).unwrap();
+        let b = batch(&[
+            (Some("AAPL"), Some(1), 0),
+            (Some("AAPL"), Some(2), 0),
+            (Some("MSFT"), Some(1), 0),
+            (Some("AAPL"), Some(1), 0), // duplicate within the batch
+            (None, Some(1), 0),
+            (None, Some(1), 0), // null is a value: duplicate
+            (Some("AAP"), Some(1), 0),
+        ]);
+        assert_eq!(kept(&mut s, &b), vec![0, 1, 2, 4, 6], "{mode:?}");
+        // Across batches of the same (uncommitted) step.
+        let b2 = batch(&[(Some("MSFT"), Some(1), 0), (Some("MSFT"), Some(2), 0)]);
+        assert_eq!(kept(&mut s, &b2), vec![1], "{mode:?}");
+        let st = s.stats();
+        assert_eq!(st.duplicates_dropped, 3);
+        assert_eq!(st.rows, 9);
+        // Every duplicate was answered from memory: none of these keys is in RocksDB yet. The
+        // lookups are the rows whose key was not in memory before their batch (7, then 1).
+        assert_eq!(st.recent_hits, 3, "{st}");
+        assert_eq!(st.lookups, 8, "{st}");
+    }
+}
+
+#[test]
+fn string_boundaries_are_part_of_the_key() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Utf8, false),
+        Field::new("b", DataType::Utf8, false),
+    ]));
+    let b = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(StringArray::from(vec!["ab", "a"])),
+            Arc::new(StringArray::from(vec!["c", "bc"])),
+        ],
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = StateOptions {
+        key: Some(DedupKey {
+            columns: KeyColumns::resolve(&schema, &["a".into(), "b".into()], None).unwrap(),
+            mode: KeyMode::Raw,
+            ttl: None,
+        }),
+        ..StateOptions::default()
+    };
+    let mut s = StateStore::open(dir.path(), options).unwrap();
+    assert!(s.dedup(&b).unwrap().is_none());
+}
+
+#[test]
+fn restart_keeps_committed_keys_and_forgets_uncommitted_ones() {
+    for mode in [KeyMode::Xxh3_128, KeyMode::Raw] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = StateStore::open(dir.path(), key(&["seq"], mode, None)).unwrap();
+            assert_eq!(s.checkpoint().step, 0);
+            let b = batch(&[(Some("A"), Some(1), 0), (Some("A"), Some(2), 0)]);
+            assert_eq!(kept(&mut s, &b), vec![0, 1]);
+            commit(&mut s, 2);
+            // Seen, but never committed: a crash here must forget it.
+            let b = batch(&[(Some("A"), Some(3), 0)]);
+            assert_eq!(kept(&mut s, &b), vec![0]);
+        }
+        let mut s = StateStore::open(dir.path(), key(&["seq"], mode, None)).unwrap();
+        assert_eq!(s.checkpoint().step, 1);
+        assert_eq!(s.checkpoint().positions, vec![("p0".to_string(), 2)]);
+        assert_eq!(s.committed_files().unwrap(), vec!["part-2.parquet"]);
+        // 1 and 2 come from RocksDB (memory is empty after the restart); 3 is new again.
+        let b = batch(&[
+            (Some("A"), Some(1), 0),
+            (Some("A"), Some(3), 0),
+            (Some("A"), Some(2), 0),
+        ]);
+        assert_eq!(kept(&mut s, &b), vec![1], "{mode:?}");
+        let st = s.stats();
+        // Counters carry over from the first run's commit (2 rows and 2 lookups then); this
+        // run's 3 lookups all went to RocksDB.
+        assert_eq!(st.lookups, 5);
+        assert_eq!(st.recent_hits, 0);
+        assert_eq!(st.rows, 5);
+    }
+}
+
+#[test]
+fn keys_expire_after_the_ttl_relative_to_the_largest_time_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || key(&["ticker"], KeyMode::Xxh3_128, Some(1000));
+    {
+        let mut s = StateStore::open(dir.path(), opts()).unwrap();
+        let b = batch(&[(Some("A"), Some(1), 0), (Some("B"), Some(1), 500)]);
+        assert_eq!(kept(&mut s, &b), vec![0, 1]);
+        // Time 900: A (0) is 900 old, still live.
+        let b = batch(&[(Some("A"), Some(2), 900)]);
+        assert_eq!(kept(&mut s, &b), vec![] as Vec<usize>);
+        // Time 1200 moves the clock: A (0) expired and comes back; B (500) is live.
+        let b = batch(&[
+            (Some("C"), Some(1), 1200),
+            (Some("A"), Some(3), 1200),
+            (Some("B"), Some(2), 1200),
+        ]);
+        assert_eq!(kept(&mut s, &b), vec![0, 1]);
+        commit(&mut s, 6);
+    }
+    // After a restart the largest time seen is remembered: B (500) expires at 1501.
+    let mut s = StateStore::open(dir.path(), opts()).unwrap();
+    let b = batch(&[(Some("B"), Some(3), 1400), (Some("A"), Some(4), 1400)]);
+    assert_eq!(kept(&mut s, &b), vec![] as Vec<usize>);
+    let b = batch(&[(Some("Z"), Some(1), 1600), (Some("B"), Some(4), 1600)]);
+    assert_eq!(kept(&mut s, &b), vec![0, 1]);
+    assert!(s.stats().keys_expired >= 2);
+}
+
+#[test]
+fn other_dedup_settings_on_the_same_directory_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut s =
+            StateStore::open(dir.path(), key(&["ticker"], KeyMode::Xxh3_128, None)).unwrap();
+        commit(&mut s, 1);
+    }
+    let e = StateStore::open(dir.path(), key(&["ticker"], KeyMode::Raw, None)).unwrap_err();
+    assert!(e.to_string().contains("hash=xxh3_128"), "{e}");
+    // A second writer on an open directory is refused too (RocksDB's lock).
+    let _first = StateStore::open(dir.path(), key(&["ticker"], KeyMode::Xxh3_128, None)).unwrap();
+    let e = StateStore::open(dir.path(), key(&["ticker"], KeyMode::Xxh3_128, None)).unwrap_err();
+    assert!(e.to_string().contains("lock"), "{e}");
+}
+
+#[test]
+fn bad_key_settings_name_the_column() {
+    let e = KeyColumns::resolve(&schema(), &["nope".into()], None).unwrap_err();
+    assert!(e.to_string().contains("'nope'"), "{e}");
+    assert!(e.to_string().contains("ticker, seq, ts"), "{e}");
+    let e = KeyColumns::resolve(&schema(), &["ticker".into()], Some("ticker")).unwrap_err();
+    assert!(e.to_string().contains("TIMESTAMP"), "{e}");
+}
+
+#[test]
+fn many_keys_past_the_memory_sets_still_dedup_through_rocksdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = StateStore::open(dir.path(), key(&["seq"], KeyMode::Xxh3_128, None)).unwrap();
+    let n = 20_000i64;
+    for chunk in 0..(n / 1000) {
+        let rows: Vec<_> = (chunk * 1000..(chunk + 1) * 1000)
+            .map(|i| (Some("X"), Some(i), 0))
+            .collect();
+        assert_eq!(kept(&mut s, &batch(&rows)).len(), 1000);
+        commit(&mut s, chunk);
+    }
+    // The in-memory sets hold at most two generations of ~1024 keys; the rest is in RocksDB.
+    let rows: Vec<_> = (0..n).step_by(7).map(|i| (Some("X"), Some(i), 0)).collect();
+    let b = batch(&rows);
+    let mask: BooleanArray = s.dedup(&b).unwrap().expect("all are duplicates");
+    assert_eq!(mask.true_count(), 0);
+    let st = s.stats();
+    assert!(st.lookups > 0 && st.recent_keys_in_memory < 5000, "{st}");
+    assert_eq!(st.keys_written, n as u64);
+}
