@@ -2,8 +2,9 @@
 # The whole test suite: formatting, lints, unit/differential/adversarial tests, the allocation
 # count, a short stable fuzz run, the engine and CLI tests, the Kafka client's tests against a
 # real Apache Kafka broker (started here with scripts/kafka.sh, which needs Java 17+ and Maven,
-# and always stopped on exit), and a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
-# installed into a virtualenv under ~/.cache the first time).
+# and always stopped on exit), a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
+# installed into a virtualenv under ~/.cache the first time), and the kill -9 exactly-once test.
+# RocksDB's C++ needs libclang-dev, installed with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,16 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 export CARGO_TERM_COLOR=never
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
+
+# RocksDB (weir-dedup) is built from C++ by librocksdb-sys, whose bindgen needs libclang.
+if [ -z "${LIBCLANG_PATH:-}" ] && ! compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null \
+  && ! compgen -G "/usr/lib/*/libclang*.so*" >/dev/null; then
+  echo "== apt-get install libclang-dev (for RocksDB's bindings)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -q libclang-dev >/dev/null \
+    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q libclang-dev >/dev/null; }
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -32,3 +43,6 @@ cargo test --workspace --locked
 
 echo "== parquet and ipc read back by pyarrow"
 ./scripts/pyarrow_check.sh
+
+echo "== exactly-once under kill -9 (scripts/crash_test.sh)"
+./scripts/crash_test.sh

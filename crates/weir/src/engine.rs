@@ -17,9 +17,11 @@ use weir_codec::{
     EncoderRequest, JsonFactory, Options, ProtobufFactory, RawFactory,
 };
 
+use crate::checkpoint::StepFiles;
 use crate::encode::JsonEncoderFactory;
 use crate::sink::{open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, Target};
 use crate::source::framing::Framing;
+use crate::source::state::{run_steps, StateSpec};
 use crate::source::{
     table_schema, Connector, DeadLetterFile, MetaKind, OnError, SourceConfig, SourceStats,
     SourceTable,
@@ -514,6 +516,19 @@ impl Engine {
                 batch_size: self.options.batch_size,
             })
             .map_err(|e| codec_message(&name, &encoding, &e))?;
+        // The state options are read below, once the table schema is known.
+        for k in [
+            "state.dir",
+            "dedup.key",
+            "dedup.time_column",
+            "dedup.ttl",
+            "dedup.hash",
+            "dedup.block_cache",
+            "dedup.recent_keys",
+            "commit.interval",
+        ] {
+            options.get(k);
+        }
         let unread = options.unread();
         if !unread.is_empty() {
             return Err(format!(
@@ -535,6 +550,8 @@ impl Engine {
             ));
         }
         let schema = table_schema(&decoded, &includes);
+        let state = StateSpec::from_options(&options, &schema)
+            .map_err(|e| format!("source {name}: {e}"))?;
         let config = Arc::new(SourceConfig {
             name: name.clone(),
             connector,
@@ -551,6 +568,7 @@ impl Engine {
             follow: self.options.follow,
             stop: Arc::clone(&self.stop),
             stats: Arc::new(SourceStats::default()),
+            state,
         });
         let partitions = self.ctx.state().config().target_partitions();
         self.ctx
@@ -683,10 +701,111 @@ impl Engine {
                 rows: 0,
             })),
         );
-        match s.from {
-            Some(query) => self.write_to_sink(&name, query).await,
-            None => Ok(()),
+        let stateful = s.source.as_deref().and_then(|src| {
+            self.sources
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .find(|c| c.name == src && c.state.is_some())
+                .cloned()
+        });
+        match (s.from, stateful) {
+            (Some(_), Some(source))
+                if matches!(
+                    format,
+                    SinkFormat::Parquet | SinkFormat::IpcFile | SinkFormat::IpcStream
+                ) =>
+            {
+                self.checkpointed_sink(&name, source, line).await
+            }
+            (Some(query), _) => self.write_to_sink(&name, query).await,
+            (None, _) => Ok(()),
         }
+    }
+
+    /// A file sink fed straight from a source with state: exactly-once steps (`checkpoint`).
+    /// Its `'path'` is a directory of step files.
+    async fn checkpointed_sink(
+        &self,
+        sink: &str,
+        source: Arc<SourceConfig>,
+        line: u64,
+    ) -> Result<(), EngineError> {
+        let at = move |message: String| EngineError::Statement { line, message };
+        let state = self
+            .sinks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sink)
+            .cloned()
+            .ok_or_else(|| at(format!("no sink named '{sink}'")))?;
+        let (dir, format, options) = {
+            let st = state.lock().await;
+            let dir = st
+                .target_path
+                .clone()
+                .ok_or_else(|| at(format!("sink {sink}: a checkpointed sink needs 'path'")))?;
+            (dir, st.format, st.options.clone())
+        };
+        let Some(spec) = &source.state else {
+            return Err(at(format!(
+                "sink {sink}: source {} has no state",
+                source.name
+            )));
+        };
+        let mut store = spec.open(&source.name).map_err(|e| at(df_message(&e)))?;
+        let mut files =
+            StepFiles::new(&dir, sink, format, options, Arc::clone(&source.schema)).map_err(at)?;
+        let deleted = files.clean(store.checkpoint().step).map_err(at)?;
+        if !deleted.is_empty() {
+            eprintln!(
+                "sink {sink}: deleted {} uncommitted file(s) left by an earlier run: {}",
+                deleted.len(),
+                deleted.join(", ")
+            );
+        }
+        let sink_name = sink.to_string();
+        let run = move || -> Result<(), EngineError> {
+            let rows = run_steps(&source, &mut store, &mut files).map_err(at)?;
+            let mut st = state.blocking_lock();
+            st.rows += rows;
+            let _ = sink_name;
+            Ok(())
+        };
+        let handle = tokio::task::spawn_blocking(run);
+        let pipeline = async move {
+            handle
+                .await
+                .map_err(|e| EngineError::Registry(format!("a sink pipeline panicked: {e}")))?
+        };
+        if self.options.follow {
+            let handle = tokio::spawn(pipeline);
+            self.pipelines
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+            Ok(())
+        } else {
+            pipeline.await
+        }
+    }
+
+    /// The state statistics of every source with `'state.dir'` that was read in this run.
+    pub fn state_reports(&self) -> Vec<(String, weir_dedup::DedupStats)> {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|c| {
+                let spec = c.state.as_ref()?;
+                let stats = spec
+                    .last_stats
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()?;
+                Some((c.name.clone(), stats))
+            })
+            .collect()
     }
 
     async fn write_to_sink(&self, sink: &str, query: SqlText) -> Result<(), EngineError> {

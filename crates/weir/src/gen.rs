@@ -66,7 +66,16 @@ pub struct QuoteGenerator {
     mids: Vec<i64>,
     timestamp: i64,
     sequence_number: i64,
+    /// The share of quotes that repeat an earlier one (see [`QuoteGenerator::with_duplicates`]).
+    duplicates: f64,
+    /// The last quotes sent, for repeats: (ticker index, the quote with an empty ticker).
+    recent: Vec<(usize, Quote<'static>)>,
+    /// The ticker index of the last quote.
+    last: usize,
 }
+
+/// Quotes kept for repeats: a repeat is one of the last this many quotes.
+const RECENT: usize = 4096;
 
 const UNDERLYINGS: &[(&str, u32)] = &[
     ("SPY", 650),
@@ -140,6 +149,43 @@ impl QuoteGenerator {
             mids,
             timestamp: 1_772_461_800_000_000_000, // 2026-03-02T14:30:00Z
             sequence_number: 1_250_000_000,
+            duplicates: 0.0,
+            recent: Vec::new(),
+            last: 0,
+        }
+    }
+
+    /// Makes about `share` (0 to 1) of the quotes exact repeats of one of the last few thousand
+    /// (the same bytes, so the same `(ticker, sequence_number)`), as a producer's retries
+    /// would. The rest are new quotes with new sequence numbers.
+    pub fn with_duplicates(mut self, share: f64) -> Self {
+        self.duplicates = share.clamp(0.0, 1.0);
+        self
+    }
+
+    /// The next quote, or a repeat of a recent one (see [`QuoteGenerator::with_duplicates`]).
+    pub fn next_or_repeat(&mut self) -> Quote<'_> {
+        if self.duplicates > 0.0 && !self.recent.is_empty() && self.rng.unit() < self.duplicates {
+            let i = self.rng.below(self.recent.len() as u64) as usize;
+            let (t, q) = &self.recent[i];
+            return Quote {
+                ticker: &self.tickers[*t],
+                ..q.clone()
+            };
+        }
+        let q = self.next_quote();
+        let kept = Quote { ticker: "", ..q };
+        if self.duplicates > 0.0 {
+            let entry = (self.last, kept.clone());
+            if self.recent.len() < RECENT {
+                self.recent.push(entry);
+            } else {
+                self.recent[(self.sequence_number as usize) % RECENT] = entry;
+            }
+        }
+        Quote {
+            ticker: &self.tickers[self.last],
+            ..kept
         }
     }
 
@@ -152,6 +198,7 @@ impl QuoteGenerator {
         } else {
             rng.below(TICKERS as u64)
         } as usize;
+        self.last = t;
         self.timestamp += 1 + rng.below(2_000) as i64;
         let mid = &mut self.mids[t];
         *mid = (*mid + rng.below(7) as i64 - 3).max(2);
@@ -256,13 +303,23 @@ pub fn write_quotes(
     format: QuoteFormat,
     framing: Framing,
 ) -> io::Result<u64> {
-    let mut generator = QuoteGenerator::new(seed);
+    write_quotes_from(out, QuoteGenerator::new(seed), count, format, framing)
+}
+
+/// Writes `count` framed quotes from `generator` (see [`QuoteGenerator::with_duplicates`]).
+pub fn write_quotes_from(
+    out: &mut dyn Write,
+    mut generator: QuoteGenerator,
+    count: u64,
+    format: QuoteFormat,
+    framing: Framing,
+) -> io::Result<u64> {
     let mut msg = Vec::with_capacity(256);
     let mut block = Vec::with_capacity(1 << 20);
     let mut total = 0u64;
     for _ in 0..count {
         msg.clear();
-        let q = generator.next_quote();
+        let q = generator.next_or_repeat();
         match format {
             QuoteFormat::Protobuf => q.encode_protobuf(&mut msg),
             QuoteFormat::Json => q.encode_json(&mut msg),

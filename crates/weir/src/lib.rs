@@ -3,8 +3,10 @@
 //! The engine: SQL sources over weir-codec decoders, DataFusion queries, and sinks. This crate
 //! owns the SQL statements weir adds (`CREATE SOURCE`, `CREATE SINK`, `INSERT INTO <sink>`), the
 //! file connector, the sinks, the quote generator and the `weir` program. Decoding lives in
-//! `weir-codec`; a source only hands it message slices.
+//! `weir-codec`; a source only hands it message slices. Dedup state and checkpoints live in
+//! `weir-dedup`; `checkpoint` commits a sink's files with them.
 
+mod checkpoint;
 pub mod encode;
 pub mod engine;
 pub mod gen;

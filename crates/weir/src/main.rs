@@ -10,7 +10,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use clap::{Parser, Subcommand, ValueEnum};
 use weir::engine::{Engine, EngineOptions, ResultOutput};
-use weir::gen::{write_quotes, QuoteFormat, DEFAULT_SEED, QUOTE_MESSAGE, STOCKS_PROTO};
+use weir::gen::{write_quotes_from, QuoteFormat, DEFAULT_SEED, QUOTE_MESSAGE, STOCKS_PROTO};
 use weir::progress::{bytes, count, ProgressLine, Totals};
 use weir::sink::{open_writer, BatchWriter, SinkError, SinkFormat, Target};
 use weir::source::framing::Framing;
@@ -101,6 +101,12 @@ enum Command {
         #[arg(long, default_value = "none")]
         compression: String,
     },
+    /// Print what a source's state directory ('state.dir') holds: the last checkpoint (step,
+    /// read positions, files) and the dedup statistics as of the last commit.
+    Stats {
+        /// The state directory.
+        state_dir: PathBuf,
+    },
     /// Generate quotes, run seed 002's source and a GROUP BY ticker query, print the top groups
     /// and the throughput. Needs no broker.
     Demo {
@@ -150,6 +156,10 @@ enum GenWhat {
         /// Also write stocks.proto and its descriptor set stocks.pb into this directory.
         #[arg(long)]
         schema_dir: Option<PathBuf>,
+        /// Share of quotes (0 to 1) that repeat one of the last few thousand exactly, the same
+        /// (ticker, sequence_number), as producer retries would; for dedup.
+        #[arg(long, default_value_t = 0.0)]
+        duplicates: f64,
     },
 }
 
@@ -240,8 +250,13 @@ fn run(cli: Cli) -> Result<()> {
                     compression,
                     seed,
                     schema_dir,
+                    duplicates,
                 },
         } => {
+            if !(0.0..=1.0).contains(&duplicates) {
+                bail!("--duplicates {duplicates}: give a share between 0 and 1");
+            }
+            let generator = weir::gen::QuoteGenerator::new(seed).with_duplicates(duplicates);
             let (format, default_framing) = match format {
                 FormatArg::Protobuf => (QuoteFormat::Protobuf, Framing::Varint),
                 FormatArg::Json => (QuoteFormat::Json, Framing::Lines),
@@ -249,7 +264,7 @@ fn run(cli: Cli) -> Result<()> {
             match (out, to) {
                 (Some(out), _) => {
                     let framing = framing.map(Framing::from).unwrap_or(default_framing);
-                    let written = gen_quotes(&out, n, seed, format, framing)?;
+                    let written = gen_quotes(&out, n, generator, format, framing)?;
                     eprintln!(
                         "wrote {} quotes ({}) to {}",
                         count(n),
@@ -259,12 +274,12 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 (None, Some(url)) => {
                     let mut producer = kafka_producer(&url, topic_partitions, &compression)?;
-                    let mut generator = weir::gen::QuoteGenerator::new(seed);
+                    let mut generator = generator;
                     let mut msg = Vec::with_capacity(256);
                     let mut total = 0u64;
                     for _ in 0..n {
                         msg.clear();
-                        let q = generator.next_quote();
+                        let q = generator.next_or_repeat();
                         match format {
                             QuoteFormat::Protobuf => q.encode_protobuf(&mut msg),
                             QuoteFormat::Json => q.encode_json(&mut msg),
@@ -313,6 +328,7 @@ fn run(cli: Cli) -> Result<()> {
             topic_partitions,
             compression,
         } => produce(&input, framing.into(), &to, topic_partitions, &compression),
+        Command::Stats { state_dir } => stats(&state_dir),
         Command::Demo {
             count: n,
             partitions,
@@ -398,16 +414,51 @@ fn report(engine: &Engine, started: Instant) {
             count((s.messages as f64 / secs.max(1e-9)) as u64)
         );
     }
+    for (name, st) in engine.state_reports() {
+        eprintln!("source {name}, state:");
+        for line in st.to_string().lines() {
+            eprintln!("  {line}");
+        }
+    }
 }
 
-fn gen_quotes(out: &Path, n: u64, seed: u64, format: QuoteFormat, framing: Framing) -> Result<u64> {
+fn stats(dir: &Path) -> Result<()> {
+    let (checkpoint, setup, stats) = weir_dedup::StateStore::inspect(dir)
+        .with_context(|| format!("cannot read the state in {}", dir.display()))?;
+    println!("state directory:        {}", dir.display());
+    println!(
+        "dedup settings:         {}",
+        if setup.is_empty() {
+            "none (checkpoints only)"
+        } else {
+            &setup
+        }
+    );
+    print!("{stats}");
+    println!("read positions (next to read):");
+    for (name, next) in &checkpoint.positions {
+        println!("  {name} {next}");
+    }
+    if !checkpoint.files.is_empty() {
+        println!("files of the last step:  {}", checkpoint.files.join(", "));
+    }
+    Ok(())
+}
+
+fn gen_quotes(
+    out: &Path,
+    n: u64,
+    generator: weir::gen::QuoteGenerator,
+    format: QuoteFormat,
+    framing: Framing,
+) -> Result<u64> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let file =
         std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-    write_quotes(&mut w, n, seed, format, framing)
+    write_quotes_from(&mut w, generator, n, format, framing)
         .with_context(|| format!("cannot write {}", out.display()))
 }
 
@@ -571,7 +622,7 @@ async fn demo(n: u64, partitions: Option<usize>, dir: Option<PathBuf>, quiet: bo
     let written = gen_quotes(
         &data,
         n,
-        DEFAULT_SEED,
+        weir::gen::QuoteGenerator::new(DEFAULT_SEED),
         QuoteFormat::Protobuf,
         Framing::Varint,
     )?;

@@ -114,6 +114,8 @@ pub struct CreateSink {
     pub name: String,
     /// `FROM <source>` or `FROM <query>`: what to write now; `None` waits for `INSERT INTO`.
     pub from: Option<SqlText>,
+    /// The source's name when `FROM` names a source alone (no query).
+    pub source: Option<String>,
     /// The `WITH` options.
     pub options: Vec<(String, String)>,
     /// Where the statement starts.
@@ -319,6 +321,7 @@ fn parse_create_sink(
     let err = |e: ParserError| SqlError::from_parser(e, position);
     let name = ident_name(&p.parse_identifier().map_err(err)?);
     let mut from = None;
+    let mut source = None;
     if p.parse_keyword(Keyword::FROM) {
         // The query runs up to the `WITH (` that opens the options at paren depth 0.
         let first = p.peek_token();
@@ -352,6 +355,7 @@ fn parse_create_sink(
                 .chars()
                 .all(|c| c.is_alphanumeric() || c == '_' || c == '"' || c == '.')
         {
+            source = Some(trimmed.trim_matches('"').to_string());
             let select = format!("SELECT * FROM {trimmed}");
             text = SqlText {
                 padded: index.pad(script, first.span.start, &select),
@@ -366,6 +370,7 @@ fn parse_create_sink(
     Ok(CreateSink {
         name,
         from,
+        source,
         options,
         position,
     })

@@ -7,7 +7,7 @@
 //! the partition that owns the buffer, so messages are read in place (no copy per message).
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -134,6 +134,8 @@ pub struct FileFeed {
     follow: bool,
     block_bytes: usize,
     max_message_bytes: u64,
+    /// Where to begin in files already partly read (a resumed checkpoint), by path.
+    starts: std::collections::HashMap<String, u64>,
     state: Mutex<FeedState>,
 }
 
@@ -181,6 +183,7 @@ impl FileFeed {
             follow,
             block_bytes: DEFAULT_BLOCK_BYTES,
             max_message_bytes,
+            starts: Default::default(),
             state: Mutex::new(FeedState {
                 files,
                 sizes,
@@ -197,6 +200,13 @@ impl FileFeed {
     /// Sets the bytes read per block (tests use small blocks to exercise the edges).
     pub fn with_block_bytes(mut self, bytes: usize) -> Self {
         self.block_bytes = bytes.max(1);
+        self
+    }
+
+    /// Resumes a checkpointed read: each file named here (as its path is displayed) begins at
+    /// the given byte offset instead of 0. The offset must be a frame boundary.
+    pub fn with_starts(mut self, starts: impl IntoIterator<Item = (String, u64)>) -> Self {
+        self.starts = starts.into_iter().collect();
         self
     }
 
@@ -223,15 +233,27 @@ impl FileFeed {
                     return Ok(BlockStatus::End);
                 }
                 let path = st.files[st.current].clone();
-                let f = File::open(&path).map_err(|source| FileError::Io { path, source })?;
+                let mut f = File::open(&path).map_err(|source| FileError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let start = self
+                    .starts
+                    .get(st.names[st.current].as_ref())
+                    .copied()
+                    .unwrap_or(0);
+                if start > 0 {
+                    f.seek(SeekFrom::Start(start))
+                        .map_err(|source| FileError::Io { path, source })?;
+                }
                 st.reader = Some(f);
                 st.remaining = st
                     .sizes
                     .get(st.current)
                     .copied()
                     .flatten()
-                    .unwrap_or(u64::MAX);
-                st.offset = 0;
+                    .map_or(u64::MAX, |size| size.saturating_sub(start));
+                st.offset = start;
                 st.carry.clear();
             }
             let file = Arc::clone(&st.names[st.current]);

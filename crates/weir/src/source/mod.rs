@@ -9,6 +9,7 @@
 pub mod file;
 pub mod framing;
 pub mod kafka;
+pub mod state;
 
 use std::fmt;
 use std::fs::File;
@@ -330,6 +331,8 @@ pub struct SourceConfig {
     pub stop: Arc<AtomicBool>,
     /// Counters.
     pub stats: Arc<SourceStats>,
+    /// Dedup and checkpoints (`'state.dir'`), if set.
+    pub state: Option<state::StateSpec>,
 }
 
 impl fmt::Debug for SourceConfig {
@@ -603,6 +606,34 @@ pub(crate) struct ScanPlan {
 }
 
 impl ScanPlan {
+    /// The plan of a scan of `projection` (all columns when `None`). Only the projected columns
+    /// are decoded: the decoder skips the other fields unread.
+    pub(crate) fn new(cfg: &Arc<SourceConfig>, projection: Option<&[usize]>) -> Self {
+        let all: Vec<usize> = (0..cfg.schema.fields().len()).collect();
+        let projection = projection.unwrap_or(&all);
+        let mut columns = Vec::new();
+        let mut metas = Vec::new();
+        let mut slots = Vec::new();
+        let mut fields = Vec::new();
+        for &i in projection {
+            fields.push(cfg.schema.field(i).clone());
+            if i < cfg.columns.len() {
+                slots.push(Slot::Decoded(columns.len()));
+                columns.push(cfg.columns[i].clone());
+            } else {
+                slots.push(Slot::Meta(metas.len()));
+                metas.push(cfg.includes[i - cfg.columns.len()].0);
+            }
+        }
+        Self {
+            config: Arc::clone(cfg),
+            columns,
+            metas,
+            slots: Arc::new(slots),
+            schema: Arc::new(Schema::new(fields)),
+        }
+    }
+
     pub(crate) fn ingest(&self) -> DfResult<Ingest> {
         let decoder = self
             .config
@@ -652,13 +683,13 @@ impl fmt::Debug for FilePartition {
     }
 }
 
-enum Step {
+pub(crate) enum Step {
     Batch(RecordBatch),
     Wait,
     End,
 }
 
-struct FileReader {
+pub(crate) struct FileReader {
     plan: Arc<ScanPlan>,
     feed: Arc<FileFeed>,
     ingest: Ingest,
@@ -667,9 +698,18 @@ struct FileReader {
     base: u64,
     len: usize,
     at: usize,
+    /// Files this reader finished, with their end offsets (for checkpoints; one entry a file).
+    done: Vec<(Arc<str>, u64)>,
 }
 
 impl FileReader {
+    fn switch_file(&mut self, file: &Arc<str>) {
+        if !Arc::ptr_eq(&self.file, file) && !self.file.is_empty() {
+            let end = self.base + self.at as u64;
+            self.done.push((Arc::clone(&self.file), end));
+        }
+    }
+
     fn next_step(&mut self) -> DfResult<Step> {
         let framing = self.feed.framing();
         loop {
@@ -706,6 +746,7 @@ impl FileReader {
             })?;
             match status {
                 BlockStatus::Block { file, offset, len } => {
+                    self.switch_file(&file);
                     self.file = file;
                     self.base = offset;
                     self.len = len;
@@ -717,6 +758,11 @@ impl FileReader {
                     reason,
                     bytes,
                 } => {
+                    // The feed moved past the rest of this file; a resumed read sees the bad
+                    // frame again and applies the policy again.
+                    self.switch_file(&file);
+                    self.file = Arc::clone(&file);
+                    self.base = offset;
                     self.len = 0;
                     self.at = 0;
                     let pos = Position::File {
@@ -726,6 +772,7 @@ impl FileReader {
                     self.ingest.bad_frame(&bytes, &pos, &reason)?;
                 }
                 BlockStatus::Wait => {
+                    self.base += self.len as u64;
                     self.len = 0;
                     self.at = 0;
                     let stopping = self.plan.config.stop.load(Ordering::SeqCst);
@@ -736,6 +783,7 @@ impl FileReader {
                     });
                 }
                 BlockStatus::End => {
+                    self.base += self.len as u64;
                     self.len = 0;
                     self.at = 0;
                     return Ok(match self.ingest.flush()? {
@@ -764,6 +812,7 @@ impl PartitionStream for FilePartition {
             base: 0,
             len: 0,
             at: 0,
+            done: Vec::new(),
         });
         let stream = futures::stream::unfold(Some(reader), |state| async move {
             let mut reader = match state? {
@@ -825,31 +874,12 @@ impl TableProvider for SourceTable {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let cfg = &self.config;
-        let all: Vec<usize> = (0..cfg.schema.fields().len()).collect();
-        let projection = projection.unwrap_or(&all);
-        // Only the projected columns are decoded: the decoder skips the other fields unread.
-        let mut columns = Vec::new();
-        let mut metas = Vec::new();
-        let mut slots = Vec::new();
-        let mut fields = Vec::new();
-        for &i in projection {
-            fields.push(cfg.schema.field(i).clone());
-            if i < cfg.columns.len() {
-                slots.push(Slot::Decoded(columns.len()));
-                columns.push(cfg.columns[i].clone());
-            } else {
-                slots.push(Slot::Meta(metas.len()));
-                metas.push(cfg.includes[i - cfg.columns.len()].0);
-            }
+        if cfg.state.is_some() {
+            // A source with state is read by one reader that dedups, checkpoints and resumes.
+            return state::scan(cfg, projection, limit);
         }
-        let schema = Arc::new(Schema::new(fields));
-        let plan = Arc::new(ScanPlan {
-            config: Arc::clone(cfg),
-            columns,
-            metas,
-            slots: Arc::new(slots),
-            schema: Arc::clone(&schema),
-        });
+        let plan = Arc::new(ScanPlan::new(cfg, projection.map(|p| p.as_slice())));
+        let schema = Arc::clone(&plan.schema);
         let connector_error = |error: String| {
             external(SourceError::Connector {
                 source_name: cfg.name.clone(),

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Exactly-once under kill -9. A keyed quote stream with about 10% duplicates goes into a local
+# Kafka topic in chunks; after each chunk, `weir run` ingests it into Parquet through a source
+# with 'state.dir' and 'dedup.key' = 'ticker,sequence_number', and is killed with SIGKILL at a
+# random moment. Once WEIR_CRASH_KILLS (default 20) kills have landed on a running weir, a last
+# run finishes the topic. pyarrow then reads the committed files and checks that they hold every
+# distinct key of the stream exactly once and nothing else; the reference key set comes from
+# the same generator written as JSON, read by Python, not from weir.
+#
+# Uses the broker at WEIR_KAFKA_BOOTSTRAP, or starts one with scripts/kafka.sh (and stops it).
+# WEIR_CRASH_CHUNK sets the messages per chunk (default 30000), WEIR_CRASH_SEED the first seed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
+KILLS="${WEIR_CRASH_KILLS:-20}"
+CHUNK="${WEIR_CRASH_CHUNK:-30000}"
+SEED="${WEIR_CRASH_SEED:-$RANDOM}"
+
+cargo build -p weir --bin weir --locked --quiet
+WEIR="$CARGO_TARGET_DIR/debug/weir"
+VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
+if ! "$VENV/bin/python" -c "import pyarrow" 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check pyarrow
+fi
+
+WORK="$(mktemp -d)"
+OWN_BROKER=""
+cleanup() {
+  [ -n "${PID:-}" ] && kill -9 "$PID" 2>/dev/null || true
+  [ -n "$OWN_BROKER" ] && scripts/kafka.sh stop || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+if [ -z "${WEIR_KAFKA_BOOTSTRAP:-}" ]; then
+  export WEIR_KAFKA_RUN="$HOME/.cache/weir-kafka/run-crash-$$"
+  OWN_BROKER=1
+  WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start)"
+fi
+TOPIC="weir-crash-$$-$SEED"
+echo "crash test: broker $WEIR_KAFKA_BOOTSTRAP, topic $TOPIC, $KILLS kills, $CHUNK messages a chunk, seed $SEED"
+
+"$WEIR" gen quotes --count 1 --out "$WORK/unused.bin" --schema-dir "$WORK/schema" 2>/dev/null
+cat > "$WORK/p.sql" <<SQL
+CREATE SOURCE quotes (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE, ask_price DOUBLE)
+  INCLUDE partition AS kafka_partition INCLUDE offset AS kafka_offset
+  WITH ('connector' = 'kafka', 'brokers' = '$WEIR_KAFKA_BOOTSTRAP', 'topic' = '$TOPIC',
+        'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO',
+        'location' = '$WORK/schema/stocks.pb',
+        'state.dir' = '$WORK/state', 'dedup.key' = 'ticker,sequence_number',
+        'commit.interval' = '150ms, 3000 rows');
+CREATE SINK out FROM quotes WITH ('connector' = 'parquet', 'path' = '$WORK/out');
+SQL
+
+chunk=0
+landed=0
+finished_early=0
+while [ "$landed" -lt "$KILLS" ]; do
+  chunk=$((chunk + 1))
+  if [ "$chunk" -gt $((KILLS * 3)) ]; then
+    echo "crash test: only $landed of $KILLS kills landed in $((chunk - 1)) runs" >&2
+    exit 1
+  fi
+  seed=$((SEED + chunk))
+  "$WEIR" gen quotes --count "$CHUNK" --seed "$seed" --duplicates 0.1 \
+    --to "kafka://$WEIR_KAFKA_BOOTSTRAP/$TOPIC" --topic-partitions 3 2>/dev/null
+  "$WEIR" gen quotes --count "$CHUNK" --seed "$seed" --duplicates 0.1 --format json \
+    --out "$WORK/ref-$chunk.jsonl" 2>/dev/null
+  "$WEIR" run --quiet "$WORK/p.sql" >"$WORK/run.log" 2>&1 &
+  PID=$!
+  # A random moment from 20 ms to 0.8 s into the run: start-up, mid-step, mid-commit.
+  sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", 0.02 + (r % 780) / 1000 }')"
+  if kill -9 "$PID" 2>/dev/null; then
+    landed=$((landed + 1))
+  else
+    finished_early=$((finished_early + 1))
+  fi
+  status=0
+  { wait "$PID"; } 2>/dev/null || status=$?
+  PID=""
+  if [ "$status" -ne 0 ] && [ "$status" -ne 137 ]; then
+    echo "crash test: weir failed (exit $status) in run $chunk:" >&2
+    cat "$WORK/run.log" >&2
+    exit 1
+  fi
+done
+echo "crash test: $landed kills landed, $finished_early runs ended before their kill; finishing"
+"$WEIR" run --quiet "$WORK/p.sql"
+"$WEIR" stats "$WORK/state"
+
+"$VENV/bin/python" - "$WORK" "$chunk" <<'PY'
+import glob, json, os, sys
+import pyarrow.parquet as pq
+work, chunks = sys.argv[1], int(sys.argv[2])
+expected = set()
+sent = 0
+for c in range(1, chunks + 1):
+    with open(f"{work}/ref-{c}.jsonl") as f:
+        for line in f:
+            q = json.loads(line)
+            expected.add((q["base"]["ticker"], q["base"]["sequence_number"]))
+            sent += 1
+files = sorted(glob.glob(f"{work}/out/*.parquet"))
+leftovers = [n for n in os.listdir(f"{work}/out") if n.endswith(".tmp")]
+assert not leftovers, f"temporary files left after the final run: {leftovers}"
+got = []
+for f in files:
+    t = pq.read_table(f, columns=["ticker", "sequence_number"])
+    got += list(zip(t.column("ticker").to_pylist(), t.column("sequence_number").to_pylist()))
+seen = set(got)
+doubled = len(got) - len(seen)
+missing = expected - seen
+extra = seen - expected
+print(f"crash test: {sent} messages sent, {len(expected)} distinct keys; "
+      f"{len(files)} committed files hold {len(got)} rows, {doubled} doubled, "
+      f"{len(missing)} missing, {len(extra)} unexpected")
+assert doubled == 0 and not missing and not extra, "exactly-once violated"
+assert len(expected) < sent, "the stream had no duplicates to drop"
+PY
+echo "crash test: passed"
