@@ -16,6 +16,7 @@
 //! so hot duplicates and repeated keys within a step never reach it. The crate does no Arrow
 //! compute and no I/O besides RocksDB and its directory.
 
+mod filter;
 mod keys;
 mod set;
 mod store;
@@ -119,7 +120,7 @@ pub struct DedupStats {
     pub keys_held_estimate: u64,
     /// Keys in the in-memory sets now.
     pub recent_keys_in_memory: usize,
-    /// Bytes of the in-memory sets.
+    /// Bytes of the in-memory sets and the key filter.
     pub recent_bytes: usize,
     /// The block cache's configured size.
     pub block_cache_bytes: u64,
@@ -181,7 +182,7 @@ impl fmt::Display for DedupStats {
         if self.recent_bytes > 0 {
             writeln!(
                 f,
-                "keys in memory:         {} ({} MiB)",
+                "keys in memory:         {} ({} MiB with the key filter)",
                 self.recent_keys_in_memory,
                 self.recent_bytes >> 20
             )?;

@@ -2,6 +2,19 @@
 //! rather than taken from a crate because it must hold keys without an allocation per key: slots
 //! are one flat array, and raw keys (in `'dedup.hash' = 'none'` mode) live in one byte arena.
 
+/// Starts loading the cache line that holds `value`, so a probe a few rows later finds it there.
+#[inline]
+pub(crate) fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
 /// One slot: the key's 128-bit hash split in two words (`lo == 0` marks an empty slot), its
 /// event time, and for raw keys where the bytes sit in the arena.
 #[derive(Debug, Clone, Copy, Default)]
@@ -77,6 +90,13 @@ impl KeySet {
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// Starts loading the slot where a probe for `hash` begins.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: [u8; 16]) {
+        let (lo, _) = Self::split(hash);
+        prefetch(&self.slots[(lo as usize) & (self.slots.len() - 1)]);
     }
 
     /// The time stored with `key`, if the set holds it.

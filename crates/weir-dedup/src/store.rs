@@ -12,7 +12,9 @@ use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, Options, WriteBatch,
     WriteOptions, DB,
 };
+use xxhash_rust::xxh3::xxh3_128;
 
+use crate::filter::KeyFilter;
 use crate::keys::{KeyColumns, KeyMode, RowKeys};
 use crate::set::KeySet;
 use crate::{DedupError, DedupStats};
@@ -111,7 +113,7 @@ const TICKERS: [Ticker; 11] = [
 /// A state directory, open for one writer.
 pub struct StateStore {
     dir: PathBuf,
-    db: DB,
+    db: Arc<DB>,
     db_options: Options,
     cache: Cache,
     block_cache_bytes: usize,
@@ -119,8 +121,6 @@ pub struct StateStore {
     setup: String,
     committed: Checkpoint,
     max_time: i64,
-    /// The compaction filter's cutoff: keys older than this are dropped when compacted.
-    cutoff: Arc<AtomicI64>,
     compaction_expired: Arc<AtomicU64>,
     /// Keys of this step (not committed yet) and the recently seen ones: two generations, the
     /// current one holds every key of the open step.
@@ -129,9 +129,141 @@ pub struct StateStore {
     recent_keys: usize,
     rows: RowKeys,
     candidates: Vec<usize>,
-    pending: WriteBatch,
+    /// Every key of the state (committed and open step), so new keys skip RocksDB.
+    filter: KeyFilter,
+    /// The open step's new keys, written at its commit.
+    pending: Pending,
+    committer: Committer,
     base: Counters,
     run: Counters,
+}
+
+/// Keys of the open step: their stored bytes back to back, and (offset, length, time) each.
+#[derive(Debug, Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    keys: Vec<(u32, u32, i64)>,
+}
+
+impl Pending {
+    #[inline]
+    fn push(&mut self, key: &[u8], time: i64) {
+        self.keys
+            .push((self.bytes.len() as u32, key.len() as u32, time));
+        self.bytes.extend_from_slice(key);
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let (at, len, _) = self.keys[i];
+        &self.bytes[at as usize..(at + len) as usize]
+    }
+}
+
+/// One step's commit, for the committer thread.
+struct CommitJob {
+    pending: Pending,
+    /// Store each key's time (a TTL is set) or an empty value.
+    with_time: bool,
+    meta: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The compaction filter's new cutoff, applied once the commit is durable.
+    cutoff: Option<i64>,
+}
+
+/// Writes commits on a thread of its own, one at a time and in order, so the next step's
+/// reading, decoding and dedup go on while RocksDB inserts the last step's keys. A commit is
+/// only asked for once the previous one is durable, which keeps the exactly-once order: files
+/// of a step whose commit never finished are removed on restart like any other uncommitted file.
+struct Committer {
+    jobs: Option<std::sync::mpsc::SyncSender<CommitJob>>,
+    acks: std::sync::mpsc::Receiver<Result<(), String>>,
+    in_flight: bool,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Committer {
+    fn start(db: Arc<DB>, cutoff: Arc<AtomicI64>) -> Result<Self, std::io::Error> {
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<CommitJob>(1);
+        let (ack_tx, acks) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("weir-dedup-commit".into())
+            .spawn(move || {
+                for job in rx {
+                    let done = write_commit(&db, job, &cutoff);
+                    if ack_tx.send(done).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Self {
+            jobs: Some(jobs),
+            acks,
+            in_flight: false,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits for the commit in flight, if any.
+    fn wait(&mut self) -> Result<(), String> {
+        if !self.in_flight {
+            return Ok(());
+        }
+        self.in_flight = false;
+        self.acks
+            .recv()
+            .map_err(|_| "the commit thread stopped".to_string())?
+    }
+
+    fn send(&mut self, job: CommitJob) -> Result<(), String> {
+        self.wait()?;
+        self.jobs
+            .as_ref()
+            .ok_or("the commit thread stopped")?
+            .send(job)
+            .map_err(|_| "the commit thread stopped".to_string())?;
+        self.in_flight = true;
+        Ok(())
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        let _ = self.wait();
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn write_commit(db: &DB, job: CommitJob, cutoff: &AtomicI64) -> Result<(), String> {
+    let keys = db
+        .cf_handle(KEYS)
+        .ok_or("the keys column family is missing")?;
+    let meta = db
+        .cf_handle(META)
+        .ok_or("the meta column family is missing")?;
+    let p = &job.pending;
+    // Keys in order: RocksDB's skip list then inserts each one next to the last (its
+    // sequential-insert splice) instead of searching from the top. A stable sort keeps a key's
+    // later put (an expired key seen again) after its earlier one.
+    let mut order: Vec<u32> = (0..p.keys.len() as u32).collect();
+    order.sort_by(|&a, &b| p.key(a as usize).cmp(p.key(b as usize)));
+    let mut batch = WriteBatch::default();
+    for i in order {
+        let time = p.keys[i as usize].2.to_le_bytes();
+        let value: &[u8] = if job.with_time { &time } else { &[] };
+        batch.put_cf(keys, p.key(i as usize), value);
+    }
+    for (k, v) in &job.meta {
+        batch.put_cf(meta, k, v);
+    }
+    let mut write = WriteOptions::default();
+    write.set_sync(true);
+    db.write_opt(batch, &write).map_err(|e| e.to_string())?;
+    if let Some(c) = job.cutoff {
+        cutoff.store(c, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for StateStore {
@@ -259,6 +391,36 @@ impl StateStore {
             cutoff.store(max_time.saturating_sub(ttl), Ordering::Relaxed);
         }
         let recent_keys = options.recent_keys.max(1024);
+        // Every key already in the state goes into the filter (one scan at open).
+        let mut held = 0usize;
+        let mut hashes = Vec::new();
+        if options.key.is_some() {
+            let cf = db
+                .cf_handle(KEYS)
+                .ok_or_else(|| DedupError::Corrupt("the keys column family is missing".into()))?;
+            let mut it = db.raw_iterator_cf(cf);
+            it.seek_to_first();
+            while let Some(k) = it.key() {
+                hashes.push(match mode {
+                    KeyMode::Xxh3_128 => k.try_into().unwrap_or_else(|_| xxh3_128(k).to_le_bytes()),
+                    KeyMode::Raw => xxh3_128(k).to_le_bytes(),
+                });
+                held += 1;
+                it.next();
+            }
+            it.status()
+                .map_err(|e| db_error(dir, "read the keys held", e))?;
+        }
+        let mut filter = KeyFilter::new((held * 2).max(4 << 20));
+        for h in hashes {
+            filter.insert(h);
+        }
+        let db = Arc::new(db);
+        let committer =
+            Committer::start(Arc::clone(&db), Arc::clone(&cutoff)).map_err(|e| DedupError::Io {
+                path: dir.display().to_string(),
+                error: e,
+            })?;
         Ok(Self {
             dir: dir.to_path_buf(),
             db,
@@ -269,14 +431,15 @@ impl StateStore {
             setup,
             committed,
             max_time,
-            cutoff,
             compaction_expired,
             recent: [KeySet::new(recent_keys, raw), KeySet::new(recent_keys, raw)],
             current: 0,
             recent_keys,
             rows: RowKeys::new(mode),
             candidates: Vec::new(),
-            pending: WriteBatch::default(),
+            filter,
+            pending: Pending::default(),
+            committer,
             base,
             run: Counters::default(),
         })
@@ -370,11 +533,20 @@ impl StateStore {
         keep.append_n(n, true);
         let mut dropped = 0u64;
 
-        // Pass 1: keys in memory (this step's, and recent ones) are settled without RocksDB.
+        // Pass 1: keys in memory (this step's, and recent ones) are settled without RocksDB, and
+        // so are keys the filter has never seen. The memory the probes of a row AHEAD rows on
+        // will touch is prefetched, so the cache misses of a batch overlap.
+        const AHEAD: usize = 8;
         self.candidates.clear();
         let (cur, old) = (self.current, 1 - self.current);
         for r in 0..n {
-            let (h, raw) = (self.rows.hash(r), self.rows.raw(r));
+            if r + AHEAD < n {
+                let h = self.rows.hash(r + AHEAD);
+                self.recent[cur].prefetch(h);
+                self.recent[old].prefetch(h);
+                self.filter.prefetch(h);
+            }
+            let (h, raw, time) = (self.rows.hash(r), self.rows.raw(r), self.rows.time(r));
             let seen = self.recent[cur]
                 .get(h, raw)
                 .or_else(|| self.recent[old].get(h, raw));
@@ -384,10 +556,23 @@ impl StateStore {
                     dropped += 1;
                     self.run.recent_hits += 1;
                 }
-                _ => self.candidates.push(r),
+                // Held in memory with its latest time, and expired: RocksDB holds no newer one.
+                Some(_) => {
+                    self.run.expired += 1;
+                    self.recent[cur].insert(h, raw, time);
+                    self.pending.push(self.rows.stored(r), time);
+                    self.run.written += 1;
+                }
+                None if !self.filter.may_contain(h) => {
+                    self.recent[cur].insert(h, raw, time);
+                    self.filter.insert(h);
+                    self.pending.push(self.rows.stored(r), time);
+                    self.run.written += 1;
+                }
+                None => self.candidates.push(r),
             }
         }
-        // Pass 2: one batched lookup for the rest.
+        // Pass 2: one batched lookup for the keys the filter may hold.
         if !self.candidates.is_empty() {
             let keys_cf = self
                 .db
@@ -402,12 +587,8 @@ impl StateStore {
             self.run.lookups += self.candidates.len() as u64;
             for (&r, got) in self.candidates.iter().zip(found) {
                 let (h, raw, time) = (rows.hash(r), rows.raw(r), rows.time(r));
-                // An earlier row of this batch may have brought the key in; a key held in
-                // memory but expired is not asked about again below.
-                let in_memory = self.recent[cur]
-                    .get(h, raw)
-                    .or_else(|| self.recent[old].get(h, raw));
-                if matches!(in_memory, Some(t) if live(t)) {
+                // An earlier row of this batch may have brought the key in.
+                if matches!(self.recent[cur].get(h, raw), Some(t) if live(t)) {
                     keep.set_bit(r, false);
                     dropped += 1;
                     self.run.recent_hits += 1;
@@ -425,16 +606,12 @@ impl StateStore {
                         self.recent[cur].insert(h, raw, t);
                     }
                     expired => {
-                        if expired.is_some() || in_memory.is_some() {
+                        if expired.is_some() {
                             self.run.expired += 1;
                         }
                         self.recent[cur].insert(h, raw, time);
-                        let value = time.to_le_bytes();
-                        self.pending.put_cf(
-                            keys_cf,
-                            rows.stored(r),
-                            if key.ttl.is_some() { &value[..] } else { &[] },
-                        );
+                        self.filter.insert(h);
+                        self.pending.push(rows.stored(r), time);
                         self.run.written += 1;
                     }
                 }
@@ -448,41 +625,50 @@ impl StateStore {
     /// batch. Call it only once the step's output is durable under its final name.
     pub fn commit(&mut self, mut checkpoint: Checkpoint) -> Result<(), DedupError> {
         checkpoint.step = self.committed.step + 1;
-        let meta = self
-            .db
-            .cf_handle(META)
-            .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
         let counters = self.counters();
-        let mut batch = std::mem::take(&mut self.pending);
-        batch.put_cf(meta, SETUP, self.setup.as_bytes());
-        batch.put_cf(
-            meta,
-            CHECKPOINT,
-            encode_checkpoint(&checkpoint, self.max_time, &counters),
-        );
+        let mut meta = vec![
+            (SETUP.to_vec(), self.setup.as_bytes().to_vec()),
+            (
+                CHECKPOINT.to_vec(),
+                encode_checkpoint(&checkpoint, self.max_time, &counters),
+            ),
+        ];
         for f in &checkpoint.files {
-            batch.put_cf(
-                meta,
-                format!("file/{:020}/{f}", checkpoint.step).as_bytes(),
-                b"",
-            );
+            meta.push((
+                format!("file/{:020}/{f}", checkpoint.step).into_bytes(),
+                Vec::new(),
+            ));
         }
-        let mut write = WriteOptions::default();
-        write.set_sync(true);
-        self.db
-            .write_opt(batch, &write)
-            .map_err(|e| db_error(&self.dir, "commit a step", e))?;
+        let ttl = self.key.as_ref().and_then(|k| k.ttl);
+        let job = CommitJob {
+            pending: std::mem::take(&mut self.pending),
+            with_time: ttl.is_some(),
+            meta,
+            cutoff: ttl.map(|ttl| self.max_time.saturating_sub(ttl)),
+        };
+        // Waits for the previous commit: after this, every step before this one is durable.
+        self.committer.send(job).map_err(|error| DedupError::Db {
+            dir: self.dir.display().to_string(),
+            what: "commit a step".into(),
+            error,
+        })?;
         self.committed = checkpoint;
-        if let Some(ttl) = self.key.as_ref().and_then(|k| k.ttl) {
-            self.cutoff
-                .store(self.max_time.saturating_sub(ttl), Ordering::Relaxed);
-        }
-        // Every key in memory is committed now; start a new generation when this one is full.
+        // Every key in the older generation was committed by an earlier, finished commit;
+        // start a new generation when this one is full.
         if self.recent[self.current].len() >= self.recent_keys {
             self.current = 1 - self.current;
             self.recent[self.current].clear();
         }
         Ok(())
+    }
+
+    /// Waits until the last commit is durable (a run calls it before it reports success).
+    pub fn finish(&mut self) -> Result<(), DedupError> {
+        self.committer.wait().map_err(|error| DedupError::Db {
+            dir: self.dir.display().to_string(),
+            what: "commit a step".into(),
+            error,
+        })
     }
 
     fn counters(&self) -> Counters {
@@ -522,7 +708,7 @@ impl StateStore {
             estimate,
             (
                 self.recent[0].len() + self.recent[1].len(),
-                self.recent[0].bytes() + self.recent[1].bytes(),
+                self.recent[0].bytes() + self.recent[1].bytes() + self.filter.bytes(),
             ),
             (self.block_cache_bytes as u64, self.cache.get_usage() as u64),
             dir_bytes(&self.dir),

@@ -576,6 +576,9 @@ fn read_with_state(
             ..Checkpoint::default()
         })
         .map_err(|e| connector(&config.name, e.to_string()))?;
+    store
+        .finish()
+        .map_err(|e| connector(&config.name, e.to_string()))?;
     spec.remember(&store);
     Ok(())
 }
@@ -633,12 +636,15 @@ pub(crate) fn run_steps(
                     ..Checkpoint::default()
                 })
                 .map_err(|e| format!("source {}: {e}", config.name))?;
-            spec.remember(store);
             step_rows = 0;
             moved = false;
             started = Instant::now();
         }
         if end {
+            store
+                .finish()
+                .map_err(|e| format!("source {}: {e}", config.name))?;
+            spec.remember(store);
             return Ok(rows_out);
         }
     }
