@@ -366,18 +366,7 @@ impl StateStore {
                 )));
             }
         }
-        let (committed, max_time, base) = match db
-            .get_cf(meta, CHECKPOINT)
-            .map_err(|e| db_error(dir, "read the checkpoint", e))?
-        {
-            Some(bytes) => decode_checkpoint(&bytes).ok_or_else(|| {
-                DedupError::Corrupt(format!(
-                    "the checkpoint record in {} cannot be read",
-                    dir.display()
-                ))
-            })?,
-            None => (Checkpoint::default(), i64::MIN, Counters::default()),
-        };
+        let (committed, max_time, base) = read_checkpoint(&db, dir)?;
         let raw = matches!(
             options.key,
             Some(DedupKey {
@@ -465,18 +454,7 @@ impl StateStore {
             .map_err(|e| db_error(dir, "read the setup", e))?
             .map(|v| String::from_utf8_lossy(&v).into_owned())
             .unwrap_or_default();
-        let (checkpoint, _, c) = match db
-            .get_cf(meta, CHECKPOINT)
-            .map_err(|e| db_error(dir, "read the checkpoint", e))?
-        {
-            Some(bytes) => decode_checkpoint(&bytes).ok_or_else(|| {
-                DedupError::Corrupt(format!(
-                    "the checkpoint record in {} cannot be read",
-                    dir.display()
-                ))
-            })?,
-            None => (Checkpoint::default(), i64::MIN, Counters::default()),
-        };
+        let (checkpoint, _, c) = read_checkpoint(&db, dir)?;
         let estimate = db
             .cf_handle(KEYS)
             .and_then(|cf| {
@@ -780,6 +758,25 @@ fn stats_of(
         bloom_positive: t(Ticker::BloomFilterFullPositive),
         bloom_true_positive: t(Ticker::BloomFilterFullTruePositive),
         bytes_on_disk,
+    }
+}
+
+/// The last checkpoint, the largest event time and the counters (defaults before a commit).
+fn read_checkpoint(db: &DB, dir: &Path) -> Result<(Checkpoint, i64, Counters), DedupError> {
+    let meta = db
+        .cf_handle(META)
+        .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
+    match db
+        .get_cf(meta, CHECKPOINT)
+        .map_err(|e| db_error(dir, "read the checkpoint", e))?
+    {
+        Some(bytes) => decode_checkpoint(&bytes).ok_or_else(|| {
+            DedupError::Corrupt(format!(
+                "the checkpoint record in {} cannot be read",
+                dir.display()
+            ))
+        }),
+        None => Ok((Checkpoint::default(), i64::MIN, Counters::default())),
     }
 }
 

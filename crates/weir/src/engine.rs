@@ -723,6 +723,14 @@ impl Engine {
         }
     }
 
+    fn sink_state(&self, sink: &str) -> Option<Arc<tokio::sync::Mutex<SinkState>>> {
+        self.sinks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sink)
+            .cloned()
+    }
+
     /// A file sink fed straight from a source with state: exactly-once steps (`checkpoint`).
     /// Its `'path'` is a directory of step files.
     async fn checkpointed_sink(
@@ -733,11 +741,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let at = move |message: String| EngineError::Statement { line, message };
         let state = self
-            .sinks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(sink)
-            .cloned()
+            .sink_state(sink)
             .ok_or_else(|| at(format!("no sink named '{sink}'")))?;
         let (dir, format, options) = {
             let st = state.lock().await;
@@ -778,16 +782,7 @@ impl Engine {
                 .await
                 .map_err(|e| EngineError::Registry(format!("a sink pipeline panicked: {e}")))?
         };
-        if self.options.follow {
-            let handle = tokio::spawn(pipeline);
-            self.pipelines
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(handle);
-            Ok(())
-        } else {
-            pipeline.await
-        }
+        self.run_pipeline(pipeline).await
     }
 
     /// The state statistics of every source with `'state.dir'` that was read in this run.
@@ -812,11 +807,7 @@ impl Engine {
         let line = query.start.line;
         let at = move |message: String| EngineError::Statement { line, message };
         let state = self
-            .sinks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(sink)
-            .cloned()
+            .sink_state(sink)
             .ok_or_else(|| at(format!("no sink named '{sink}'")))?;
         let df = self
             .ctx
@@ -883,7 +874,15 @@ impl Engine {
             }
             Ok(())
         };
-        if follow {
+        self.run_pipeline(pipeline).await
+    }
+
+    /// Runs a sink pipeline now, or in follow mode in the background (see [`Engine::wait`]).
+    async fn run_pipeline(
+        &self,
+        pipeline: impl std::future::Future<Output = Result<(), EngineError>> + Send + 'static,
+    ) -> Result<(), EngineError> {
+        if self.options.follow {
             let handle = tokio::spawn(pipeline);
             self.pipelines
                 .lock()

@@ -13,11 +13,10 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use weir_kafka::{Consumer, ConsumerConfig, PartitionSelection, PollStatus, Record};
 
-use super::{external, Position, ScanPlan, SourceError};
+use super::{external, thread_stream, ScanPlan, SourceError};
 
 /// The scan's partitions: the selected Kafka partitions dealt round-robin over at most `n`
 /// readers (never more readers than Kafka partitions).
@@ -78,26 +77,13 @@ impl PartitionStream for KafkaPartition {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
         let plan = Arc::clone(&self.plan);
         let config = self.config.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("weir-kafka-{}", plan.config.name))
-            .spawn(move || {
-                if let Err(e) = read(&plan, &config, &tx) {
-                    let _ = tx.blocking_send(Err(e));
-                }
-            });
-        let schema = Arc::clone(&self.plan.schema);
-        let stream =
-            futures::stream::unfold((rx, spawned.err()), |(mut rx, spawn_error)| async move {
-                if let Some(e) = spawn_error {
-                    let e = DataFusionError::External(Box::new(e));
-                    return Some((Err(e), (rx, None)));
-                }
-                rx.recv().await.map(|b| (b, (rx, None)))
-            });
-        Box::pin(RecordBatchStreamAdapter::new(schema, stream))
+        thread_stream(
+            format!("weir-kafka-{}", plan.config.name),
+            Arc::clone(&self.plan.schema),
+            move |tx| read(&plan, &config, tx),
+        )
     }
 }
 
@@ -124,19 +110,7 @@ fn read(
             break;
         }
         let status = consumer.poll(Duration::from_millis(200), |rec: &Record<'_>| {
-            let pos = Position::Kafka {
-                topic: rec.topic,
-                partition: rec.partition,
-                offset: rec.offset,
-                timestamp: rec.timestamp,
-                key: rec.key,
-                headers: rec.headers,
-            };
-            let done = match rec.value {
-                Some(value) => ingest.message(value, &pos),
-                None => ingest.bad_frame(&[], &pos, "the record's value is null (a tombstone)"),
-            }
-            .and_then(|()| ingest.take_full());
+            let done = ingest.record(rec);
             match done {
                 Ok(None) => Ok(()),
                 Ok(Some(batch)) => {

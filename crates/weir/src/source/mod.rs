@@ -505,6 +505,25 @@ impl Ingest {
         }
     }
 
+    /// Takes one Kafka record (a null value, a tombstone, is a bad message); returns a batch
+    /// once one is full.
+    #[inline]
+    pub fn record(&mut self, rec: &weir_kafka::Record<'_>) -> DfResult<Option<RecordBatch>> {
+        let pos = Position::Kafka {
+            topic: rec.topic,
+            partition: rec.partition,
+            offset: rec.offset,
+            timestamp: rec.timestamp,
+            key: rec.key,
+            headers: rec.headers,
+        };
+        match rec.value {
+            Some(value) => self.message(value, &pos)?,
+            None => self.bad_frame(&[], &pos, "the record's value is null (a tombstone)")?,
+        }
+        self.take_full()
+    }
+
     /// Takes bytes that are not a message at all (a truncated or corrupt frame).
     pub fn bad_frame(&mut self, bytes: &[u8], pos: &Position<'_>, reason: &str) -> DfResult<()> {
         self.messages += 1;
@@ -703,6 +722,20 @@ pub(crate) struct FileReader {
 }
 
 impl FileReader {
+    fn new(plan: Arc<ScanPlan>, feed: Arc<FileFeed>, ingest: Ingest) -> Self {
+        Self {
+            plan,
+            feed,
+            ingest,
+            buf: Vec::new(),
+            file: Arc::from(""),
+            base: 0,
+            len: 0,
+            at: 0,
+            done: Vec::new(),
+        }
+    }
+
     fn switch_file(&mut self, file: &Arc<str>) {
         if !Arc::ptr_eq(&self.file, file) && !self.file.is_empty() {
             let end = self.base + self.at as u64;
@@ -803,17 +836,10 @@ impl PartitionStream for FilePartition {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let schema = Arc::clone(&self.plan.schema);
-        let reader = self.plan.ingest().map(|ingest| FileReader {
-            plan: Arc::clone(&self.plan),
-            feed: Arc::clone(&self.feed),
-            ingest,
-            buf: Vec::new(),
-            file: Arc::from(""),
-            base: 0,
-            len: 0,
-            at: 0,
-            done: Vec::new(),
-        });
+        let reader = self
+            .plan
+            .ingest()
+            .map(|ingest| FileReader::new(Arc::clone(&self.plan), Arc::clone(&self.feed), ingest));
         let stream = futures::stream::unfold(Some(reader), |state| async move {
             let mut reader = match state? {
                 Ok(r) => r,
@@ -832,6 +858,32 @@ impl PartitionStream for FilePartition {
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, stream))
     }
+}
+
+/// A partition stream fed by `read`, which runs on a thread of its own (it blocks on sockets or
+/// files) and sends batches through a small bounded channel, so a slow query slows the reader
+/// instead of piling up memory. An error `read` returns ends the stream.
+pub(crate) fn thread_stream(
+    name: String,
+    schema: SchemaRef,
+    read: impl FnOnce(&tokio::sync::mpsc::Sender<DfResult<RecordBatch>>) -> DfResult<()>
+        + Send
+        + 'static,
+) -> SendableRecordBatchStream {
+    let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        if let Err(e) = read(&tx) {
+            let _ = tx.blocking_send(Err(e));
+        }
+    });
+    let stream = futures::stream::unfold((rx, spawned.err()), |(mut rx, spawn_error)| async move {
+        if let Some(e) = spawn_error {
+            let e = DataFusionError::External(Box::new(e));
+            return Some((Err(e), (rx, None)));
+        }
+        rx.recv().await.map(|b| (b, (rx, None)))
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, stream))
 }
 
 /// A source as a DataFusion table.

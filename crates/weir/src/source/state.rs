@@ -19,7 +19,6 @@ use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Schema, SchemaRef, TimeUnit};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use weir_codec::Options;
@@ -30,7 +29,9 @@ use weir_dedup::{
 use weir_kafka::{Consumer, PollStatus, Record, StartupMode};
 
 use super::file::FileFeed;
-use super::{external, Connector, FileReader, Position, ScanPlan, SourceConfig, SourceError, Step};
+use super::{
+    external, thread_stream, Connector, FileReader, ScanPlan, SourceConfig, SourceError, Step,
+};
 
 /// When a step ends: after this much time, or this many rows read, whichever comes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,17 +263,7 @@ impl PositionedReader {
                     .map_err(|e| connector(&config.name, e.to_string()))?
                     .with_starts(positions.iter().map(|(k, v)| (k.clone(), *v as u64)));
                 Ok(Self::File {
-                    reader: Box::new(FileReader {
-                        plan,
-                        feed: Arc::new(feed),
-                        ingest,
-                        buf: Vec::new(),
-                        file: Arc::from(""),
-                        base: 0,
-                        len: 0,
-                        at: 0,
-                        done: Vec::new(),
-                    }),
+                    reader: Box::new(FileReader::new(plan, Arc::new(feed), ingest)),
                     positions,
                 })
             }
@@ -399,19 +390,7 @@ impl KafkaReader {
             let mut failure = None;
             let status = consumer.poll(Duration::from_millis(200), |rec: &Record<'_>| {
                 set_next(next, rec.partition, rec.offset + 1);
-                let pos = Position::Kafka {
-                    topic: rec.topic,
-                    partition: rec.partition,
-                    offset: rec.offset,
-                    timestamp: rec.timestamp,
-                    key: rec.key,
-                    headers: rec.headers,
-                };
-                let done = match rec.value {
-                    Some(value) => ingest.message(value, &pos),
-                    None => ingest.bad_frame(&[], &pos, "the record's value is null (a tombstone)"),
-                }
-                .and_then(|()| ingest.take_full());
+                let done = ingest.record(rec);
                 match done {
                     Ok(None) => Ok(()),
                     Ok(Some(batch)) => {
@@ -512,28 +491,13 @@ impl PartitionStream for StatefulPartition {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
         let config = Arc::clone(&self.config);
         let projection = self.projection.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("weir-state-{}", config.name))
-            .spawn(move || {
-                if let Err(e) = read_with_state(&config, projection.as_deref(), &tx) {
-                    let _ = tx.blocking_send(Err(e));
-                }
-            });
-        let stream =
-            futures::stream::unfold((rx, spawned.err()), |(mut rx, spawn_error)| async move {
-                if let Some(e) = spawn_error {
-                    let e = DataFusionError::External(Box::new(e));
-                    return Some((Err(e), (rx, None)));
-                }
-                rx.recv().await.map(|b| (b, (rx, None)))
-            });
-        Box::pin(RecordBatchStreamAdapter::new(
+        thread_stream(
+            format!("weir-state-{}", config.name),
             Arc::clone(&self.schema),
-            stream,
-        ))
+            move |tx| read_with_state(&config, projection.as_deref(), tx),
+        )
     }
 }
 
