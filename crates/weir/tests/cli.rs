@@ -40,7 +40,7 @@ fn help_tells_every_command() {
     let o = weir(&["--help"]);
     assert!(o.status.success());
     let help = text(&o.stdout);
-    for cmd in ["run", "gen", "decode", "demo"] {
+    for cmd in ["run", "gen", "decode", "produce", "demo", "stats"] {
         assert!(help.contains(cmd), "{help}");
     }
     let o = weir(&["run", "--help"]);
@@ -208,4 +208,75 @@ fn json_quotes_are_generated_as_lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert!(v["base"]["ticker"].is_string());
     }
+}
+
+#[test]
+fn stats_reads_the_state_a_run_left() {
+    let dir = tempfile::tempdir().unwrap();
+    // 3,000 quotes with about 10% exact repeats, then a run that drops them.
+    let data = dir.path().join("q.bin").display().to_string();
+    let schema = dir.path().join("schema").display().to_string();
+    let o = weir(&[
+        "gen",
+        "quotes",
+        "--count",
+        "3000",
+        "--duplicates",
+        "0.1",
+        "--out",
+        &data,
+        "--schema-dir",
+        &schema,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let state = dir.path().join("state");
+    let out = dir.path().join("out");
+    let sql = dir.path().join("p.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE)
+               WITH ('connector' = 'file', 'path' = '{data}', 'encoding' = 'protobuf',
+                     'message' = 'stocks.QuoteNBBO', 'location' = '{schema}/stocks.pb',
+                     'state.dir' = '{}', 'dedup.key' = 'ticker,sequence_number');
+             CREATE SINK out FROM q WITH ('connector' = 'parquet', 'path' = '{}');",
+            state.display(),
+            out.display()
+        ),
+    )
+    .unwrap();
+    let o = weir(&["run", sql.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let report = text(&o.stderr);
+    assert!(report.contains("source q, state:"), "{report}");
+    let dropped: u64 = report
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("duplicates dropped:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no duplicate count in {report}"));
+    assert!((150..450).contains(&dropped), "{dropped} of 3000 dropped");
+
+    let o = weir(&["stats", state.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stats = text(&o.stdout);
+    assert!(
+        stats.contains("key=ticker,sequence_number;hash=xxh3_128"),
+        "{stats}"
+    );
+    assert!(
+        stats.contains(&format!("duplicates dropped:     {dropped}")),
+        "{stats}"
+    );
+    assert!(stats.contains("data blocks:"), "{stats}");
+    // The next position of the file is its size: everything was read.
+    let size = std::fs::metadata(&data).unwrap().len();
+    assert!(stats.contains(&format!("file:{data} {size}")), "{stats}");
+
+    let o = weir(&["stats", dir.path().join("nothing").to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("not a state directory"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -177,3 +177,47 @@ async fn state_options_are_checked_at_create_source() {
         assert!(e.contains(want), "{e} should mention {want}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_mode_commits_steps_by_time_and_ends_on_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    let state = dir.path().join("state");
+    let out = dir.path().join("out");
+    append(&data, &[1, 2, 3, 2], "a");
+    let e = Engine::new(EngineOptions {
+        follow: true,
+        partitions: 1,
+        batch_size: 2,
+    });
+    let script = format!(
+        "{}\nCREATE SINK out FROM s WITH ('connector' = 'parquet', 'path' = '{}');",
+        source(&data, &state, ", 'commit.interval' = '100ms'"),
+        out.display()
+    );
+    e.query(&script).await.unwrap();
+    assert!(e.pipelines_running());
+    // Committed files appear while the pipeline runs: steps end by time.
+    let wait_for = |n: usize| {
+        let out = out.clone();
+        async move {
+            for _ in 0..200 {
+                if out.exists() && read_dir(&out).0.len() >= n {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("never saw {n} ids committed");
+        }
+    };
+    wait_for(3).await;
+    append(&data, &[3, 4, 5, 1], "b");
+    wait_for(5).await;
+    e.stop();
+    e.wait().await.unwrap();
+    assert_eq!(e.finish().await.unwrap()[0].rows, 5);
+    let (ids, names) = read_dir(&out);
+    assert_eq!(ids.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+    assert!(ids.values().all(|&n| n == 1), "{ids:?}");
+    assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+}

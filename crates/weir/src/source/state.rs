@@ -33,6 +33,10 @@ use super::{
     external, thread_stream, Connector, FileReader, ScanPlan, SourceConfig, SourceError, Step,
 };
 
+/// The default `'commit.interval'`: a step's keys are held in memory until its commit, so the
+/// row count bounds that memory at fast rates (about 100 bytes a key).
+pub const DEFAULT_COMMIT_INTERVAL: &str = "5s, 1000000 rows";
+
 /// When a step ends: after this much time, or this many rows read, whichever comes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommitInterval {
@@ -173,7 +177,7 @@ impl StateSpec {
                 .map_err(|_| format!("'dedup.recent_keys' = '{r}' is not a number"))?,
             None => StateOptions::default().recent_keys,
         };
-        let commit = CommitInterval::parse(interval.unwrap_or("5s"))?;
+        let commit = CommitInterval::parse(interval.unwrap_or(DEFAULT_COMMIT_INTERVAL))?;
         Ok(Some(Self {
             dir: PathBuf::from(dir),
             key,
