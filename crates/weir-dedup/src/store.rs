@@ -511,20 +511,28 @@ impl StateStore {
         keep.append_n(n, true);
         let mut dropped = 0u64;
 
-        // Pass 1: keys in memory (this step's, and recent ones) are settled without RocksDB, and
-        // so are keys the filter has never seen. The memory the probes of a row AHEAD rows on
-        // will touch is prefetched, so the cache misses of a batch overlap.
+        // Pass 1: settle what memory can. Every key of the state, the open step's included, is
+        // in the filter, so a key it has never seen is new without any other probe (most keys).
+        // The others are looked for in the in-memory sets (this step's and recent keys), and
+        // only the ones not there go to RocksDB. The filter block and the set slot a row AHEAD
+        // rows on will touch are prefetched, so the cache misses of a batch overlap.
         const AHEAD: usize = 8;
         self.candidates.clear();
         let (cur, old) = (self.current, 1 - self.current);
         for r in 0..n {
             if r + AHEAD < n {
                 let h = self.rows.hash(r + AHEAD);
-                self.recent[cur].prefetch(h);
-                self.recent[old].prefetch(h);
                 self.filter.prefetch(h);
+                self.recent[cur].prefetch(h);
             }
             let (h, raw, time) = (self.rows.hash(r), self.rows.raw(r), self.rows.time(r));
+            if !self.filter.may_contain(h) {
+                self.recent[cur].insert(h, raw, time);
+                self.filter.insert(h);
+                self.pending.push(self.rows.stored(r), time);
+                self.run.written += 1;
+                continue;
+            }
             let seen = self.recent[cur]
                 .get(h, raw)
                 .or_else(|| self.recent[old].get(h, raw));
@@ -538,12 +546,6 @@ impl StateStore {
                 Some(_) => {
                     self.run.expired += 1;
                     self.recent[cur].insert(h, raw, time);
-                    self.pending.push(self.rows.stored(r), time);
-                    self.run.written += 1;
-                }
-                None if !self.filter.may_contain(h) => {
-                    self.recent[cur].insert(h, raw, time);
-                    self.filter.insert(h);
                     self.pending.push(self.rows.stored(r), time);
                     self.run.written += 1;
                 }
