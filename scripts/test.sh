@@ -14,15 +14,8 @@ export CARGO_TERM_COLOR=never
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
 
-# RocksDB (weir-dedup) is built from C++ by librocksdb-sys, whose bindgen needs libclang.
-if [ -z "${LIBCLANG_PATH:-}" ] && ! compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null \
-  && ! compgen -G "/usr/lib/*/libclang*.so*" >/dev/null; then
-  echo "== apt-get install libclang-dev (for RocksDB's bindings)"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get install -y -q libclang-dev >/dev/null \
-    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q libclang-dev >/dev/null; }
-fi
+. scripts/deps.sh
+ensure_libclang
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

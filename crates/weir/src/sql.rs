@@ -355,7 +355,12 @@ fn parse_create_sink(
                 .chars()
                 .all(|c| c.is_alphanumeric() || c == '_' || c == '"' || c == '.')
         {
-            source = Some(trimmed.trim_matches('"').to_string());
+            // Unquoted names are lower-cased, as DataFusion (and CREATE SOURCE) do.
+            source = Some(if trimmed.starts_with('"') {
+                trimmed.trim_matches('"').to_string()
+            } else {
+                trimmed.to_lowercase()
+            });
             let select = format!("SELECT * FROM {trimmed}");
             text = SqlText {
                 padded: index.pad(script, first.span.start, &select),

@@ -76,7 +76,8 @@ async fn a_sink_from_a_source_with_state_writes_each_key_once_across_runs() {
         .collect();
     append(&data, &first, "a");
     let script = format!(
-        "{}\nCREATE SINK out FROM s WITH ('connector' = 'parquet', 'path' = '{}');",
+        // `FROM S`: unquoted names are lower-cased, so this is the source `s`.
+        "{}\nCREATE SINK out FROM S WITH ('connector' = 'parquet', 'path' = '{}');",
         source(&data, &state, ", 'commit.interval' = '5 rows'"),
         out.display()
     );
