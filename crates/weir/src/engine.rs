@@ -768,12 +768,10 @@ impl Engine {
                 deleted.join(", ")
             );
         }
-        let sink_name = sink.to_string();
         let run = move || -> Result<(), EngineError> {
             let rows = run_steps(&source, &mut store, &mut files).map_err(at)?;
             let mut st = state.blocking_lock();
             st.rows += rows;
-            let _ = sink_name;
             Ok(())
         };
         let handle = tokio::task::spawn_blocking(run);
