@@ -1,5 +1,5 @@
 //! A membership filter over every key of the state, in memory: a blocked bloom filter (each key
-//! sets 8 bits inside one 64-byte block, so a probe touches one cache line). A "no" is certain,
+//! sets one bit in each of the 8 words of one 64-byte block, so a probe touches one cache line). A "no" is certain,
 //! so a key the filter has never seen needs no RocksDB lookup at all; only "maybe" keys (the
 //! duplicates not held in memory, and about 0.2% false positives) are looked up.
 //!
@@ -11,7 +11,20 @@
 //! added, so the false-positive rate stays bounded without rebuilding from RocksDB.
 
 const BITS_PER_KEY: usize = 16;
-const PROBES: u32 = 8;
+
+/// Odd multipliers, one per 64-bit word of a block: each picks that word's bit from the key's
+/// high hash word (a split-block layout like Parquet's bloom filters: one bit in each word,
+/// so the eight tests and sets are independent and vectorise, with no loop-carried chain).
+const SALT: [u64; 8] = [
+    0x47b6_137b_4497_4d91,
+    0x8824_ad5b_a2b7_289d,
+    0x7054_95c7_2df1_424b,
+    0x9efc_4947_5c6b_fb31,
+    0x2ce2_0ecb_5aba_c9f1,
+    0x3c6a_1a3d_fe1d_7b0f,
+    0x705b_b26f_1a53_0c51,
+    0x1ed3_a0b1_98f4_d5d7,
+];
 
 struct Layer {
     blocks: Vec<[u64; 8]>,
@@ -24,7 +37,7 @@ impl Layer {
     fn new(capacity: usize) -> Self {
         let blocks = (capacity * BITS_PER_KEY / 512).next_power_of_two().max(1);
         Self {
-            blocks: vec![[0u64; 8]; blocks],
+            blocks: crate::table::table(blocks, [0u64; 8]),
             mask: blocks - 1,
             capacity,
             count: 0,
@@ -35,16 +48,26 @@ impl Layer {
     fn block(&self, lo: u64) -> usize {
         (lo.rotate_right(32) as usize) & self.mask
     }
+
+    #[inline]
+    fn contains(&self, lo: u64, bits: &[u64; 8]) -> bool {
+        let block = &self.blocks[self.block(lo)];
+        let mut missing = 0;
+        for i in 0..8 {
+            missing |= bits[i] & !block[i];
+        }
+        missing == 0
+    }
 }
 
-/// Bit positions inside a block, from the hash's high word.
+/// The bit each word of a block holds for a key.
 #[inline]
-fn positions(hi: u64) -> impl Iterator<Item = u32> {
-    let mut h = hi | 1;
-    (0..PROBES).map(move |_| {
-        h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h >> 55) as u32
-    })
+fn bits(hi: u64) -> [u64; 8] {
+    let mut out = [0u64; 8];
+    for i in 0..8 {
+        out[i] = 1 << (hi.wrapping_mul(SALT[i]) >> 58);
+    }
+    out
 }
 
 #[inline]
@@ -58,58 +81,81 @@ fn words(hash: [u8; 16]) -> (u64, u64) {
 
 /// See the module docs.
 pub(crate) struct KeyFilter {
-    layers: Vec<Layer>,
+    /// Full layers, oldest first; they only answer.
+    full: Vec<Layer>,
+    /// The layer keys go into.
+    open: Layer,
 }
 
 impl KeyFilter {
     /// A filter for about `capacity` keys before its first new layer.
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            layers: vec![Layer::new(capacity.max(1 << 16))],
+            full: Vec::new(),
+            open: Layer::new(capacity.max(1 << 16)),
         }
     }
 
     /// Adds a key's hash.
     #[inline]
     pub(crate) fn insert(&mut self, hash: [u8; 16]) {
-        let full = self.layers.last().is_some_and(|l| l.count >= l.capacity);
-        if full {
-            let cap = self.layers.last().map_or(1 << 16, |l| l.capacity * 2);
-            self.layers.push(Layer::new(cap));
-        }
         let (lo, hi) = words(hash);
-        if let Some(layer) = self.layers.last_mut() {
-            let b = layer.block(lo);
-            let block = &mut layer.blocks[b];
-            for p in positions(hi) {
-                block[(p >> 6) as usize] |= 1 << (p & 63);
-            }
-            layer.count += 1;
+        self.set(lo, &bits(hi));
+    }
+
+    #[inline]
+    fn set(&mut self, lo: u64, bits: &[u64; 8]) {
+        if self.open.count >= self.open.capacity {
+            self.add_layer();
         }
+        let b = self.open.block(lo);
+        let block = &mut self.open.blocks[b];
+        for i in 0..8 {
+            block[i] |= bits[i];
+        }
+        self.open.count += 1;
+    }
+
+    #[cold]
+    fn add_layer(&mut self) {
+        let next = Layer::new(self.open.capacity * 2);
+        self.full.push(std::mem::replace(&mut self.open, next));
     }
 
     /// False when the key was certainly never inserted.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn may_contain(&self, hash: [u8; 16]) -> bool {
         let (lo, hi) = words(hash);
-        self.layers.iter().any(|layer| {
-            let block = &layer.blocks[layer.block(lo)];
-            positions(hi).all(|p| block[(p >> 6) as usize] & (1 << (p & 63)) != 0)
-        })
+        let bits = bits(hi);
+        self.open.contains(lo, &bits) || self.full.iter().any(|l| l.contains(lo, &bits))
+    }
+
+    /// Inserts the key when the filter has certainly never seen it and says so (true); says
+    /// false, inserting nothing, when it may have. One hash split and one block read for both.
+    #[inline]
+    pub(crate) fn insert_if_new(&mut self, hash: [u8; 16]) -> bool {
+        let (lo, hi) = words(hash);
+        let bits = bits(hi);
+        if self.open.contains(lo, &bits) || self.full.iter().any(|l| l.contains(lo, &bits)) {
+            return false;
+        }
+        self.set(lo, &bits);
+        true
     }
 
     /// Starts loading the cache lines [`KeyFilter::may_contain`] will read for `hash`.
     #[inline]
     pub(crate) fn prefetch(&self, hash: [u8; 16]) {
         let (lo, _) = words(hash);
-        for layer in &self.layers {
+        crate::set::prefetch(&self.open.blocks[self.open.block(lo)]);
+        for layer in &self.full {
             crate::set::prefetch(&layer.blocks[layer.block(lo)]);
         }
     }
 
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        self.layers.iter().map(|l| l.blocks.len() * 64).sum()
+        (self.full.iter().map(|l| l.blocks.len()).sum::<usize>() + self.open.blocks.len()) * 64
     }
 }
 
@@ -128,8 +174,11 @@ mod tests {
         for i in 0..n {
             f.insert(h(i));
         }
-        assert!(f.layers.len() >= 3);
+        assert!(f.full.len() >= 2);
         assert!((0..n).all(|i| f.may_contain(h(i))));
+        assert!((0..n).all(|i| !f.insert_if_new(h(i))));
+        assert!(f.insert_if_new(h(n + 200_000)));
+        assert!(f.may_contain(h(n + 200_000)));
         let fp = (n..n + 100_000).filter(|&i| f.may_contain(h(i))).count();
         // About 0.1-0.3% a layer at 16 bits a key; a few layers add up.
         assert!(fp < 1_000, "{fp} false positives in 100000");

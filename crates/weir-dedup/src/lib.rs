@@ -4,7 +4,8 @@
 //! This crate owns:
 //! - [`StateStore`]: opens a state directory; [`StateStore::dedup`] marks the duplicate rows of
 //!   a batch (first occurrence wins; a TTL on an event-time column expires old keys), and
-//!   [`StateStore::commit`] writes, in one synced RocksDB write batch, the keys of the step, the
+//!   [`StateStore::commit`] writes, in one atomic RocksDB commit (a sorted table file it
+//!   ingests, or a synced write batch when there is no dedup key), the keys of the step, the
 //!   next position of every source partition and the files the step completed.
 //! - [`KeyColumns`] and [`KeyMode`]: which columns make a key, stored hashed (xxh3-128) or raw.
 //! - [`DedupStats`]: block-cache hit rates overall and for data, index and filter blocks apart,
@@ -20,6 +21,7 @@ mod filter;
 mod keys;
 mod set;
 mod store;
+mod table;
 
 use std::fmt;
 

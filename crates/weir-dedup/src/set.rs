@@ -41,7 +41,7 @@ impl KeySet {
     pub(crate) fn new(keys: usize, raw: bool) -> Self {
         let cap = (keys.max(8) * 2).next_power_of_two();
         Self {
-            slots: vec![Slot::default(); cap],
+            slots: crate::table::table(cap, Slot::default()),
             len: 0,
             arena: Vec::new(),
             raw,
@@ -138,10 +138,40 @@ impl KeySet {
         }
     }
 
+    /// Adds `key`, which the set certainly does not hold (the key filter has never seen it), so
+    /// the probe stops at the first empty slot without comparing keys.
+    #[inline]
+    pub(crate) fn insert_new(&mut self, hash: [u8; 16], key: &[u8], time: i64) {
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let (lo, hi) = Self::split(hash);
+        let mask = self.slots.len() - 1;
+        let mut i = (lo as usize) & mask;
+        while self.slots[i].lo != 0 {
+            i = (i + 1) & mask;
+        }
+        let (at, len) = if self.raw {
+            let at = self.arena.len();
+            self.arena.extend_from_slice(key);
+            (at as u32, key.len() as u32)
+        } else {
+            (0, 0)
+        };
+        self.slots[i] = Slot {
+            lo,
+            hi,
+            time,
+            at,
+            len,
+        };
+        self.len += 1;
+    }
+
     /// Doubles the table: amortised over the keys that filled it, never per key.
     #[cold]
     fn grow(&mut self) {
-        let doubled = vec![Slot::default(); self.slots.len() * 2];
+        let doubled = crate::table::table(self.slots.len() * 2, Slot::default());
         let old = std::mem::replace(&mut self.slots, doubled);
         let mask = self.slots.len() - 1;
         for s in old.into_iter().filter(|s| s.lo != 0) {

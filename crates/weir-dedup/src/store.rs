@@ -9,8 +9,8 @@ use arrow_buffer::BooleanBufferBuilder;
 use rocksdb::compaction_filter::Decision;
 use rocksdb::statistics::Ticker;
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, Options, WriteBatch,
-    WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, IngestExternalFileOptions,
+    Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions, DB,
 };
 use xxhash_rust::xxh3::xxh3_128;
 
@@ -21,9 +21,27 @@ use crate::{DedupError, DedupStats};
 
 const KEYS: &str = "keys";
 const META: &str = "meta";
-const CHECKPOINT: &[u8] = b"checkpoint";
 const SETUP: &[u8] = b"setup";
-const FORMAT: u8 = 1;
+const FORMAT: u8 = 2;
+/// Format 1 kept the checkpoint in the `meta` column family under this key.
+const FORMAT_1_CHECKPOINT: &[u8] = b"checkpoint";
+/// The prefix of the step records (the checkpoint and the committed file names) in the `keys`
+/// column family, where they are committed in the same file as the step's keys. No dedup key
+/// starts with it: hashed keys are exactly 16 bytes long, raw keys start with 0 or 1. And it
+/// sorts after every dedup key, so the records close each step's sorted table file.
+const RECORD: [u8; 17] = [0xFF; 17];
+
+fn record_key(name: &[u8]) -> Vec<u8> {
+    [&RECORD[..], name].concat()
+}
+
+fn checkpoint_key() -> Vec<u8> {
+    record_key(b"checkpoint")
+}
+
+fn file_prefix() -> Vec<u8> {
+    record_key(b"file/")
+}
 
 /// What a state directory is opened with.
 #[derive(Debug, Clone)]
@@ -118,7 +136,6 @@ pub struct StateStore {
     cache: Cache,
     block_cache_bytes: usize,
     key: Option<DedupKey>,
-    setup: String,
     committed: Checkpoint,
     max_time: i64,
     compaction_expired: Arc<AtomicU64>,
@@ -127,6 +144,8 @@ pub struct StateStore {
     recent: [KeySet; 2],
     current: usize,
     recent_keys: usize,
+    /// Keys are stored whole (`'dedup.hash' = 'none'`).
+    raw_mode: bool,
     rows: RowKeys,
     candidates: Vec<usize>,
     /// Every key of the state (committed and open step), so new keys skip RocksDB.
@@ -138,58 +157,119 @@ pub struct StateStore {
     run: Counters,
 }
 
-/// Keys of the open step: their stored bytes back to back, and (offset, length, time) each.
+/// Keys of the open step, written at its commit: hashes as they are, raw keys back to back in
+/// one buffer with (offset, length, time) each, so a key costs no allocation.
 #[derive(Debug, Default)]
 struct Pending {
+    hashed: Vec<([u8; 16], i64)>,
     bytes: Vec<u8>,
-    keys: Vec<(u32, u32, i64)>,
+    raw: Vec<(u32, u32, i64)>,
 }
 
 impl Pending {
+    /// Adds a key: its hash, or in raw mode its bytes.
     #[inline]
-    fn push(&mut self, key: &[u8], time: i64) {
-        self.keys
-            .push((self.bytes.len() as u32, key.len() as u32, time));
-        self.bytes.extend_from_slice(key);
+    fn push(&mut self, raw_mode: bool, hash: [u8; 16], key: &[u8], time: i64) {
+        if raw_mode {
+            self.raw
+                .push((self.bytes.len() as u32, key.len() as u32, time));
+            self.bytes.extend_from_slice(key);
+        } else {
+            self.hashed.push((hash, time));
+        }
     }
 
-    fn key(&self, i: usize) -> &[u8] {
-        let (at, len, _) = self.keys[i];
+    fn clear(&mut self) {
+        self.hashed.clear();
+        self.bytes.clear();
+        self.raw.clear();
+    }
+
+    fn raw_key(&self, i: usize) -> &[u8] {
+        let (at, len, _) = self.raw[i];
         &self.bytes[at as usize..(at + len) as usize]
     }
+
+    /// Calls `put` with every key and its time in key order, once per key: when a key was
+    /// pushed twice (it expired and came back), its last push wins.
+    fn sorted(
+        &mut self,
+        mut put: impl FnMut(&[u8], i64) -> Result<(), String>,
+    ) -> Result<(), String> {
+        // Byte order of a 16-byte hash is the order of its big-endian integer; a stable sort
+        // keeps equal keys in push order.
+        self.hashed.sort_by_key(|(k, _)| u128::from_be_bytes(*k));
+        for (i, (k, t)) in self.hashed.iter().enumerate() {
+            if self.hashed.get(i + 1).is_some_and(|(next, _)| next == k) {
+                continue;
+            }
+            put(k, *t)?;
+        }
+        let mut order: Vec<u32> = (0..self.raw.len() as u32).collect();
+        order.sort_by(|&a, &b| self.raw_key(a as usize).cmp(self.raw_key(b as usize)));
+        for (n, &i) in order.iter().enumerate() {
+            let key = self.raw_key(i as usize);
+            if order
+                .get(n + 1)
+                .is_some_and(|&next| self.raw_key(next as usize) == key)
+            {
+                continue;
+            }
+            put(key, self.raw[i as usize].2)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where and how the committer writes a step's table file (only when there is a dedup key).
+struct TableFiles {
+    /// The `keys` column family's options: the file is built as RocksDB would build it.
+    options: Options,
+    /// `<state dir>/ingest`: files being built; RocksDB moves each in when it ingests it.
+    dir: PathBuf,
 }
 
 /// One step's commit, for the committer thread.
 struct CommitJob {
+    step: u64,
     pending: Pending,
     /// Store each key's time (a TTL is set) or an empty value.
     with_time: bool,
-    meta: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The step records (checkpoint, file names), in key order.
+    records: Vec<(Vec<u8>, Vec<u8>)>,
     /// The compaction filter's new cutoff, applied once the commit is durable.
     cutoff: Option<i64>,
 }
 
 /// Writes commits on a thread of its own, one at a time and in order, so the next step's
-/// reading, decoding and dedup go on while RocksDB inserts the last step's keys. A commit is
+/// reading, decoding and dedup go on while the last step's keys are sorted and written. A commit is
 /// only asked for once the previous one is durable, which keeps the exactly-once order: files
 /// of a step whose commit never finished are removed on restart like any other uncommitted file.
 struct Committer {
     jobs: Option<std::sync::mpsc::SyncSender<CommitJob>>,
-    acks: std::sync::mpsc::Receiver<Result<(), String>>,
+    /// Each commit's outcome, and its key list emptied for the next step to reuse (a step's
+    /// list holds up to millions of keys; fresh memory each step costs page faults).
+    acks: std::sync::mpsc::Receiver<(Result<(), String>, Pending)>,
     in_flight: bool,
+    spare: Option<Pending>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Committer {
-    fn start(db: Arc<DB>, cutoff: Arc<AtomicI64>) -> Result<Self, std::io::Error> {
+    fn start(
+        db: Arc<DB>,
+        tables: Option<TableFiles>,
+        cutoff: Arc<AtomicI64>,
+    ) -> Result<Self, std::io::Error> {
         let (jobs, rx) = std::sync::mpsc::sync_channel::<CommitJob>(1);
         let (ack_tx, acks) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("weir-dedup-commit".into())
             .spawn(move || {
-                for job in rx {
-                    let done = write_commit(&db, job, &cutoff);
-                    if ack_tx.send(done).is_err() {
+                for mut job in rx {
+                    let done = write_commit(&db, tables.as_ref(), &mut job, &cutoff);
+                    job.pending.clear();
+                    if ack_tx.send((done, job.pending)).is_err() {
                         break;
                     }
                 }
@@ -198,6 +278,7 @@ impl Committer {
             jobs: Some(jobs),
             acks,
             in_flight: false,
+            spare: None,
             thread: Some(thread),
         })
     }
@@ -208,9 +289,12 @@ impl Committer {
             return Ok(());
         }
         self.in_flight = false;
-        self.acks
+        let (done, pending) = self
+            .acks
             .recv()
-            .map_err(|_| "the commit thread stopped".to_string())?
+            .map_err(|_| "the commit thread stopped".to_string())?;
+        self.spare = Some(pending);
+        done
     }
 
     fn send(&mut self, job: CommitJob) -> Result<(), String> {
@@ -235,31 +319,52 @@ impl Drop for Committer {
     }
 }
 
-fn write_commit(db: &DB, job: CommitJob, cutoff: &AtomicI64) -> Result<(), String> {
+/// Makes one step durable. With a dedup key, the step's keys (sorted) and its records go into
+/// one table file that RocksDB ingests: the ingestion is atomic (one MANIFEST record), syncs the
+/// file and the directory, and costs no write-ahead log or memtable insert per key, which is
+/// what writing millions of keys a step through a write batch spent. Without a key, the records
+/// alone go in as one synced write batch.
+fn write_commit(
+    db: &DB,
+    tables: Option<&TableFiles>,
+    job: &mut CommitJob,
+    cutoff: &AtomicI64,
+) -> Result<(), String> {
     let keys = db
         .cf_handle(KEYS)
         .ok_or("the keys column family is missing")?;
-    let meta = db
-        .cf_handle(META)
-        .ok_or("the meta column family is missing")?;
-    let p = &job.pending;
-    // Keys in order: RocksDB's skip list then inserts each one next to the last (its
-    // sequential-insert splice) instead of searching from the top. A stable sort keeps a key's
-    // later put (an expired key seen again) after its earlier one.
-    let mut order: Vec<u32> = (0..p.keys.len() as u32).collect();
-    order.sort_by(|&a, &b| p.key(a as usize).cmp(p.key(b as usize)));
-    let mut batch = WriteBatch::default();
-    for i in order {
-        let time = p.keys[i as usize].2.to_le_bytes();
-        let value: &[u8] = if job.with_time { &time } else { &[] };
-        batch.put_cf(keys, p.key(i as usize), value);
+    match tables {
+        None => {
+            let mut batch = WriteBatch::default();
+            for (k, v) in &job.records {
+                batch.put_cf(keys, k, v);
+            }
+            let mut write = WriteOptions::default();
+            write.set_sync(true);
+            db.write_opt(batch, &write).map_err(|e| e.to_string())?;
+        }
+        Some(tables) => {
+            let path = tables.dir.join(format!("step-{:020}.sst", job.step));
+            let mut file = SstFileWriter::create(&tables.options);
+            file.open(&path)
+                .map_err(|e| format!("create {}: {e}", path.display()))?;
+            let with_time = job.with_time;
+            job.pending.sorted(|key, time| {
+                let time = time.to_le_bytes();
+                let value: &[u8] = if with_time { &time } else { &[] };
+                file.put(key, value).map_err(|e| e.to_string())
+            })?;
+            for (k, v) in &job.records {
+                file.put(k, v).map_err(|e| e.to_string())?;
+            }
+            file.finish()
+                .map_err(|e| format!("finish {}: {e}", path.display()))?;
+            let mut ingest = IngestExternalFileOptions::default();
+            ingest.set_move_files(true);
+            db.ingest_external_file_cf_opts(keys, &ingest, vec![&path])
+                .map_err(|e| format!("ingest {}: {e}", path.display()))?;
+        }
     }
-    for (k, v) in &job.meta {
-        batch.put_cf(meta, k, v);
-    }
-    let mut write = WriteOptions::default();
-    write.set_sync(true);
-    db.write_opt(batch, &write).map_err(|e| e.to_string())?;
     if let Some(c) = job.cutoff {
         cutoff.store(c, Ordering::Relaxed);
     }
@@ -273,6 +378,30 @@ impl std::fmt::Debug for StateStore {
             .field("step", &self.committed.step)
             .finish()
     }
+}
+
+/// The `keys` column family's options (without the TTL compaction filter): RocksDB's and the
+/// committer's table files are built with them.
+///
+/// Point lookups: whole-key bloom filters (10 bits a key, about 1% false positives), and index
+/// and filter blocks in the block cache with L0's and the top level's pinned, so a lookup of an
+/// absent key costs filter probes in memory and no data-block read.
+fn keys_cf_options(cache: &Cache) -> Options {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_bloom_filter(10.0, false);
+    table.set_whole_key_filtering(true);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_cache_index_and_filter_blocks_with_high_priority(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_pin_top_level_index_and_filter(true);
+    table.set_block_size(4 << 10);
+    let mut options = Options::default();
+    options.set_block_based_table_factory(&table);
+    // Hashes do not compress; raw keys little. No codec keeps the C++ build small too.
+    options.set_compression_type(DBCompressionType::None);
+    options.set_level_compaction_dynamic_level_bytes(true);
+    options
 }
 
 fn db_error(dir: &Path, what: &str, e: rocksdb::Error) -> DedupError {
@@ -301,39 +430,25 @@ impl StateStore {
         db_options.enable_statistics();
         db_options.set_max_background_jobs(2);
 
-        // Point lookups: whole-key bloom filters (10 bits a key, about 1% false positives), and
-        // index and filter blocks in the block cache with L0's and the top level's pinned, so a
-        // lookup of an absent key costs filter probes in memory and no data-block read.
-        let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        table.set_bloom_filter(10.0, false);
-        table.set_whole_key_filtering(true);
-        table.set_cache_index_and_filter_blocks(true);
-        table.set_cache_index_and_filter_blocks_with_high_priority(true);
-        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-        table.set_pin_top_level_index_and_filter(true);
-        table.set_block_size(4 << 10);
-        let mut keys_options = Options::default();
-        keys_options.set_block_based_table_factory(&table);
-        // Hashes do not compress; raw keys little. No codec keeps the C++ build small too.
-        keys_options.set_compression_type(DBCompressionType::None);
-        // A bloom filter over the memtable, so absent keys skip its skip-list search.
-        keys_options.set_memtable_prefix_bloom_ratio(0.05);
-        keys_options.set_memtable_whole_key_filtering(true);
-        keys_options.set_write_buffer_size(64 << 20);
-        keys_options.set_level_compaction_dynamic_level_bytes(true);
+        let mut keys_options = keys_cf_options(&cache);
         {
             let cutoff = Arc::clone(&cutoff);
             let expired = Arc::clone(&compaction_expired);
-            keys_options.set_compaction_filter("weir-dedup-ttl", move |_, _, value: &[u8]| {
-                match value.try_into().map(i64::from_le_bytes) {
-                    Ok(t) if t < cutoff.load(Ordering::Relaxed) => {
-                        expired.fetch_add(1, Ordering::Relaxed);
-                        Decision::Remove
+            keys_options.set_compaction_filter(
+                "weir-dedup-ttl",
+                move |_, key: &[u8], value: &[u8]| {
+                    if key.starts_with(&RECORD) {
+                        return Decision::Keep;
                     }
-                    _ => Decision::Keep,
-                }
-            });
+                    match value.try_into().map(i64::from_le_bytes) {
+                        Ok(t) if t < cutoff.load(Ordering::Relaxed) => {
+                            expired.fetch_add(1, Ordering::Relaxed);
+                            Decision::Remove
+                        }
+                        _ => Decision::Keep,
+                    }
+                },
+            );
         }
         let meta_options = Options::default();
         let db = DB::open_cf_descriptors(
@@ -354,18 +469,57 @@ impl StateStore {
         let meta = db
             .cf_handle(META)
             .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
-        if let Some(found) = db
+        if db
+            .get_cf(meta, FORMAT_1_CHECKPOINT)
+            .map_err(|e| db_error(dir, "read the format", e))?
+            .is_some()
+        {
+            return Err(DedupError::Config(format!(
+                "state directory {} was written by an older weir (state format 1), which this one cannot continue; use another 'state.dir'",
+                dir.display()
+            )));
+        }
+        match db
             .get_cf(meta, SETUP)
             .map_err(|e| db_error(dir, "read the setup", e))?
         {
-            let found = String::from_utf8_lossy(&found).into_owned();
-            if found != setup {
-                return Err(DedupError::Config(format!(
-                    "state directory {} was written with dedup settings '{found}', not '{setup}'; use another 'state.dir' or the same settings",
-                    dir.display()
-                )));
+            Some(found) => {
+                let found = String::from_utf8_lossy(&found).into_owned();
+                if found != setup {
+                    return Err(DedupError::Config(format!(
+                        "state directory {} was written with dedup settings '{found}', not '{setup}'; use another 'state.dir' or the same settings",
+                        dir.display()
+                    )));
+                }
+            }
+            None => {
+                // Fixed before the first step: a directory's keys mean one thing for its life.
+                let mut write = WriteOptions::default();
+                write.set_sync(true);
+                db.put_cf_opt(meta, SETUP, setup.as_bytes(), &write)
+                    .map_err(|e| db_error(dir, "write the setup", e))?;
             }
         }
+        // Table files a crash left half built or not yet ingested belong to no committed step.
+        let ingest_dir = dir.join("ingest");
+        if ingest_dir.exists() {
+            std::fs::remove_dir_all(&ingest_dir).map_err(|e| DedupError::Io {
+                path: ingest_dir.display().to_string(),
+                error: e,
+            })?;
+        }
+        let tables = if options.key.is_some() {
+            std::fs::create_dir_all(&ingest_dir).map_err(|e| DedupError::Io {
+                path: ingest_dir.display().to_string(),
+                error: e,
+            })?;
+            Some(TableFiles {
+                options: keys_cf_options(&cache),
+                dir: ingest_dir,
+            })
+        } else {
+            None
+        };
         let (committed, max_time, base) = read_checkpoint(&db, dir)?;
         let raw = matches!(
             options.key,
@@ -387,9 +541,16 @@ impl StateStore {
             let cf = db
                 .cf_handle(KEYS)
                 .ok_or_else(|| DedupError::Corrupt("the keys column family is missing".into()))?;
-            let mut it = db.raw_iterator_cf(cf);
+            // One pass over every key; it would only push useful blocks out of the cache.
+            let mut read = ReadOptions::default();
+            read.fill_cache(false);
+            read.set_readahead_size(4 << 20);
+            let mut it = db.raw_iterator_cf_opt(cf, read);
             it.seek_to_first();
             while let Some(k) = it.key() {
+                if k.starts_with(&RECORD) {
+                    break;
+                }
                 hashes.push(match mode {
                     KeyMode::Xxh3_128 => k.try_into().unwrap_or_else(|_| xxh3_128(k).to_le_bytes()),
                     KeyMode::Raw => xxh3_128(k).to_le_bytes(),
@@ -406,9 +567,11 @@ impl StateStore {
         }
         let db = Arc::new(db);
         let committer =
-            Committer::start(Arc::clone(&db), Arc::clone(&cutoff)).map_err(|e| DedupError::Io {
-                path: dir.display().to_string(),
-                error: e,
+            Committer::start(Arc::clone(&db), tables, Arc::clone(&cutoff)).map_err(|e| {
+                DedupError::Io {
+                    path: dir.display().to_string(),
+                    error: e,
+                }
             })?;
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -417,13 +580,18 @@ impl StateStore {
             cache,
             block_cache_bytes: options.block_cache_bytes,
             key: options.key,
-            setup,
             committed,
             max_time,
             compaction_expired,
-            recent: [KeySet::new(recent_keys, raw), KeySet::new(recent_keys, raw)],
+            // A generation turns over at a commit once it holds `recent_keys`, so it holds up to
+            // that plus a step's keys: room for twice as many, so it rarely grows.
+            recent: [
+                KeySet::new(recent_keys * 2, raw),
+                KeySet::new(recent_keys * 2, raw),
+            ],
             current: 0,
             recent_keys,
+            raw_mode: raw,
             rows: RowKeys::new(mode),
             candidates: Vec::new(),
             filter,
@@ -516,9 +684,11 @@ impl StateStore {
         // The others are looked for in the in-memory sets (this step's and recent keys), and
         // only the ones not there go to RocksDB. The filter block and the set slot a row AHEAD
         // rows on will touch are prefetched, so the cache misses of a batch overlap.
-        const AHEAD: usize = 8;
+        const AHEAD: usize = 16;
         self.candidates.clear();
         let (cur, old) = (self.current, 1 - self.current);
+        let raw_mode = self.raw_mode;
+        let mut written = 0u64;
         for r in 0..n {
             if r + AHEAD < n {
                 let h = self.rows.hash(r + AHEAD);
@@ -526,11 +696,10 @@ impl StateStore {
                 self.recent[cur].prefetch(h);
             }
             let (h, raw, time) = (self.rows.hash(r), self.rows.raw(r), self.rows.time(r));
-            if !self.filter.may_contain(h) {
-                self.recent[cur].insert(h, raw, time);
-                self.filter.insert(h);
-                self.pending.push(self.rows.stored(r), time);
-                self.run.written += 1;
+            if self.filter.insert_if_new(h) {
+                self.recent[cur].insert_new(h, raw, time);
+                self.pending.push(raw_mode, h, raw, time);
+                written += 1;
                 continue;
             }
             let seen = self.recent[cur]
@@ -546,8 +715,8 @@ impl StateStore {
                 Some(_) => {
                     self.run.expired += 1;
                     self.recent[cur].insert(h, raw, time);
-                    self.pending.push(self.rows.stored(r), time);
-                    self.run.written += 1;
+                    self.pending.push(raw_mode, h, raw, time);
+                    written += 1;
                 }
                 None => self.candidates.push(r),
             }
@@ -591,39 +760,47 @@ impl StateStore {
                         }
                         self.recent[cur].insert(h, raw, time);
                         self.filter.insert(h);
-                        self.pending.push(rows.stored(r), time);
-                        self.run.written += 1;
+                        self.pending.push(raw_mode, h, rows.raw(r), time);
+                        written += 1;
                     }
                 }
             }
         }
         self.run.dropped += dropped;
+        self.run.written += written;
         Ok((dropped > 0).then(|| BooleanArray::new(keep.finish(), None)))
     }
 
-    /// Commits the open step: this step's keys and `checkpoint` in one synced RocksDB write
-    /// batch. Call it only once the step's output is durable under its final name.
+    /// Commits the open step: this step's keys and `checkpoint` in one atomic RocksDB commit
+    /// (see `write_commit`). Call it only once the step's output is durable under its final
+    /// name. It returns once the previous step's commit is durable; this one's is written on
+    /// the commit thread ([`StateStore::finish`] waits for it).
     pub fn commit(&mut self, mut checkpoint: Checkpoint) -> Result<(), DedupError> {
         checkpoint.step = self.committed.step + 1;
         let counters = self.counters();
-        let mut meta = vec![
-            (SETUP.to_vec(), self.setup.as_bytes().to_vec()),
-            (
-                CHECKPOINT.to_vec(),
-                encode_checkpoint(&checkpoint, self.max_time, &counters),
-            ),
-        ];
-        for f in &checkpoint.files {
-            meta.push((
-                format!("file/{:020}/{f}", checkpoint.step).into_bytes(),
+        let mut records = vec![(
+            checkpoint_key(),
+            encode_checkpoint(&checkpoint, self.max_time, &counters),
+        )];
+        let mut files: Vec<&String> = checkpoint.files.iter().collect();
+        files.sort();
+        files.dedup();
+        for f in files {
+            records.push((
+                [
+                    file_prefix(),
+                    format!("{:020}/{f}", checkpoint.step).into_bytes(),
+                ]
+                .concat(),
                 Vec::new(),
             ));
         }
         let ttl = self.key.as_ref().and_then(|k| k.ttl);
         let job = CommitJob {
+            step: checkpoint.step,
             pending: std::mem::take(&mut self.pending),
             with_time: ttl.is_some(),
-            meta,
+            records,
             cutoff: ttl.map(|ttl| self.max_time.saturating_sub(ttl)),
         };
         // Waits for the previous commit: after this, every step before this one is durable.
@@ -632,6 +809,9 @@ impl StateStore {
             what: "commit a step".into(),
             error,
         })?;
+        if let Some(spare) = self.committer.spare.take() {
+            self.pending = spare;
+        }
         self.committed = checkpoint;
         // Every key in the older generation was committed by an earlier, finished commit;
         // start a new generation when this one is full.
@@ -699,21 +879,26 @@ impl StateStore {
 
     /// The files committed by every step so far, oldest first.
     pub fn committed_files(&self) -> Result<Vec<String>, DedupError> {
-        let meta = self
+        let keys = self
             .db
-            .cf_handle(META)
-            .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
+            .cf_handle(KEYS)
+            .ok_or_else(|| DedupError::Corrupt("the keys column family is missing".into()))?;
+        let prefix = file_prefix();
         let mut files = Vec::new();
-        for item in self.db.prefix_iterator_cf(meta, b"file/") {
-            let (k, _) = item.map_err(|e| db_error(&self.dir, "list committed files", e))?;
-            if !k.starts_with(b"file/") {
+        let mut it = self.db.raw_iterator_cf(keys);
+        it.seek(&prefix);
+        while let Some(k) = it.key() {
+            // "<prefix><20-digit step>/<name>"
+            let Some(rest) = k.strip_prefix(prefix.as_slice()) else {
                 break;
-            }
-            // "file/<20-digit step>/<name>"
-            if let Some(name) = k.get(26..) {
+            };
+            if let Some(name) = rest.get(21..) {
                 files.push(String::from_utf8_lossy(name).into_owned());
             }
+            it.next();
         }
+        it.status()
+            .map_err(|e| db_error(&self.dir, "list committed files", e))?;
         Ok(files)
     }
 }
@@ -765,11 +950,11 @@ fn stats_of(
 
 /// The last checkpoint, the largest event time and the counters (defaults before a commit).
 fn read_checkpoint(db: &DB, dir: &Path) -> Result<(Checkpoint, i64, Counters), DedupError> {
-    let meta = db
-        .cf_handle(META)
-        .ok_or_else(|| DedupError::Corrupt("the meta column family is missing".into()))?;
+    let keys = db
+        .cf_handle(KEYS)
+        .ok_or_else(|| DedupError::Corrupt("the keys column family is missing".into()))?;
     match db
-        .get_cf(meta, CHECKPOINT)
+        .get_cf(keys, checkpoint_key())
         .map_err(|e| db_error(dir, "read the checkpoint", e))?
     {
         Some(bytes) => decode_checkpoint(&bytes).ok_or_else(|| {

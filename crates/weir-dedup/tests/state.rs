@@ -157,31 +157,63 @@ fn restart_keeps_committed_keys_and_forgets_uncommitted_ones() {
 
 #[test]
 fn keys_expire_after_the_ttl_relative_to_the_largest_time_seen() {
+    for mode in [KeyMode::Xxh3_128, KeyMode::Raw] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = || key(&["ticker"], mode, Some(1000));
+        {
+            let mut s = StateStore::open(dir.path(), opts()).unwrap();
+            let b = batch(&[(Some("A"), Some(1), 0), (Some("B"), Some(1), 500)]);
+            assert_eq!(kept(&mut s, &b), vec![0, 1]);
+            // Time 900: A (0) is 900 old, still live.
+            let b = batch(&[(Some("A"), Some(2), 900)]);
+            assert_eq!(kept(&mut s, &b), vec![] as Vec<usize>);
+            // Time 1200 moves the clock: A (0) expired and comes back, in the same step, so
+            // the step's commit holds A twice and must keep the later one; B (500) is live.
+            let b = batch(&[
+                (Some("C"), Some(1), 1200),
+                (Some("A"), Some(3), 1200),
+                (Some("B"), Some(2), 1200),
+            ]);
+            assert_eq!(kept(&mut s, &b), vec![0, 1]);
+            commit(&mut s, 6);
+        }
+        // After a restart the largest time seen is remembered: B (500) expires at 1501, and
+        // A is live with its time 1200.
+        let mut s = StateStore::open(dir.path(), opts()).unwrap();
+        let b = batch(&[(Some("B"), Some(3), 1400), (Some("A"), Some(4), 1400)]);
+        assert_eq!(kept(&mut s, &b), vec![] as Vec<usize>, "{mode:?}");
+        let b = batch(&[(Some("Z"), Some(1), 1600), (Some("B"), Some(4), 1600)]);
+        assert_eq!(kept(&mut s, &b), vec![0, 1], "{mode:?}");
+        assert!(s.stats().keys_expired >= 2);
+    }
+}
+
+#[test]
+fn a_table_file_left_by_a_crash_before_its_ingestion_is_not_part_of_the_state() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = || key(&["ticker"], KeyMode::Xxh3_128, Some(1000));
+    let opts = || key(&["seq"], KeyMode::Xxh3_128, None);
     {
         let mut s = StateStore::open(dir.path(), opts()).unwrap();
-        let b = batch(&[(Some("A"), Some(1), 0), (Some("B"), Some(1), 500)]);
+        let b = batch(&[(Some("A"), Some(1), 0), (Some("A"), Some(2), 0)]);
         assert_eq!(kept(&mut s, &b), vec![0, 1]);
-        // Time 900: A (0) is 900 old, still live.
-        let b = batch(&[(Some("A"), Some(2), 900)]);
-        assert_eq!(kept(&mut s, &b), vec![] as Vec<usize>);
-        // Time 1200 moves the clock: A (0) expired and comes back; B (500) is live.
-        let b = batch(&[
-            (Some("C"), Some(1), 1200),
-            (Some("A"), Some(3), 1200),
-            (Some("B"), Some(2), 1200),
-        ]);
-        assert_eq!(kept(&mut s, &b), vec![0, 1]);
-        commit(&mut s, 6);
+        commit(&mut s, 2);
+        s.finish().unwrap();
     }
-    // After a restart the largest time seen is remembered: B (500) expires at 1501.
+    // What a crash between building step 2's file and ingesting it leaves behind.
+    let ingest = dir.path().join("ingest");
+    let left = ingest.join("step-00000000000000000002.sst");
+    std::fs::write(&left, b"half a table file").unwrap();
     let mut s = StateStore::open(dir.path(), opts()).unwrap();
-    let b = batch(&[(Some("B"), Some(3), 1400), (Some("A"), Some(4), 1400)]);
-    assert_eq!(kept(&mut s, &b), vec![] as Vec<usize>);
-    let b = batch(&[(Some("Z"), Some(1), 1600), (Some("B"), Some(4), 1600)]);
-    assert_eq!(kept(&mut s, &b), vec![0, 1]);
-    assert!(s.stats().keys_expired >= 2);
+    assert!(!left.exists(), "the leftover file is removed at open");
+    assert_eq!(s.checkpoint().step, 1);
+    let b = batch(&[(Some("A"), Some(2), 0), (Some("A"), Some(3), 0)]);
+    assert_eq!(kept(&mut s, &b), vec![1]);
+    commit(&mut s, 3);
+    s.finish().unwrap();
+    assert_eq!(
+        s.committed_files().unwrap(),
+        vec!["part-2.parquet", "part-3.parquet"]
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //!
 //! A step's rows go to `.<sink>-<step>.<ext>.tmp` in the sink's directory. At the step's end the
 //! file is completed, synced and renamed to `<sink>-<step>.<ext>` (and the directory synced);
-//! only then does one RocksDB write batch record the step's dedup keys, the next position of
+//! only then does one atomic RocksDB commit record the step's dedup keys, the next position of
 //! every source partition and the file's name. On start, temporary files and any file of a step
 //! after the last committed one (renamed, but its commit never happened) are deleted, and the
 //! source resumes at the committed positions. So a crash at any moment neither loses nor repeats
