@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use weir_bench::quote;
 use weir_bench::{stocks_dir, Result};
 use weir_codec::{Decoder, ProtoDecoder, ProtoDecoderOptions, ProtoSchema};
-use weir_kafka::{Compression, Consumer, ConsumerConfig, Isolation, PollStatus, Producer, ProducerConfig};
+use weir_kafka::{
+    Compression, Consumer, ConsumerConfig, Isolation, PollStatus, Producer, ProducerConfig,
+};
 
 fn load(args: &[String]) -> Result<()> {
     let [broker, topic, partitions, count, rest @ ..] = args else {
@@ -22,7 +24,14 @@ fn load(args: &[String]) -> Result<()> {
     let partitions: i32 = partitions.parse()?;
     let count: usize = count.parse()?;
     let compression: Compression = rest.first().map_or("none", |s| s.as_str()).parse()?;
-    weir_kafka::create_topic(std::slice::from_ref(broker), topic, partitions, 1, &[], true)?;
+    weir_kafka::create_topic(
+        std::slice::from_ref(broker),
+        topic,
+        partitions,
+        1,
+        &[],
+        true,
+    )?;
     let corpus = quote::generate(quote::MESSAGES, quote::SEED);
     let mut p = Producer::connect(&ProducerConfig {
         brokers: vec![broker.clone()],
@@ -32,7 +41,11 @@ fn load(args: &[String]) -> Result<()> {
     })?;
     let start = Instant::now();
     for i in 0..count {
-        p.send(Some((i % partitions as usize) as i32), None, corpus.message(i % corpus.len()))?;
+        p.send(
+            Some((i % partitions as usize) as i32),
+            None,
+            corpus.message(i % corpus.len()),
+        )?;
     }
     p.flush()?;
     let s = start.elapsed().as_secs_f64();
