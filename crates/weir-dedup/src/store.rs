@@ -362,16 +362,39 @@ fn write_commit(
             }
             file.finish()
                 .map_err(|e| format!("finish {}: {e}", path.display()))?;
+            // Held across the ingestion: the same file under RocksDB's name once moved in.
+            let built =
+                std::fs::File::open(&path).map_err(|e| format!("open {}: {e}", path.display()))?;
             let mut ingest = IngestExternalFileOptions::default();
             ingest.set_move_files(true);
             db.ingest_external_file_cf_opts(keys, &ingest, vec![&path])
                 .map_err(|e| format!("ingest {}: {e}", path.display()))?;
+            read_back(&built);
         }
     }
     if let Some(c) = job.cutoff {
         cutoff.store(c, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// Asks the kernel to read a just-ingested table file back into the page cache, in the
+/// background. `SstFileWriter` drops every page it writes from the cache (RocksDB's C API has
+/// no way to turn that off), so without this the first lookups and the compactions that touch
+/// the newest step read it from disk: measured, about 150 us a 4 KiB block read on this
+/// machine, where the page cache answers in a few.
+fn read_back(file: &std::fs::File) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is open for the call's duration; the advice reads nothing
+        // into this process and its failure only means the pages stay uncached.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = file;
 }
 
 impl std::fmt::Debug for StateStore {
