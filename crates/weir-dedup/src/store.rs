@@ -579,9 +579,9 @@ impl StateStore {
             let cf = db
                 .cf_handle(KEYS)
                 .ok_or_else(|| DedupError::Corrupt("the keys column family is missing".into()))?;
-            // One pass over every key; it would only push useful blocks out of the cache.
+            // One pass over every key, reading ahead. The blocks it reads stay in the block
+            // cache (empty at this point): lookups of old keys then start warm.
             let mut read = ReadOptions::default();
-            read.fill_cache(false);
             read.set_readahead_size(4 << 20);
             let mut it = db.raw_iterator_cf_opt(cf, read);
             it.seek_to_first();
