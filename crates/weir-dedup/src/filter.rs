@@ -79,6 +79,17 @@ fn words(hash: [u8; 16]) -> (u64, u64) {
     (u64::from_le_bytes(lo), u64::from_le_bytes(hi))
 }
 
+/// The first bytes of a saved filter (format 1).
+const MAGIC: &[u8; 8] = b"WEIRKF\x00\x01";
+/// Blocks converted per write or read call.
+const CHUNK: usize = 1024;
+
+fn read_u64(input: &mut impl std::io::Read) -> std::io::Result<u64> {
+    let mut b = [0u8; 8];
+    input.read_exact(&mut b)?;
+    Ok(u64::from_le_bytes(b))
+}
+
 /// See the module docs.
 pub(crate) struct KeyFilter {
     /// Full layers, oldest first; they only answer.
@@ -153,6 +164,71 @@ impl KeyFilter {
         }
     }
 
+    /// Writes the filter, every layer's sizes and blocks (see [`KeyFilter::read`]).
+    pub(crate) fn write(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        out.write_all(MAGIC)?;
+        out.write_all(&(self.full.len() as u64 + 1).to_le_bytes())?;
+        let mut buf = Vec::with_capacity(CHUNK * 64);
+        for layer in self.full.iter().chain(std::iter::once(&self.open)) {
+            for v in [layer.capacity, layer.count, layer.blocks.len()] {
+                out.write_all(&(v as u64).to_le_bytes())?;
+            }
+            for chunk in layer.blocks.chunks(CHUNK) {
+                buf.clear();
+                for word in chunk.iter().flatten() {
+                    buf.extend_from_slice(&word.to_le_bytes());
+                }
+                out.write_all(&buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what [`KeyFilter::write`] wrote: `Ok(None)` when the bytes are not a filter
+    /// (another format, impossible sizes), an error when they end early.
+    pub(crate) fn read(input: &mut impl std::io::Read) -> std::io::Result<Option<Self>> {
+        let mut magic = [0u8; 8];
+        input.read_exact(&mut magic)?;
+        if &magic != MAGIC {
+            return Ok(None);
+        }
+        let layers = read_u64(input)?;
+        if layers == 0 || layers > 64 {
+            return Ok(None);
+        }
+        let mut all = Vec::new();
+        let mut buf = vec![0u8; CHUNK * 64];
+        for _ in 0..layers {
+            let capacity = read_u64(input)? as usize;
+            let count = read_u64(input)? as usize;
+            let blocks = read_u64(input)? as usize;
+            // At most 64 GiB of blocks: anything larger is not a filter this crate wrote.
+            if !blocks.is_power_of_two() || blocks > 1 << 30 {
+                return Ok(None);
+            }
+            let mut layer = Layer {
+                blocks: crate::table::table(blocks, [0u64; 8]),
+                mask: blocks - 1,
+                capacity,
+                count,
+            };
+            for chunk in layer.blocks.chunks_mut(CHUNK) {
+                let bytes = &mut buf[..chunk.len() * 64];
+                input.read_exact(bytes)?;
+                for (word, b) in chunk.iter_mut().flatten().zip(bytes.chunks_exact(8)) {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(b);
+                    *word = u64::from_le_bytes(w);
+                }
+            }
+            all.push(layer);
+        }
+        let Some(open) = all.pop() else {
+            return Ok(None);
+        };
+        Ok(Some(Self { full: all, open }))
+    }
+
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
         (self.full.iter().map(|l| l.blocks.len()).sum::<usize>() + self.open.blocks.len()) * 64
@@ -182,5 +258,20 @@ mod tests {
         let fp = (n..n + 100_000).filter(|&i| f.may_contain(h(i))).count();
         // About 0.1-0.3% a layer at 16 bits a key; a few layers add up.
         assert!(fp < 1_000, "{fp} false positives in 100000");
+
+        let mut saved = Vec::new();
+        f.write(&mut saved).unwrap();
+        let mut back = KeyFilter::read(&mut saved.as_slice()).unwrap().unwrap();
+        assert_eq!(back.full.len(), f.full.len());
+        assert!((0..n).all(|i| back.may_contain(h(i))));
+        let fp_back = (n..n + 100_000).filter(|&i| back.may_contain(h(i))).count();
+        assert_eq!(fp_back, fp);
+        // It goes on growing where it left off.
+        assert!(back.insert_if_new(h(n + 300_000)));
+        // Truncated, or not a filter at all.
+        assert!(KeyFilter::read(&mut &saved[..saved.len() - 1]).is_err());
+        assert!(KeyFilter::read(&mut &b"not a filter, long enough"[..])
+            .unwrap()
+            .is_none());
     }
 }

@@ -262,3 +262,30 @@ fn many_keys_past_the_memory_sets_still_dedup_through_rocksdb() {
     assert!(st.lookups > 0 && st.recent_keys_in_memory < 5000, "{st}");
     assert_eq!(st.keys_written, n as u64);
 }
+
+#[test]
+fn a_clean_finish_saves_the_key_filter_and_a_crash_makes_it_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || key(&["seq"], KeyMode::Xxh3_128, None);
+    {
+        let mut s = StateStore::open(dir.path(), opts()).unwrap();
+        let b = batch(&[(Some("A"), Some(1), 0), (Some("A"), Some(2), 0)]);
+        assert_eq!(kept(&mut s, &b), vec![0, 1]);
+        commit(&mut s, 2);
+        s.finish().unwrap();
+    }
+    assert!(dir.path().join("key-filter").exists());
+    {
+        // Opens on the saved filter: 1 is known, 3 is new.
+        let mut s = StateStore::open(dir.path(), opts()).unwrap();
+        let b = batch(&[(Some("A"), Some(1), 0), (Some("A"), Some(3), 0)]);
+        assert_eq!(kept(&mut s, &b), vec![1]);
+        commit(&mut s, 3);
+        // No finish: as after a crash, the saved filter still describes step 1.
+    }
+    // Had the stale filter been loaded, it would call 3 (committed in step 2) new.
+    let mut s = StateStore::open(dir.path(), opts()).unwrap();
+    assert_eq!(s.checkpoint().step, 2);
+    let b = batch(&[(Some("A"), Some(3), 0), (Some("A"), Some(4), 0)]);
+    assert_eq!(kept(&mut s, &b), vec![1]);
+}
