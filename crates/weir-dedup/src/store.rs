@@ -901,10 +901,10 @@ impl StateStore {
             what: "commit a step".into(),
             error,
         })?;
-        if self.key.is_some() {
-            if save_filter(&self.dir, self.committed_record, &self.filter).is_err() {
-                let _ = std::fs::remove_file(self.dir.join(format!("{FILTER_FILE}.tmp")));
-            }
+        if self.key.is_some()
+            && save_filter(&self.dir, self.committed_record, &self.filter).is_err()
+        {
+            let _ = std::fs::remove_file(self.dir.join(format!("{FILTER_FILE}.tmp")));
         }
         Ok(())
     }
