@@ -15,36 +15,48 @@ pub(crate) fn prefetch<T>(value: &T) {
     let _ = value;
 }
 
-/// One slot: the key's 128-bit hash split in two words (`lo == 0` marks an empty slot), its
-/// event time, and for raw keys where the bytes sit in the arena.
+/// What a slot holds besides the key's hash, kept apart so that the common case (hashed keys,
+/// no TTL) probes and writes 16-byte slots only: measured, an insert into a 64 MiB table of
+/// 16-byte slots took 17-19 ns against 29 ns into 128 MiB of 32-byte ones.
 #[derive(Debug, Clone, Copy, Default)]
-struct Slot {
-    lo: u64,
-    hi: u64,
+struct Extra {
+    /// The key's event time.
     time: i64,
+    /// Raw keys: where the bytes sit in the arena.
     at: u32,
     len: u32,
 }
 
 /// A set of keys. Lookups compare the full 128-bit hash, and in raw mode the key bytes too, so a
-/// hit is exact in both modes.
+/// hit is exact in both modes. Slot `i` is `hashes[i]` (`lo == 0` marks an empty slot) and,
+/// when the set keeps times or raw keys, `extra[i]`.
 #[derive(Debug)]
 pub(crate) struct KeySet {
-    slots: Vec<Slot>,
+    hashes: Vec<[u64; 2]>,
+    extra: Vec<Extra>,
     len: usize,
     arena: Vec<u8>,
     raw: bool,
+    timed: bool,
 }
 
 impl KeySet {
-    /// A set sized for about `keys` keys before it first grows.
-    pub(crate) fn new(keys: usize, raw: bool) -> Self {
+    /// A set sized for about `keys` keys before it first grows. `raw`: keys are compared by
+    /// their bytes too; `timed`: each key's event time is kept (a TTL is set).
+    pub(crate) fn new(keys: usize, raw: bool, timed: bool) -> Self {
         let cap = (keys.max(8) * 2).next_power_of_two();
+        let wide = raw || timed;
         Self {
-            slots: crate::table::table(cap, Slot::default()),
+            hashes: crate::table::table(cap, [0, 0]),
+            extra: if wide {
+                crate::table::table(cap, Extra::default())
+            } else {
+                Vec::new()
+            },
             len: 0,
             arena: Vec::new(),
             raw,
+            timed,
         }
     }
 
@@ -55,7 +67,8 @@ impl KeySet {
     /// Forgets every key, keeping the memory.
     pub(crate) fn clear(&mut self) {
         if self.len > 0 {
-            self.slots.fill(Slot::default());
+            self.hashes.fill([0, 0]);
+            self.extra.fill(Extra::default());
             self.len = 0;
         }
         self.arena.clear();
@@ -75,36 +88,46 @@ impl KeySet {
     /// The index of `key`'s slot, or of the empty slot where it would go.
     #[inline]
     fn probe(&self, lo: u64, hi: u64, key: &[u8]) -> (usize, bool) {
-        let mask = self.slots.len() - 1;
+        let mask = self.hashes.len() - 1;
         let mut i = (lo as usize) & mask;
         loop {
-            let s = &self.slots[i];
-            if s.lo == 0 {
+            let [slo, shi] = self.hashes[i];
+            if slo == 0 {
                 return (i, false);
             }
-            if s.lo == lo
-                && s.hi == hi
-                && (!self.raw || &self.arena[s.at as usize..s.at as usize + s.len as usize] == key)
-            {
+            if slo == lo && shi == hi && (!self.raw || self.raw_key(i) == key) {
                 return (i, true);
             }
             i = (i + 1) & mask;
         }
     }
 
+    fn raw_key(&self, i: usize) -> &[u8] {
+        let e = &self.extra[i];
+        &self.arena[e.at as usize..e.at as usize + e.len as usize]
+    }
+
     /// Starts loading the slot where a probe for `hash` begins.
     #[inline]
     pub(crate) fn prefetch(&self, hash: [u8; 16]) {
         let (lo, _) = Self::split(hash);
-        prefetch(&self.slots[(lo as usize) & (self.slots.len() - 1)]);
+        let i = (lo as usize) & (self.hashes.len() - 1);
+        prefetch(&self.hashes[i]);
+        if let Some(e) = self.extra.get(i) {
+            prefetch(e);
+        }
     }
 
-    /// The time stored with `key`, if the set holds it.
+    /// The time stored with `key` (`i64::MIN` when the set keeps no times), if the set holds it.
     #[inline]
     pub(crate) fn get(&self, hash: [u8; 16], key: &[u8]) -> Option<i64> {
         let (lo, hi) = Self::split(hash);
         match self.probe(lo, hi, key) {
-            (i, true) => Some(self.slots[i].time),
+            (i, true) => Some(if self.timed {
+                self.extra[i].time
+            } else {
+                i64::MIN
+            }),
             _ => None,
         }
     }
@@ -112,29 +135,17 @@ impl KeySet {
     /// Adds `key` with `time`, or sets the time of the key already there.
     #[inline]
     pub(crate) fn insert(&mut self, hash: [u8; 16], key: &[u8], time: i64) {
-        if (self.len + 1) * 2 > self.slots.len() {
+        if (self.len + 1) * 2 > self.hashes.len() {
             self.grow();
         }
         let (lo, hi) = Self::split(hash);
         match self.probe(lo, hi, key) {
-            (i, true) => self.slots[i].time = time,
-            (i, false) => {
-                let (at, len) = if self.raw {
-                    let at = self.arena.len();
-                    self.arena.extend_from_slice(key);
-                    (at as u32, key.len() as u32)
-                } else {
-                    (0, 0)
-                };
-                self.slots[i] = Slot {
-                    lo,
-                    hi,
-                    time,
-                    at,
-                    len,
-                };
-                self.len += 1;
+            (i, true) => {
+                if self.timed {
+                    self.extra[i].time = time;
+                }
             }
+            (i, false) => self.fill(i, lo, hi, key, time),
         }
     }
 
@@ -142,50 +153,62 @@ impl KeySet {
     /// the probe stops at the first empty slot without comparing keys.
     #[inline]
     pub(crate) fn insert_new(&mut self, hash: [u8; 16], key: &[u8], time: i64) {
-        if (self.len + 1) * 2 > self.slots.len() {
+        if (self.len + 1) * 2 > self.hashes.len() {
             self.grow();
         }
         let (lo, hi) = Self::split(hash);
-        let mask = self.slots.len() - 1;
+        let mask = self.hashes.len() - 1;
         let mut i = (lo as usize) & mask;
-        while self.slots[i].lo != 0 {
+        while self.hashes[i][0] != 0 {
             i = (i + 1) & mask;
         }
-        let (at, len) = if self.raw {
-            let at = self.arena.len();
-            self.arena.extend_from_slice(key);
-            (at as u32, key.len() as u32)
-        } else {
-            (0, 0)
-        };
-        self.slots[i] = Slot {
-            lo,
-            hi,
-            time,
-            at,
-            len,
-        };
+        self.fill(i, lo, hi, key, time);
+    }
+
+    #[inline]
+    fn fill(&mut self, i: usize, lo: u64, hi: u64, key: &[u8], time: i64) {
+        self.hashes[i] = [lo, hi];
+        if !self.extra.is_empty() {
+            let (at, len) = if self.raw {
+                let at = self.arena.len();
+                self.arena.extend_from_slice(key);
+                (at as u32, key.len() as u32)
+            } else {
+                (0, 0)
+            };
+            self.extra[i] = Extra { time, at, len };
+        }
         self.len += 1;
     }
 
     /// Doubles the table: amortised over the keys that filled it, never per key.
     #[cold]
     fn grow(&mut self) {
-        let doubled = crate::table::table(self.slots.len() * 2, Slot::default());
-        let old = std::mem::replace(&mut self.slots, doubled);
-        let mask = self.slots.len() - 1;
-        for s in old.into_iter().filter(|s| s.lo != 0) {
-            let mut i = (s.lo as usize) & mask;
-            while self.slots[i].lo != 0 {
+        let cap = self.hashes.len() * 2;
+        let hashes = std::mem::replace(&mut self.hashes, crate::table::table(cap, [0, 0]));
+        let extra = if self.extra.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::replace(&mut self.extra, crate::table::table(cap, Extra::default()))
+        };
+        let mask = cap - 1;
+        for (j, h) in hashes.iter().enumerate().filter(|(_, h)| h[0] != 0) {
+            let mut i = (h[0] as usize) & mask;
+            while self.hashes[i][0] != 0 {
                 i = (i + 1) & mask;
             }
-            self.slots[i] = s;
+            self.hashes[i] = *h;
+            if let Some(e) = extra.get(j) {
+                self.extra[i] = *e;
+            }
         }
     }
 
     /// Bytes held (slots and arena), for the statistics.
     pub(crate) fn bytes(&self) -> usize {
-        self.slots.len() * std::mem::size_of::<Slot>() + self.arena.capacity()
+        self.hashes.len() * 16
+            + self.extra.len() * std::mem::size_of::<Extra>()
+            + self.arena.capacity()
     }
 }
 
@@ -199,7 +222,7 @@ mod tests {
 
     #[test]
     fn holds_keys_through_growth_and_clear() {
-        let mut s = KeySet::new(4, false);
+        let mut s = KeySet::new(4, false, true);
         for n in 0..10_000u64 {
             s.insert(h(n), &[], n as i64);
         }
@@ -217,8 +240,20 @@ mod tests {
     }
 
     #[test]
+    fn hashed_keys_without_times_keep_16_byte_slots_only() {
+        let mut s = KeySet::new(4, false, false);
+        for n in 0..10_000u64 {
+            s.insert_new(h(n), &[], n as i64);
+        }
+        assert_eq!(s.len(), 10_000);
+        assert!((0..10_000u64).all(|n| s.get(h(n), &[]) == Some(i64::MIN)));
+        assert_eq!(s.get(h(10_001), &[]), None);
+        assert_eq!(s.bytes(), s.hashes.len() * 16);
+    }
+
+    #[test]
     fn raw_keys_compare_their_bytes_even_when_hashes_collide() {
-        let mut s = KeySet::new(4, true);
+        let mut s = KeySet::new(4, true, true);
         let same = [7u8; 16];
         s.insert(same, b"alpha", 1);
         // A forced collision: same hash, other bytes, must be a different key.

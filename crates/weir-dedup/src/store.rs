@@ -643,8 +643,8 @@ impl StateStore {
             // state (growing rehashes every key at random: measured, 0.6 s of the bench's 11 M
             // rows).
             recent: [
-                KeySet::new(recent_keys * 2, raw),
-                KeySet::new(recent_keys * 2, raw),
+                KeySet::new(recent_keys * 2, raw, ttl.is_some()),
+                KeySet::new(recent_keys * 2, raw, ttl.is_some()),
             ],
             current: 0,
             recent_keys,
