@@ -188,17 +188,20 @@ fn keys_expire_after_the_ttl_relative_to_the_largest_time_seen() {
     }
 }
 
+/// Step 1 keeps keys 1 and 2 (files "part-2.parquet"), and the run finishes cleanly.
+fn first_step_finished(dir: &std::path::Path, options: StateOptions) {
+    let mut s = StateStore::open(dir, options).unwrap();
+    let b = batch(&[(Some("A"), Some(1), 0), (Some("A"), Some(2), 0)]);
+    assert_eq!(kept(&mut s, &b), vec![0, 1]);
+    commit(&mut s, 2);
+    s.finish().unwrap();
+}
+
 #[test]
 fn a_table_file_left_by_a_crash_before_its_ingestion_is_not_part_of_the_state() {
     let dir = tempfile::tempdir().unwrap();
     let opts = || key(&["seq"], KeyMode::Xxh3_128, None);
-    {
-        let mut s = StateStore::open(dir.path(), opts()).unwrap();
-        let b = batch(&[(Some("A"), Some(1), 0), (Some("A"), Some(2), 0)]);
-        assert_eq!(kept(&mut s, &b), vec![0, 1]);
-        commit(&mut s, 2);
-        s.finish().unwrap();
-    }
+    first_step_finished(dir.path(), opts());
     // What a crash between building step 2's file and ingesting it leaves behind.
     let ingest = dir.path().join("ingest");
     let left = ingest.join("step-00000000000000000002.sst");
@@ -267,13 +270,7 @@ fn many_keys_past_the_memory_sets_still_dedup_through_rocksdb() {
 fn a_clean_finish_saves_the_key_filter_and_a_crash_makes_it_stale() {
     let dir = tempfile::tempdir().unwrap();
     let opts = || key(&["seq"], KeyMode::Xxh3_128, None);
-    {
-        let mut s = StateStore::open(dir.path(), opts()).unwrap();
-        let b = batch(&[(Some("A"), Some(1), 0), (Some("A"), Some(2), 0)]);
-        assert_eq!(kept(&mut s, &b), vec![0, 1]);
-        commit(&mut s, 2);
-        s.finish().unwrap();
-    }
+    first_step_finished(dir.path(), opts());
     assert!(dir.path().join("key-filter").exists());
     {
         // Opens on the saved filter: 1 is known, 3 is new.
