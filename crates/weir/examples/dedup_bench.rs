@@ -18,7 +18,12 @@
 //! ```text
 //! cargo run --release -p weir --example dedup_bench -- [--messages N] [--duplicates 0.1]
 //!     [--block-cache 256MB] [--commit-rows 1000000] [--hash xxh3_128|none] [--state DIR]
+//!     [--pipelined]
 //! ```
+//!
+//! `--pipelined` runs dedup on a thread of its own, fed batches by the decoding thread: a
+//! measurement of that design, which the engine does not use yet (it decodes and dedups a
+//! stateful source on one thread).
 
 use std::time::Instant;
 
@@ -38,6 +43,7 @@ struct Args {
     commit_rows: usize,
     mode: KeyMode,
     state: Option<std::path::PathBuf>,
+    pipelined: bool,
 }
 
 fn args() -> Result<Args> {
@@ -48,6 +54,7 @@ fn args() -> Result<Args> {
         commit_rows: 1_000_000,
         mode: KeyMode::Xxh3_128,
         state: None,
+        pipelined: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -61,6 +68,7 @@ fn args() -> Result<Args> {
             "--commit-rows" => a.commit_rows = value()?.parse()?,
             "--hash" => a.mode = value()?.parse().map_err(anyhow::Error::msg)?,
             "--state" => a.state = Some(value()?.into()),
+            "--pipelined" => a.pipelined = true,
             other => bail!("unknown flag {other}"),
         }
     }
@@ -135,6 +143,7 @@ fn run_phase(
     dec: &mut dyn Decoder,
     store: &mut StateStore,
     commit_rows: usize,
+    pipelined: bool,
 ) -> Result<()> {
     let decode_only = |dec: &mut dyn Decoder| -> Result<(f64, usize)> {
         let t = Instant::now();
@@ -161,7 +170,7 @@ fn run_phase(
         commit_secs += c.elapsed().as_secs_f64();
         Ok(())
     };
-    decode_all(dec, phase.bytes, phase.ends, |b| {
+    let mut each = |b: arrow::array::RecordBatch| -> Result<()> {
         read += b.num_rows();
         step_rows += b.num_rows();
         let d = Instant::now();
@@ -179,7 +188,30 @@ fn run_phase(
             step_rows = 0;
         }
         Ok(())
-    })?;
+    };
+    if pipelined {
+        // The decoding thread hands each batch to this dedup thread (a few batches of slack).
+        std::thread::scope(|scope| -> Result<()> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<arrow::array::RecordBatch>(4);
+            let dedup = scope.spawn(move || -> Result<()> {
+                for b in rx {
+                    each(b)?;
+                }
+                Ok(())
+            });
+            let decoded = decode_all(dec, phase.bytes, phase.ends, |b| {
+                tx.send(b)
+                    .map_err(|_| anyhow::anyhow!("the dedup thread stopped"))
+            });
+            drop(tx);
+            let deduped = dedup
+                .join()
+                .map_err(|_| anyhow::anyhow!("the dedup thread panicked"))?;
+            deduped.and(decoded)
+        })?;
+    } else {
+        decode_all(dec, phase.bytes, phase.ends, each)?;
+    }
     commit(store, read)?;
     let c = Instant::now();
     store.finish()?;
@@ -198,7 +230,14 @@ fn run_phase(
     println!("|---|---|---|---|");
     for (name, s) in [
         ("decode only", first),
-        ("decode + dedup", with_dedup),
+        (
+            if pipelined {
+                "decode + dedup (dedup on a second thread)"
+            } else {
+                "decode + dedup"
+            },
+            with_dedup,
+        ),
         ("decode only, again", second),
     ] {
         println!(
@@ -292,6 +331,7 @@ fn main() -> Result<()> {
             dec.as_mut(),
             &mut store,
             a.commit_rows,
+            a.pipelined,
         )?;
         print!("{}", store.stats());
         println!();
@@ -320,6 +360,7 @@ fn main() -> Result<()> {
         dec.as_mut(),
         &mut store,
         a.commit_rows,
+        a.pipelined,
     )?;
     let after = store.stats();
     print!("{after}");
