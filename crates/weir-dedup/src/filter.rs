@@ -10,6 +10,8 @@
 //! It grows by layers: when the newest layer holds its capacity, a layer twice its size is
 //! added, so the false-positive rate stays bounded without rebuilding from RocksDB.
 
+use crate::table::{hash_words as words, prefetch};
+
 const BITS_PER_KEY: usize = 16;
 
 /// Odd multipliers, one per 64-bit word of a block: each picks that word's bit from the key's
@@ -68,15 +70,6 @@ fn bits(hi: u64) -> [u64; 8] {
         out[i] = 1 << (hi.wrapping_mul(SALT[i]) >> 58);
     }
     out
-}
-
-#[inline]
-fn words(hash: [u8; 16]) -> (u64, u64) {
-    let mut lo = [0u8; 8];
-    let mut hi = [0u8; 8];
-    lo.copy_from_slice(&hash[..8]);
-    hi.copy_from_slice(&hash[8..]);
-    (u64::from_le_bytes(lo), u64::from_le_bytes(hi))
 }
 
 /// The first bytes of a saved filter (format 1).
@@ -158,9 +151,9 @@ impl KeyFilter {
     #[inline]
     pub(crate) fn prefetch(&self, hash: [u8; 16]) {
         let (lo, _) = words(hash);
-        crate::set::prefetch(&self.open.blocks[self.open.block(lo)]);
+        prefetch(&self.open.blocks[self.open.block(lo)]);
         for layer in &self.full {
-            crate::set::prefetch(&layer.blocks[layer.block(lo)]);
+            prefetch(&layer.blocks[layer.block(lo)]);
         }
     }
 

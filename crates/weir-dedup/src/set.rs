@@ -2,18 +2,7 @@
 //! rather than taken from a crate because it must hold keys without an allocation per key: slots
 //! are one flat array, and raw keys (in `'dedup.hash' = 'none'` mode) live in one byte arena.
 
-/// Starts loading the cache line that holds `value`, so a probe a few rows later finds it there.
-#[inline]
-pub(crate) fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
-}
+use crate::table::{hash_words, prefetch};
 
 /// What a slot holds besides the key's hash, kept apart so that the common case (hashed keys,
 /// no TTL) probes and writes 16-byte slots only: measured, an insert into a 64 MiB table of
@@ -76,13 +65,10 @@ impl KeySet {
 
     #[inline]
     fn split(hash: [u8; 16]) -> (u64, u64) {
-        let mut lo = [0u8; 8];
-        let mut hi = [0u8; 8];
-        lo.copy_from_slice(&hash[..8]);
-        hi.copy_from_slice(&hash[8..]);
+        let (lo, hi) = hash_words(hash);
         // 0 marks an empty slot; a hash whose low word is 0 is stored as 1 (the high word and,
         // for raw keys, the bytes still tell keys apart).
-        (u64::from_le_bytes(lo).max(1), u64::from_le_bytes(hi))
+        (lo.max(1), hi)
     }
 
     /// The index of `key`'s slot, or of the empty slot where it would go.

@@ -7,6 +7,29 @@
 //! `/sys/kernel/mm/transparent_hugepage/enabled` is `always` or `madvise`) covers a table with
 //! a few dozen 2 MiB TLB entries instead.
 
+/// A key's 128-bit hash as its low and high words: both tables index and compare by them.
+#[inline]
+pub(crate) fn hash_words(hash: [u8; 16]) -> (u64, u64) {
+    let mut lo = [0u8; 8];
+    let mut hi = [0u8; 8];
+    lo.copy_from_slice(&hash[..8]);
+    hi.copy_from_slice(&hash[8..]);
+    (u64::from_le_bytes(lo), u64::from_le_bytes(hi))
+}
+
+/// Starts loading the cache line that holds `value`, so a probe a few rows later finds it there.
+#[inline]
+pub(crate) fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
 /// A table of `len` copies of `value`, its memory advised for huge pages before first touch.
 pub(crate) fn table<T: Copy>(len: usize, value: T) -> Vec<T> {
     let mut v = Vec::with_capacity(len);
