@@ -69,8 +69,16 @@ pub fn classpath() -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-/// Runs `tests/java/KafkaLoad.java` (Kafka's own Java producer) with `args`.
+/// Runs `tests/java/KafkaLoad.java` (Kafka's own Java producer) with `args`; panics if it fails.
 pub fn java_load(args: &[&str]) {
+    if let Err(e) = try_java_load(args) {
+        panic!("{e}");
+    }
+}
+
+/// Runs `tests/java/KafkaLoad.java` with `args`. The error carries the tool's output and the
+/// tail of the broker's log, so a failure on a CI machine can be told apart from a weir bug.
+pub fn try_java_load(args: &[&str]) -> Result<(), String> {
     let src = PathBuf::from(
         std::env::var("CARGO_MANIFEST_DIR")
             .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string()),
@@ -84,12 +92,35 @@ pub fn java_load(args: &[&str]) {
         .args(args)
         .output()
         .expect("run java");
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"),
-        "KafkaLoad {args:?} failed:\n{}\n{}",
+    if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok") {
+        return Ok(());
+    }
+    Err(format!(
+        "KafkaLoad {args:?} failed:\n{}\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr),
+        broker_log_tail(60)
+    ))
+}
+
+/// The last `lines` lines of the test broker's log (`scripts/kafka.sh` keeps it in the data
+/// directory named by `$WEIR_KAFKA_RUN/data`), or a note saying why there is none.
+pub fn broker_log_tail(lines: usize) -> String {
+    let run = std::env::var("WEIR_KAFKA_RUN").map_or_else(
+        |_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/weir-kafka/run"),
+        PathBuf::from,
     );
+    let log = std::fs::read_to_string(run.join("data"))
+        .map(|d| PathBuf::from(d.trim()).join("server.log"))
+        .and_then(|p| std::fs::read_to_string(&p).map(|t| (p, t)));
+    match log {
+        Ok((path, text)) => {
+            let all: Vec<&str> = text.lines().collect();
+            let tail = all[all.len().saturating_sub(lines)..].join("\n");
+            format!("last {lines} lines of {}:\n{tail}", path.display())
+        }
+        Err(e) => format!("(no broker log under {}: {e})", run.display()),
+    }
 }
 
 /// One record, copied out for checking.

@@ -21,6 +21,25 @@ public class KafkaLoad {
         p.put("bootstrap.servers", bootstrap);
         try (Admin admin = Admin.create(p)) {
             admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+            // createTopics returns once the controller has the topic; the broker takes leadership
+            // a little later. Wait for a leader on every partition (at most 60 s), so a slow start
+            // shows up here, by name, instead of as an expired batch two minutes later.
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (true) {
+                int led = 0;
+                try {
+                    TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                    for (org.apache.kafka.common.TopicPartitionInfo i : d.partitions())
+                        if (i.leader() != null && !i.leader().isEmpty()) led++;
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // Not yet known to the broker's metadata: keep waiting.
+                }
+                if (led == partitions) break;
+                if (System.currentTimeMillis() > deadline)
+                    throw new IllegalStateException("topic " + topic + ": " + led + " of " + partitions
+                        + " partitions have a leader 60 s after creation");
+                Thread.sleep(50);
+            }
         }
     }
 
@@ -31,6 +50,9 @@ public class KafkaLoad {
         p.put("linger.ms", "5");
         p.put("batch.size", "65536");
         p.put("acks", "all");
+        // A request the broker never answers is abandoned after 20 s and sent again (the default,
+        // 30 s, leaves room for few retries inside the 120 s delivery timeout on a loaded machine).
+        p.put("request.timeout.ms", "20000");
         p.put("key.serializer", ByteArraySerializer.class.getName());
         p.put("value.serializer", ByteArraySerializer.class.getName());
         return p;
