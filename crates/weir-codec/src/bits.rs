@@ -55,18 +55,36 @@ impl Bits {
         self.len = i + 1;
     }
 
-    /// Sets the last bit (the current row of a direct column).
+    /// Appends `n` bits, all `v`.
+    pub(crate) fn extend_constant(&mut self, n: usize, v: bool) {
+        let len = self.len + n;
+        if v {
+            // Fill the partial last byte, then whole bytes; `clear_tail` trims the excess.
+            if self.len % 8 != 0 {
+                if let Some(last) = self.bytes.last_mut() {
+                    *last |= !((1u8 << (self.len % 8)) - 1);
+                }
+            }
+            self.bytes.resize(len.div_ceil(8), 0xFF);
+        } else {
+            self.bytes.resize(len.div_ceil(8), 0);
+        }
+        self.len = len;
+        self.clear_tail();
+    }
+
+    /// Sets bit `i`; an `i` past the end is ignored.
     #[inline(always)]
-    pub(crate) fn set_last(&mut self, v: bool) {
-        if self.len == 0 {
+    pub(crate) fn set(&mut self, i: usize, v: bool) {
+        if i >= self.len {
             return;
         }
-        let i = self.len - 1;
-        let last = &mut self.bytes[i / 8];
-        if v {
-            *last |= 1 << (i % 8);
-        } else {
-            *last &= !(1 << (i % 8));
+        if let Some(b) = self.bytes.get_mut(i / 8) {
+            if v {
+                *b |= 1 << (i % 8);
+            } else {
+                *b &= !(1 << (i % 8));
+            }
         }
     }
 
@@ -95,5 +113,46 @@ impl Bits {
         let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(capacity.div_ceil(8)));
         self.len = 0;
         BooleanBuffer::new(Buffer::from_vec(bytes), 0, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bits;
+
+    fn bits(b: &Bits) -> Vec<bool> {
+        let buf = b.clone().take(0);
+        (0..buf.len()).map(|i| buf.value(i)).collect()
+    }
+
+    #[test]
+    fn extend_constant_and_set_match_pushes() {
+        for start in 0..10 {
+            for n in [0, 1, 7, 8, 9, 23] {
+                for v in [false, true] {
+                    let mut a = Bits::default();
+                    let mut b = Bits::default();
+                    for i in 0..start {
+                        a.push(i % 3 == 0);
+                        b.push(i % 3 == 0);
+                    }
+                    a.extend_constant(n, v);
+                    for _ in 0..n {
+                        b.push(v);
+                    }
+                    assert_eq!(bits(&a), bits(&b), "start {start} n {n} v {v}");
+                    assert_eq!(a.bytes, b.bytes, "tail bits: start {start} n {n} v {v}");
+                    if start + n > 0 {
+                        let i = (start + n) / 2;
+                        a.set(i, !v);
+                        let mut want = bits(&b);
+                        want[i] = !v;
+                        assert_eq!(bits(&a), want);
+                    }
+                    a.set(start + n, true); // past the end: ignored
+                    assert_eq!(a.len(), start + n);
+                }
+            }
+        }
     }
 }

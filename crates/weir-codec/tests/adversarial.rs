@@ -782,6 +782,69 @@ fn bad_case(
     }
 }
 
+/// Top-level columns are filled with defaults ahead of the rows being decoded (in runs of 256).
+/// Over many batches of an odd size, with flushes on demand and failed rows in between, every
+/// row must still hold exactly its own values: an empty message right after a failed one that
+/// set fields gets the defaults, not what the failed row wrote.
+#[test]
+fn rows_filled_ahead_survive_failures_and_flushes() {
+    let s = schema();
+    for (batch_size, cols) in [(300, None), (1, None), (300, Some(()))] {
+        let mut dec = if cols.is_some() {
+            projected_decoder(&s)
+        } else {
+            ProtoDecoder::new(
+                &s,
+                ROOT,
+                &default_columns(&s, ROOT).expect("default columns"),
+                ProtoDecoderOptions {
+                    batch_size,
+                    ..ProtoDecoderOptions::default()
+                },
+            )
+            .expect("plan")
+        };
+        let mut bad = prefix();
+        bad.tag(I32, WT_VARINT);
+        bad.raw(&[0x80, 0x80]);
+        let mut expected: Vec<Vec<u8>> = Vec::new();
+        let mut checked = 0usize;
+        let check = |batch: RecordBatch, expected: &[Vec<u8>], checked: &mut usize| {
+            for row in 0..batch.num_rows() {
+                let bytes = &expected[*checked];
+                let what = format!("batch size {batch_size}, row {}", *checked);
+                assert_row(&batch, row, &reference(&s, bytes), bytes, &what);
+                *checked += 1;
+            }
+        };
+        for i in 0..1_000i64 {
+            if i % 7 == 3 {
+                assert!(dec.decode(&bad.buf).is_err(), "row {i}: bad input accepted");
+                continue;
+            }
+            let msg = if i % 5 == 0 || i % 7 == 4 {
+                Vec::new()
+            } else {
+                good(i)
+            };
+            dec.decode(&msg).expect("valid message");
+            expected.push(msg);
+            if let Some(b) = dec.take_full_batch() {
+                check(b, &expected, &mut checked);
+            }
+            if i % 123 == 0 {
+                if let Some(b) = dec.flush() {
+                    check(b, &expected, &mut checked);
+                }
+            }
+        }
+        if let Some(b) = dec.flush() {
+            check(b, &expected, &mut checked);
+        }
+        assert_eq!(checked, expected.len());
+    }
+}
+
 #[test]
 fn truncated_varint_value() {
     let mut w = prefix();

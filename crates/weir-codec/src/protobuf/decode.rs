@@ -8,8 +8,8 @@ use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, SerializeOptions};
 use super::columns::{column_len, push_offset, truncate, Column, ColumnData};
 use super::plan::{CommitOp, DefaultVal, Entry, LeafPlan, Op, Plan, Prefill, VarintConv, NONE};
 use super::wire::{
-    read_fixed32, read_fixed64, read_len, read_varint, skip_field, skip_varint, split_tag,
-    zigzag32, zigzag64, WT_I32, WT_I64, WT_LEN, WT_VARINT,
+    read_fixed32, read_fixed64, read_len, read_tag, read_varint, skip_field, skip_varint,
+    split_tag, zigzag32, zigzag64, WT_I32, WT_I64, WT_LEN, WT_VARINT,
 };
 use crate::error::{DecodeError, DecodeErrorKind};
 use arrow_schema::TimeUnit;
@@ -56,6 +56,29 @@ pub(crate) struct State {
     pub(crate) scopes: Vec<ScopeState>,
     pub(crate) cols: Vec<Column>,
     pub(crate) rows: usize,
+    /// Rows the top scope's direct columns hold, defaults included: they are filled ahead in
+    /// runs ([`PREFILL_RUN`]) so that starting a row costs no push per column. Rows past `rows`
+    /// are dropped by [`State::trim`] before a batch is taken.
+    pub(crate) filled: usize,
+}
+
+/// Rows of defaults written to the top scope's direct columns at a time.
+const PREFILL_RUN: usize = 256;
+
+/// The element to write for the current row: `row` in the top scope (filled ahead), the last
+/// element elsewhere (`row` is `usize::MAX` there).
+#[inline(always)]
+fn row_index(len: usize, row: usize) -> usize {
+    row.min(len.wrapping_sub(1))
+}
+
+/// Overwrites the current row of a direct column (see [`row_index`]).
+#[inline(always)]
+fn set_row<T>(v: &mut [T], row: usize, x: T) {
+    let i = row_index(v.len(), row);
+    if let Some(slot) = v.get_mut(i) {
+        *slot = x;
+    }
 }
 
 #[inline(always)]
@@ -176,7 +199,19 @@ impl State {
             scopes,
             cols: super::columns::clone_empty(&plan.columns),
             rows: 0,
+            filled: 0,
         }
+    }
+
+    /// Drops the rows filled ahead past `rows`, so every column holds exactly its rows (before
+    /// a batch is taken).
+    pub(crate) fn trim(&mut self, plan: &Plan) {
+        if self.filled > self.rows {
+            for &c in &plan.top {
+                truncate(&mut self.cols, c, self.rows);
+            }
+        }
+        self.filled = self.rows;
     }
 
     /// Decodes one top-level message as one row, or rolls the row back.
@@ -184,8 +219,11 @@ impl State {
         if buf.len() > u32::MAX as usize {
             return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
         }
+        if self.rows >= self.filled {
+            self.fill_ahead(plan);
+        }
         let mut sc = std::mem::take(&mut self.scopes[0]);
-        let result = self.decode_scope(plan, 0, &mut sc, buf, 0, buf.len(), 0);
+        let result = self.decode_scope(plan, 0, &mut sc, buf, 0, buf.len(), 0, self.rows);
         self.scopes[0] = sc;
         match result {
             Ok(()) => {
@@ -193,15 +231,33 @@ impl State {
                 Ok(())
             }
             Err(e) => {
+                // Also drops the rows filled ahead: the failed row may have written into one.
                 for &c in &plan.top {
                     truncate(&mut self.cols, c, self.rows);
                 }
+                self.filled = self.rows;
                 Err(e)
             }
         }
     }
 
-    /// Decodes one scope (a row, or an element of a repeated message) and commits it.
+    /// Writes the next run of default rows into the top scope's direct columns, stopping at
+    /// the batch capacity while below it (so a full batch never reallocates).
+    #[cold]
+    fn fill_ahead(&mut self, plan: &Plan) {
+        let cap = plan.batch_capacity;
+        let n = if self.filled < cap {
+            PREFILL_RUN.min(cap - self.filled)
+        } else {
+            PREFILL_RUN
+        };
+        self.prefill_values(&plan.scopes[0].prefill, n);
+        self.filled += n;
+    }
+
+    /// Decodes one scope (a row, or an element of a repeated message) and commits it. `row` is
+    /// the row being written in the top scope (its direct columns are filled ahead), and
+    /// `usize::MAX` for an element (its direct columns get one default pushed here).
     #[allow(clippy::too_many_arguments)]
     fn decode_scope(
         &mut self,
@@ -212,12 +268,17 @@ impl State {
         start: usize,
         end: usize,
         depth: usize,
+        row: usize,
     ) -> Result<(), DecodeError> {
         sc.begin();
-        self.prefill(&plan.scopes[scope].prefill, plan);
+        let p = &plan.scopes[scope].prefill;
+        if row == usize::MAX {
+            self.prefill_values(p, 1);
+        }
+        self.prefill_strings(p, plan);
         let root = plan.scopes[scope].root;
-        self.decode_fields(plan, root, sc, buf, start, end, depth)?;
-        self.commit(plan, scope, sc, buf)
+        self.decode_fields(plan, root, sc, buf, start, end, depth, row)?;
+        self.commit(plan, scope, sc, buf, row)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -230,11 +291,12 @@ impl State {
         mut pos: usize,
         end: usize,
         depth: usize,
+        row: usize,
     ) -> Result<(), DecodeError> {
         let table = &plan.msgs[msg as usize];
         while pos < end {
             let tag_at = pos;
-            let tag = read_varint(buf, &mut pos, end)?;
+            let tag = read_tag(buf, &mut pos, end)?;
             let e = table.lookup_tag(tag);
             // Fast path: the tag is exactly the expected field and wire type of a requested
             // field outside any oneof. Everything else is checked here.
@@ -312,7 +374,7 @@ impl State {
                         ));
                     }
                     sc.put(e.slot, 1);
-                    self.decode_fields(plan, e.target, sc, buf, pos, vend, depth + 1)?;
+                    self.decode_fields(plan, e.target, sc, buf, pos, vend, depth + 1, row)?;
                     pos = vend;
                 }
                 Op::Json => {
@@ -357,7 +419,16 @@ impl State {
                     }
                     let t = e.target as usize;
                     let mut inner = std::mem::take(&mut self.scopes[t]);
-                    let r = self.decode_scope(plan, t, &mut inner, buf, pos, vend, depth + 1);
+                    let r = self.decode_scope(
+                        plan,
+                        t,
+                        &mut inner,
+                        buf,
+                        pos,
+                        vend,
+                        depth + 1,
+                        usize::MAX,
+                    );
                     self.scopes[t] = inner;
                     r?;
                     pos = vend;
@@ -376,82 +447,82 @@ impl State {
                 }
                 Op::DVarI32 => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::I32(x) = d {
-                            set_last(x, v as i32);
+                            set_row(x, row, v as i32);
                         }
                     });
                 }
                 Op::DVarI64 => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::I64(x) = d {
-                            set_last(x, v as i64);
+                            set_row(x, row, v as i64);
                         }
                     });
                 }
                 Op::DVarU32 => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::U32(x) = d {
-                            set_last(x, v as u32);
+                            set_row(x, row, v as u32);
                         }
                     });
                 }
                 Op::DVarU64 => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::U64(x) = d {
-                            set_last(x, v);
+                            set_row(x, row, v);
                         }
                     });
                 }
                 Op::DVarBool => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::Bool(x) = d {
-                            x.set_last(v != 0);
+                            x.set(row_index(x.len(), row), v != 0);
                         }
                     });
                 }
                 Op::DZig32 => {
                     let v = zigzag32(read_varint(buf, &mut pos, end)?);
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::I32(x) = d {
-                            set_last(x, v);
+                            set_row(x, row, v);
                         }
                     });
                 }
                 Op::DZig64 => {
                     let v = zigzag64(read_varint(buf, &mut pos, end)?);
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::I64(x) = d {
-                            set_last(x, v);
+                            set_row(x, row, v);
                         }
                     });
                 }
                 Op::DF32 | Op::DFixU32 | Op::DFixI32 => {
                     let v = read_fixed32(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| match d {
-                        ColumnData::F32(x) => set_last(x, f32::from_bits(v)),
-                        ColumnData::U32(x) => set_last(x, v),
-                        ColumnData::I32(x) => set_last(x, v as i32),
+                    self.put_direct(e, row, |d| match d {
+                        ColumnData::F32(x) => set_row(x, row, f32::from_bits(v)),
+                        ColumnData::U32(x) => set_row(x, row, v),
+                        ColumnData::I32(x) => set_row(x, row, v as i32),
                         _ => {}
                     });
                 }
                 Op::DF64 => {
                     let v = read_fixed64(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::F64(x) = d {
-                            set_last(x, f64::from_bits(v));
+                            set_row(x, row, f64::from_bits(v));
                         }
                     });
                 }
                 Op::DFixU64 | Op::DFixI64 => {
                     let v = read_fixed64(buf, &mut pos, end)?;
-                    self.put_direct(e, |d| match d {
-                        ColumnData::U64(x) => set_last(x, v),
-                        ColumnData::I64(x) => set_last(x, v as i64),
+                    self.put_direct(e, row, |d| match d {
+                        ColumnData::U64(x) => set_row(x, row, v),
+                        ColumnData::I64(x) => set_row(x, row, v as i64),
                         _ => {}
                     });
                 }
@@ -461,7 +532,7 @@ impl State {
                         check_utf8(plan, e, buf, pos, vend)?;
                     }
                     let bytes = &buf[pos..vend];
-                    self.put_direct(e, |d| {
+                    self.put_direct(e, row, |d| {
                         if let ColumnData::Bytes { offsets, data } = d {
                             // Last occurrence wins: drop what this row held so far.
                             let start = offsets.last().copied().unwrap_or(0) as usize;
@@ -479,68 +550,80 @@ impl State {
 
     /// Writes into the current row of a direct column and marks it valid if it can be null.
     #[inline(always)]
-    fn put_direct(&mut self, e: &Entry, write: impl FnOnce(&mut ColumnData)) {
+    fn put_direct(&mut self, e: &Entry, row: usize, write: impl FnOnce(&mut ColumnData)) {
         let c = &mut self.cols[e.target as usize];
         write(&mut c.data);
         if e.slot != 0 {
             if let Some(v) = &mut c.validity {
-                v.set_last(true);
+                v.set(row_index(v.len(), row), true);
             }
         }
     }
 
-    /// Starts a row in every direct column of a scope: its default, and null if it can be.
+    /// Starts `n` rows (or elements) in every direct column of a scope: its default, and null
+    /// if it can be. Non-empty string defaults are [`Self::prefill_strings`]'s.
     #[inline(always)]
-    fn prefill(&mut self, p: &Prefill, plan: &Plan) {
+    fn prefill_values(&mut self, p: &Prefill, n: usize) {
         let cols = &mut self.cols;
         fn each<T: Copy>(
             list: &[(u32, T)],
             cols: &mut [Column],
+            n: usize,
             values: impl Fn(&mut ColumnData) -> Option<&mut Vec<T>>,
         ) {
             for &(c, d) in list {
                 if let Some(v) = values(&mut cols[c as usize].data) {
-                    v.push(d);
+                    if n == 1 {
+                        v.push(d);
+                    } else {
+                        v.resize(v.len() + n, d);
+                    }
                 }
             }
         }
-        each(&p.f64, cols, |d| match d {
+        each(&p.f64, cols, n, |d| match d {
             ColumnData::F64(v) => Some(v),
             _ => None,
         });
-        each(&p.i64, cols, |d| match d {
+        each(&p.i64, cols, n, |d| match d {
             ColumnData::I64(v) => Some(v),
             _ => None,
         });
-        each(&p.u32, cols, |d| match d {
+        each(&p.u32, cols, n, |d| match d {
             ColumnData::U32(v) => Some(v),
             _ => None,
         });
-        each(&p.i32, cols, |d| match d {
+        each(&p.i32, cols, n, |d| match d {
             ColumnData::I32(v) => Some(v),
             _ => None,
         });
-        each(&p.u64, cols, |d| match d {
+        each(&p.u64, cols, n, |d| match d {
             ColumnData::U64(v) => Some(v),
             _ => None,
         });
-        each(&p.f32, cols, |d| match d {
+        each(&p.f32, cols, n, |d| match d {
             ColumnData::F32(v) => Some(v),
             _ => None,
         });
         for &(c, d) in &p.bool {
             if let ColumnData::Bool(v) = &mut cols[c as usize].data {
-                v.push(d);
-            }
-        }
-        for &(c, i) in &p.bytes {
-            if let ColumnData::Bytes { data, .. } = &mut cols[c as usize].data {
-                data.extend_from_slice(&plan.str_defaults[i as usize]);
+                v.extend_constant(n, d);
             }
         }
         for &c in &p.invalid {
             if let Some(v) = &mut cols[c as usize].validity {
-                v.push(false);
+                v.extend_constant(n, false);
+            }
+        }
+    }
+
+    /// Starts the row's value in every direct Utf8/Binary column with a non-empty default (its
+    /// end offset is pushed at commit, so it cannot be filled ahead).
+    #[inline(always)]
+    fn prefill_strings(&mut self, p: &Prefill, plan: &Plan) {
+        for &(c, i) in &p.bytes {
+            if let ColumnData::Bytes { data, .. } = &mut self.cols[c as usize].data {
+                data.extend_from_slice(&plan.str_defaults[i as usize]);
             }
         }
     }
@@ -674,6 +757,7 @@ impl State {
         scope: usize,
         sc: &ScopeState,
         buf: &[u8],
+        row: usize,
     ) -> Result<(), DecodeError> {
         let sp = &plan.scopes[scope];
         let s = sc;
@@ -689,7 +773,7 @@ impl State {
         for &(c, guard) in &p.guards {
             if s.has(guard) {
                 if let Some(v) = &mut cols[c as usize].validity {
-                    v.set_last(true);
+                    v.set(row_index(v.len(), row), true);
                 }
             }
         }
@@ -1011,14 +1095,6 @@ fn push_unknown_enum(col: &mut Column, n: i32, at: usize) -> Result<(), DecodeEr
         tmp[i] = b'-';
     }
     push_bytes(col, &tmp[i..], at)
-}
-
-/// Overwrites the current row of a direct column (pre-filled when the row started).
-#[inline(always)]
-fn set_last<T>(v: &mut [T], x: T) {
-    if let Some(last) = v.last_mut() {
-        *last = x;
-    }
 }
 
 /// A leaf's value bits and whether it is present (not null).

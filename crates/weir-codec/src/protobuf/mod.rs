@@ -203,6 +203,7 @@ impl Decoder for ProtoDecoder {
         if rows == 0 {
             return None;
         }
+        self.state.trim(&self.plan);
         let arrays = self
             .plan
             .top
@@ -210,6 +211,7 @@ impl Decoder for ProtoDecoder {
             .map(|&c| columns::finish(&mut self.state.cols, c))
             .collect();
         self.state.rows = 0;
+        self.state.filled = 0;
         Some(crate::batch_of(&self.plan.schema, arrays, rows))
     }
 }

@@ -350,6 +350,8 @@ pub(crate) struct Plan {
     pub(crate) names: Vec<String>,
     pub(crate) oneofs: Vec<OneofPlan>,
     pub(crate) max_depth: usize,
+    /// Rows a batch holds (the column buffers are reserved for this many).
+    pub(crate) batch_capacity: usize,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1637,6 +1639,7 @@ impl Builder {
             names: self.names,
             oneofs,
             max_depth,
+            batch_capacity: self.capacity,
         }
     }
 }
