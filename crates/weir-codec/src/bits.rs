@@ -80,11 +80,9 @@ impl Bits {
             return;
         }
         if let Some(b) = self.bytes.get_mut(i / 8) {
-            if v {
-                *b |= 1 << (i % 8);
-            } else {
-                *b &= !(1 << (i % 8));
-            }
+            let mask = 1u8 << (i % 8);
+            // Branch-free: set or clear by the value.
+            *b = (*b & !mask) | (mask & (v as u8).wrapping_neg());
         }
     }
 

@@ -25,10 +25,34 @@ pub(crate) struct ScopeState {
 }
 
 impl ScopeState {
+    /// Slots for scope `i` of `plan`.
+    fn for_scope(plan: &Plan, i: usize) -> Box<Self> {
+        let n = plan.scopes[i].nslots as usize;
+        Box::new(Self {
+            vals: vec![0; n],
+            set: vec![0; n.div_ceil(64)],
+            json: Vec::new(),
+        })
+    }
+
+    /// Takes scope `i`'s state out of `scopes` while it is decoded (moving a box, not the
+    /// vectors). A scope is never nested in itself (recursive messages become JSON text), so
+    /// it is always there; if not, a fresh one is made rather than panicking.
+    #[inline(always)]
+    fn take(scopes: &mut [Option<Box<Self>>], plan: &Plan, i: usize) -> Box<Self> {
+        match scopes.get_mut(i).and_then(Option::take) {
+            Some(s) => s,
+            None => Self::for_scope(plan, i),
+        }
+    }
+
     #[inline(always)]
     fn begin(&mut self) {
-        for w in self.set.iter_mut() {
+        // One word covers up to 64 slots: a store, not a call to memset.
+        if let [w] = self.set.as_mut_slice() {
             *w = 0;
+        } else {
+            self.set.fill(0);
         }
         self.json.clear();
     }
@@ -53,7 +77,8 @@ impl ScopeState {
 /// Everything a decoder mutates.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) scopes: Vec<ScopeState>,
+    /// Each scope's slots; `None` while that scope is being decoded.
+    pub(crate) scopes: Vec<Option<Box<ScopeState>>>,
     pub(crate) cols: Vec<Column>,
     pub(crate) rows: usize,
     /// Rows the top scope's direct columns hold, defaults included: they are filled ahead in
@@ -186,14 +211,8 @@ fn rendered_json(
 
 impl State {
     pub(crate) fn new(plan: &Plan) -> Self {
-        let scopes = plan
-            .scopes
-            .iter()
-            .map(|s| ScopeState {
-                vals: vec![0; s.nslots as usize],
-                set: vec![0; (s.nslots as usize).div_ceil(64)],
-                json: Vec::new(),
-            })
+        let scopes = (0..plan.scopes.len())
+            .map(|i| Some(ScopeState::for_scope(plan, i)))
             .collect();
         Self {
             scopes,
@@ -222,9 +241,9 @@ impl State {
         if self.rows >= self.filled {
             self.fill_ahead(plan);
         }
-        let mut sc = std::mem::take(&mut self.scopes[0]);
+        let mut sc = ScopeState::take(&mut self.scopes, plan, 0);
         let result = self.decode_scope(plan, 0, &mut sc, buf, 0, buf.len(), 0, self.rows);
-        self.scopes[0] = sc;
+        self.scopes[0] = Some(sc);
         match result {
             Ok(()) => {
                 self.rows += 1;
@@ -418,7 +437,7 @@ impl State {
                         ));
                     }
                     let t = e.target as usize;
-                    let mut inner = std::mem::take(&mut self.scopes[t]);
+                    let mut inner = ScopeState::take(&mut self.scopes, plan, t);
                     let r = self.decode_scope(
                         plan,
                         t,
@@ -429,7 +448,7 @@ impl State {
                         depth + 1,
                         usize::MAX,
                     );
-                    self.scopes[t] = inner;
+                    self.scopes[t] = Some(inner);
                     r?;
                     pos = vend;
                 }
