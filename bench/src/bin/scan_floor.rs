@@ -312,9 +312,10 @@ fn quote(loops: usize) -> Result<()> {
     let mut ideal = QuoteIdeal::default();
     ideal.clear();
     let mut prost = w.after();
+    let mut ptars = w.ptars()?;
     let mut weir = w.weir()?;
-    let (mut best_scan, mut best_ideal, mut best_prost, mut best_weir) =
-        (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
+    let (mut best_scan, mut best_ideal, mut best_prost, mut best_ptars, mut best_weir) =
+        (f64::MAX, f64::MAX, f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..loops {
         let t = Instant::now();
         let mut f = 0;
@@ -342,6 +343,9 @@ fn quote(loops: usize) -> Result<()> {
         prost.run_count(&w.corpus)?;
         best_prost = best_prost.min(t.elapsed().as_secs_f64() * 1e9 / n);
         let t = Instant::now();
+        ptars.run_count(&w.corpus)?;
+        best_ptars = best_ptars.min(t.elapsed().as_secs_f64() * 1e9 / n);
+        let t = Instant::now();
         weir.run_count(&w.corpus)?;
         best_weir = best_weir.min(t.elapsed().as_secs_f64() * 1e9 / n);
     }
@@ -349,11 +353,14 @@ fn quote(loops: usize) -> Result<()> {
     println!("  top-level boundary scan    {best_scan:7.1}");
     println!("  ideal generated decoder    {best_ideal:7.1}");
     println!("  b. prost-derive + builders {best_prost:7.1}");
+    println!("  c. ptars                   {best_ptars:7.1}");
     println!("  d. weir                    {best_weir:7.1}");
     println!(
-        "  prost / ideal: {:.2}x; prost / weir: {:.2}x; weir / ideal: {:.2}x",
+        "  prost / ideal: {:.2}x; prost / weir: {:.2}x; ptars / ideal: {:.2}x; ptars / weir: {:.2}x; weir / ideal: {:.2}x",
         best_prost / best_ideal,
         best_prost / best_weir,
+        best_ptars / best_ideal,
+        best_ptars / best_weir,
         best_weir / best_ideal
     );
     Ok(())
