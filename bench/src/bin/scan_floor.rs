@@ -52,10 +52,16 @@ fn varint_swar(b: &[u8], p: usize) -> (u64, usize) {
         return (v, n);
     }
     let bits = stops.trailing_zeros() + 1;
-    let x = if bits >= 64 { w } else { w & ((1u64 << bits) - 1) };
+    let x = if bits >= 64 {
+        w
+    } else {
+        w & ((1u64 << bits) - 1)
+    };
     (pack7(x), (bits / 8) as usize)
 }
 
+/// Packs the low 7 bits of each of eight bytes (a copy of weir-codec's private helper: the
+/// floor must use the same word technique as the decoder it bounds).
 #[inline(always)]
 fn pack7(x: u64) -> u64 {
     let x = x & 0x7f7f_7f7f_7f7f_7f7f;
@@ -127,7 +133,8 @@ impl QuoteIdeal {
         let (mut bid_size, mut bid_exchange, mut ask_size, mut ask_exchange, mut tape) =
             (0u32, 0u32, 0u32, 0u32, 0u32);
         let (mut conditions, mut indicators) = (0i32, 0i32);
-        let (mut base, mut ticker, mut timestamp, mut sequence) = (false, (0usize, 0usize), 0i64, 0i64);
+        let (mut base, mut ticker, mut timestamp, mut sequence) =
+            (false, (0usize, 0usize), 0i64, 0i64);
         let mut pos = 0;
         while pos < end {
             let (tag, tl) = varint_swar(b, pos);
@@ -209,6 +216,14 @@ impl QuoteIdeal {
     }
 }
 
+/// Runs one contender over the corpus and keeps its best time in ns per message.
+fn timed(best: &mut f64, n: f64, run: impl FnOnce() -> Result<usize>) -> Result<()> {
+    let t = Instant::now();
+    run()?;
+    *best = best.min(t.elapsed().as_secs_f64() * 1e9 / n);
+    Ok(())
+}
+
 /// Copies each message into one buffer with 16 bytes of padding after it.
 fn padded(corpus: &Corpus) -> (Vec<u8>, Vec<(usize, usize)>) {
     let mut padded = Vec::new();
@@ -268,7 +283,8 @@ fn main() -> Result<()> {
     let n = spans.len() as f64;
     let mut five = w.weir_five()?;
     let mut all = w.weir_all()?;
-    let (mut best_loop, mut best_swar, mut best5, mut best50) = (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
+    let (mut best_loop, mut best_swar, mut best5, mut best50) =
+        (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..loops {
         for swar in [false, true] {
             let t = Instant::now();
@@ -284,12 +300,8 @@ fn main() -> Result<()> {
                 best_loop = best_loop.min(e);
             }
         }
-        let t = Instant::now();
-        five.run_count(&w.corpus)?;
-        best5 = best5.min(t.elapsed().as_secs_f64() * 1e9 / n);
-        let t = Instant::now();
-        all.run_count(&w.corpus)?;
-        best50 = best50.min(t.elapsed().as_secs_f64() * 1e9 / n);
+        timed(&mut best5, n, || five.run_count(&w.corpus))?;
+        timed(&mut best50, n, || all.run_count(&w.corpus))?;
     }
     println!("wide corpus, best of {loops}, ns/message:");
     println!("  boundary scan, byte loop   {best_loop:7.1}");
@@ -339,15 +351,9 @@ fn quote(loops: usize) -> Result<()> {
         ideal.clear();
         best_ideal = best_ideal.min(t.elapsed().as_secs_f64() * 1e9 / n);
 
-        let t = Instant::now();
-        prost.run_count(&w.corpus)?;
-        best_prost = best_prost.min(t.elapsed().as_secs_f64() * 1e9 / n);
-        let t = Instant::now();
-        ptars.run_count(&w.corpus)?;
-        best_ptars = best_ptars.min(t.elapsed().as_secs_f64() * 1e9 / n);
-        let t = Instant::now();
-        weir.run_count(&w.corpus)?;
-        best_weir = best_weir.min(t.elapsed().as_secs_f64() * 1e9 / n);
+        timed(&mut best_prost, n, || prost.run_count(&w.corpus))?;
+        timed(&mut best_ptars, n, || ptars.run_count(&w.corpus))?;
+        timed(&mut best_weir, n, || weir.run_count(&w.corpus))?;
     }
     println!("quote corpus, best of {loops}, ns/message:");
     println!("  top-level boundary scan    {best_scan:7.1}");
