@@ -87,11 +87,15 @@ pub(crate) struct State {
     pub(crate) filled: usize,
 }
 
+/// The `row` passed for an element of a repeated message: its direct columns are written at
+/// their last element (see [`row_index`]).
+const ELEMENT: usize = usize::MAX;
+
 /// Rows of defaults written to the top scope's direct columns at a time.
 const PREFILL_RUN: usize = 256;
 
 /// The element to write for the current row: `row` in the top scope (filled ahead), the last
-/// element elsewhere (`row` is `usize::MAX` there).
+/// element elsewhere (`row` is [`ELEMENT`] there).
 #[inline(always)]
 fn row_index(len: usize, row: usize) -> usize {
     row.min(len.wrapping_sub(1))
@@ -222,13 +226,11 @@ impl State {
         }
     }
 
-    /// Drops the rows filled ahead past `rows`, so every column holds exactly its rows (before
-    /// a batch is taken).
+    /// Cuts every column back to `rows`: the rows filled ahead, and whatever a failed row
+    /// wrote. Before a batch is taken, and after a row fails.
     pub(crate) fn trim(&mut self, plan: &Plan) {
-        if self.filled > self.rows {
-            for &c in &plan.top {
-                truncate(&mut self.cols, c, self.rows);
-            }
+        for &c in &plan.top {
+            truncate(&mut self.cols, c, self.rows);
         }
         self.filled = self.rows;
     }
@@ -251,10 +253,7 @@ impl State {
             }
             Err(e) => {
                 // Also drops the rows filled ahead: the failed row may have written into one.
-                for &c in &plan.top {
-                    truncate(&mut self.cols, c, self.rows);
-                }
-                self.filled = self.rows;
+                self.trim(plan);
                 Err(e)
             }
         }
@@ -276,7 +275,7 @@ impl State {
 
     /// Decodes one scope (a row, or an element of a repeated message) and commits it. `row` is
     /// the row being written in the top scope (its direct columns are filled ahead), and
-    /// `usize::MAX` for an element (its direct columns get one default pushed here).
+    /// [`ELEMENT`] for an element (its direct columns get one default pushed here).
     #[allow(clippy::too_many_arguments)]
     fn decode_scope(
         &mut self,
@@ -291,7 +290,7 @@ impl State {
     ) -> Result<(), DecodeError> {
         sc.begin();
         let p = &plan.scopes[scope].prefill;
-        if row == usize::MAX {
+        if row == ELEMENT {
             self.prefill_values(p, 1);
         }
         self.prefill_strings(p, plan);
@@ -438,16 +437,8 @@ impl State {
                     }
                     let t = e.target as usize;
                     let mut inner = ScopeState::take(&mut self.scopes, plan, t);
-                    let r = self.decode_scope(
-                        plan,
-                        t,
-                        &mut inner,
-                        buf,
-                        pos,
-                        vend,
-                        depth + 1,
-                        usize::MAX,
-                    );
+                    let r =
+                        self.decode_scope(plan, t, &mut inner, buf, pos, vend, depth + 1, ELEMENT);
                     self.scopes[t] = Some(inner);
                     r?;
                     pos = vend;
