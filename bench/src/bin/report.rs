@@ -1,7 +1,7 @@
 //! Times every contender with `std::time::Instant` and prints Markdown tables with ratios, for
 //! BENCHMARKS.md. Before timing, checks that the decoders agree value for value.
 //!
-//! `cd bench && cargo run --release --bin report` (`WEIR_BENCH_REPS=N` to change the 5
+//! `cd bench && cargo run --release --bin report` (`WEIR_BENCH_REPS=N` to change the 11
 //! repetitions per decoder; the median is reported).
 
 use std::time::{Duration, Instant};
@@ -18,6 +18,8 @@ struct Timing {
     name: String,
     median: Duration,
     min: Duration,
+    /// Every timed run, in round order (round r of every contender ran back to back).
+    rounds: Vec<Duration>,
 }
 
 impl Timing {
@@ -60,12 +62,14 @@ fn time_all(
         }
     }
     let mut out = Vec::new();
-    for (contender, mut times) in contenders.iter().zip(times) {
+    for (contender, rounds) in contenders.iter().zip(times) {
+        let mut times = rounds.clone();
         times.sort();
         let timing = Timing {
             name: contender.name().to_string(),
             median: times[times.len() / 2],
             min: times[0],
+            rounds,
         };
         eprintln!(
             "  {:<16} median {:>8.1} ms (min {:.1}, max {:.1})",
@@ -121,7 +125,9 @@ fn print_table(timings: &[Timing], corpus: &Corpus) {
 }
 
 /// The speed of `fast` relative to `slow` (above 1: `fast` is faster), by median and by minimum
-/// time (the minimum is the least disturbed by other load on a shared machine).
+/// time (the minimum is the least disturbed by other load on a shared machine), and the median
+/// of the ratios within each round: the two ran seconds apart there, so a drift in the
+/// machine's speed between rounds (20-40% here within minutes) cancels out.
 fn ratio(timings: &[Timing], fast: &str, slow: &str) -> String {
     let get = |n: &str| timings.iter().find(|t| t.name == n);
     let (Some(f), Some(s)) = (get(fast), get(slow)) else {
@@ -129,6 +135,18 @@ fn ratio(timings: &[Timing], fast: &str, slow: &str) -> String {
     };
     let by_median = s.median.as_secs_f64() / f.median.as_secs_f64();
     let by_min = s.min.as_secs_f64() / f.min.as_secs_f64();
+    let mut paired: Vec<f64> = f
+        .rounds
+        .iter()
+        .zip(&s.rounds)
+        .map(|(f, s)| s.as_secs_f64() / f.as_secs_f64())
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    let by_round = paired.get(paired.len() / 2).copied().unwrap_or(f64::NAN);
+    let (lo, hi) = (
+        paired.first().copied().unwrap_or(f64::NAN),
+        paired.last().copied().unwrap_or(f64::NAN),
+    );
     let verdict = if by_median >= 1.0 {
         format!("{by_median:.2}x faster")
     } else {
@@ -136,7 +154,8 @@ fn ratio(timings: &[Timing], fast: &str, slow: &str) -> String {
     };
     format!(
         "`{fast}` vs `{slow}`: {by_median:.2}x the speed by median time ({verdict}), \
-         {by_min:.2}x by minimum time"
+         {by_min:.2}x by minimum time, {by_round:.2}x by the median of per-round ratios \
+         ({lo:.2}-{hi:.2})"
     )
 }
 
@@ -195,7 +214,7 @@ fn load_average() -> String {
 fn main() -> Result<()> {
     let reps: usize = match std::env::var("WEIR_BENCH_REPS") {
         Ok(v) => v.parse()?,
-        Err(_) => 5,
+        Err(_) => 11,
     };
     if reps == 0 {
         return Err("WEIR_BENCH_REPS must be at least 1".into());

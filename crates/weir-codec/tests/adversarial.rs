@@ -1910,3 +1910,85 @@ fn path_column_reads_nested_field() {
     assert_cell(&b, "leaf_x", 0, Exp::I64(-77));
     assert_cell(&b, "inner_s", 0, Exp::Str("deep".into()));
 }
+
+/// Strings of up to 32 bytes are checked and copied as one fixed-size chunk read past their
+/// end (the bytes after them are masked off or cut away). At every length around that limit,
+/// as a direct column (`s`), a repeated one (`names`) and inside a sub-message (`inner.s`),
+/// followed by bytes with the high bit set (which must not count against the string), or at
+/// the very end of the message (too few bytes left for a chunk): valid strings, ASCII or not,
+/// decode to exactly their text, and a string whose last byte is invalid is rejected there.
+#[test]
+fn short_strings_at_every_length_and_position() {
+    let s = schema();
+    for len in 0..=40usize {
+        let ascii: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+        // Non-ASCII ending: the last two bytes are one two-byte character.
+        let accented = if len >= 2 {
+            format!("{}é", &ascii[..len - 2])
+        } else {
+            ascii.clone()
+        };
+        for text in [&ascii, &accented] {
+            for at_end in [false, true] {
+                let mut inner = Wire::new();
+                inner.field_str(2, text);
+                if !at_end {
+                    inner.field_int(1, -1);
+                }
+                let mut w = Wire::new();
+                if !at_end {
+                    // Ten bytes of 0xff-like continuation after each string.
+                    w.field_str(S, text).field_int(I64, -1);
+                    w.field_str(NAMES, text).field_int(I64, -2);
+                    w.field_msg(INNER, &inner).field_int(I64, -3);
+                } else {
+                    w.field_msg(INNER, &inner).field_str(NAMES, text);
+                    w.field_str(S, text);
+                }
+                let what = format!("{len}-byte string {text:?}, at end: {at_end}");
+                let b = decode_one(&s, &w.buf, &what);
+                assert_cell(&b, "s", 0, Exp::Str(text.to_string()));
+            }
+        }
+        if len == 0 {
+            continue;
+        }
+        // The last byte invalid (a lone continuation byte), then ASCII bytes that would make
+        // the chunk look valid if the check read the wrong bytes.
+        let mut payload = ascii.clone().into_bytes();
+        payload[len - 1] = 0x80;
+        for field in [S, NAMES] {
+            utf8_case(&format!("{len}-byte string, last byte invalid"), |w| {
+                let r = put_bad_string(w, field, &payload, len - 1);
+                w.field_str(S, "abcdefghijklmnopqrstuvwxyz0123456789");
+                (r.1, r.1)
+            });
+            utf8_case(
+                &format!("{len}-byte string at the end, last byte invalid"),
+                |w| {
+                    let r = put_bad_string(w, field, &payload, len - 1);
+                    (r.1, r.1)
+                },
+            );
+        }
+    }
+}
+
+/// Varints of two bytes (128 to 16383) take their own branch: at every boundary value and as
+/// the last bytes of a sub-message, they decode like prost-reflect reads them.
+#[test]
+fn two_byte_varints() {
+    let s = schema();
+    for v in [
+        127i64, 128, 129, 255, 256, 1000, 16383, 16384, 16385, 2_097_151, 2_097_152,
+    ] {
+        let mut inner = Wire::new();
+        inner.field_int(1, v);
+        let mut w = Wire::new();
+        w.field_int(I32, v)
+            .field_int(I64, v)
+            .field_msg(INNER, &inner);
+        w.field_int(U64, v);
+        decode_one(&s, &w.buf, &format!("varint {v}"));
+    }
+}

@@ -167,6 +167,41 @@ fn push_bytes(col: &mut Column, bytes: &[u8], at: usize) -> Result<(), DecodeErr
     Ok(())
 }
 
+/// [`push_bytes`] for `buf[start..end]` of the input (see [`append_bytes`]).
+#[inline(always)]
+fn push_wire_bytes(
+    col: &mut Column,
+    buf: &[u8],
+    start: usize,
+    end: usize,
+) -> Result<(), DecodeError> {
+    if let ColumnData::Bytes { offsets, data } = &mut col.data {
+        append_bytes(data, buf, start, end);
+        if !push_offset(offsets, data.len()) {
+            return Err(DecodeError::new(start, DecodeErrorKind::TooLarge));
+        }
+    }
+    if let Some(v) = &mut col.validity {
+        v.push(true);
+    }
+    Ok(())
+}
+
+/// Appends `buf[start..end]` to `data`. A short value is copied as one fixed-size chunk and the
+/// surplus cut off again: no call to memcpy and no branch on the length, which for short
+/// strings (tickers, codes, ids) cost more than the copy itself.
+#[inline(always)]
+fn append_bytes(data: &mut Vec<u8>, buf: &[u8], start: usize, end: usize) {
+    let len = end - start;
+    match short_chunk(buf, start, len) {
+        Some(c) => {
+            data.extend_from_slice(c);
+            data.truncate(data.len() - (SHORT - len));
+        }
+        None => data.extend_from_slice(&buf[start..end]),
+    }
+}
+
 /// Appends a null (a zero value under a cleared validity bit).
 fn push_null(col: &mut Column) {
     match &mut col.data {
@@ -340,26 +375,12 @@ impl State {
                     }
                     continue;
                 }
-                if wt != e.wire {
-                    let packable = matches!(
-                        e.op,
-                        Op::RepVarint(_) | Op::RepFixed32 | Op::RepFixed64 | Op::RepEnumName
-                    );
-                    if packable && wt == WT_LEN {
-                        pos = self.decode_packed(plan, e, buf, pos, end)?;
-                        continue;
-                    }
-                    return Err(DecodeError::new(
-                        tag_at,
-                        DecodeErrorKind::WireTypeMismatch {
-                            field: plan.names[e.name as usize].clone(),
-                            found: wt,
-                            expected: e.wire,
-                        },
-                    ));
-                }
-                if e.oneof != 0 {
-                    self.clear_oneof(plan, sc, e.oneof - 1, field);
+                // A wire type other than the expected one, or a oneof member: out of line.
+                if let Some(p) =
+                    self.checked_entry(plan, e, sc, field, wt, tag_at, buf, pos, end)?
+                {
+                    pos = p;
+                    continue;
                 }
             }
             match e.op {
@@ -419,7 +440,7 @@ impl State {
                     if matches!(e.op, Op::RepStr) {
                         check_utf8(plan, e, buf, pos, vend)?;
                     }
-                    push_bytes(&mut self.cols[e.target as usize], &buf[pos..vend], pos)?;
+                    push_wire_bytes(&mut self.cols[e.target as usize], buf, pos, vend)?;
                     pos = vend;
                 }
                 Op::RepEnumName => {
@@ -541,13 +562,12 @@ impl State {
                     if matches!(e.op, Op::DStr) {
                         check_utf8(plan, e, buf, pos, vend)?;
                     }
-                    let bytes = &buf[pos..vend];
                     self.put_direct(e, row, |d| {
                         if let ColumnData::Bytes { offsets, data } = d {
                             // Last occurrence wins: drop what this row held so far.
                             let start = offsets.last().copied().unwrap_or(0) as usize;
                             data.truncate(start);
-                            data.extend_from_slice(bytes);
+                            append_bytes(data, buf, pos, vend);
                         }
                     });
                     pos = vend;
@@ -556,6 +576,47 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// The checked path of a requested field whose tag is not its fast tag: a packed repeated
+    /// scalar (decoded here; returns the position after it), a wire-type mismatch (an error),
+    /// or a oneof member (clears the others; returns `None` to go on with the field's op).
+    /// Out of line so the hot loop stays small enough to keep its state in registers.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn checked_entry(
+        &mut self,
+        plan: &Plan,
+        e: &Entry,
+        sc: &mut ScopeState,
+        field: u32,
+        wt: u8,
+        tag_at: usize,
+        buf: &[u8],
+        pos: usize,
+        end: usize,
+    ) -> Result<Option<usize>, DecodeError> {
+        if wt != e.wire {
+            let packable = matches!(
+                e.op,
+                Op::RepVarint(_) | Op::RepFixed32 | Op::RepFixed64 | Op::RepEnumName
+            );
+            if packable && wt == WT_LEN {
+                return self.decode_packed(plan, e, buf, pos, end).map(Some);
+            }
+            return Err(DecodeError::new(
+                tag_at,
+                DecodeErrorKind::WireTypeMismatch {
+                    field: plan.names[e.name as usize].clone(),
+                    found: wt,
+                    expected: e.wire,
+                },
+            ));
+        }
+        if e.oneof != 0 {
+            self.clear_oneof(plan, sc, e.oneof - 1, field);
+        }
+        Ok(None)
     }
 
     /// Writes into the current row of a direct column and marks it valid if it can be null.
@@ -787,6 +848,26 @@ impl State {
                 }
             }
         }
+        if sp.has_slots {
+            self.commit_slots(plan, scope, sc, buf)?;
+        }
+        Ok(())
+    }
+
+    /// The part of [`Self::commit`] for columns filled from value slots (not written directly):
+    /// leaves of nested and repeated scopes, oneof members, enums by name, structs, lists,
+    /// times and JSON text. Out of line; a scope of direct columns only never calls it.
+    #[inline(never)]
+    fn commit_slots(
+        &mut self,
+        plan: &Plan,
+        scope: usize,
+        sc: &ScopeState,
+        buf: &[u8],
+    ) -> Result<(), DecodeError> {
+        let sp = &plan.scopes[scope];
+        let s = sc;
+        let cols = &mut self.cols;
         let l = &sp.leaves;
         commit_leaves(
             &l.f64,
@@ -866,7 +947,7 @@ impl State {
             } else if present {
                 let start = (bits >> 32) as usize;
                 let len = (bits & 0xffff_ffff) as usize;
-                push_bytes(c, &buf[start..start + len], start)?;
+                push_wire_bytes(c, buf, start, start + len)?;
             } else {
                 push_null(c);
             }
@@ -1049,6 +1130,11 @@ fn check_utf8(
     start: usize,
     end: usize,
 ) -> Result<(), DecodeError> {
+    // Short ASCII (the usual string) is settled with one masked chunk, no loop.
+    let len = end - start;
+    if short_chunk(buf, start, len).is_some_and(|c| is_ascii_prefix(c, len)) {
+        return Ok(());
+    }
     match utf8_error_at(buf, start, end) {
         None => Ok(()),
         Some(at) => Err(DecodeError::new(
@@ -1058,6 +1144,49 @@ fn check_utf8(
             },
         )),
     }
+}
+
+/// Strings up to this long, with this many bytes readable from their start (the rest of the
+/// message, or the next), are checked and copied as one fixed-size chunk.
+const SHORT: usize = 32;
+
+/// The [`SHORT`]-byte chunk starting at a string of `len` bytes, if the string fits in it and
+/// the buffer holds it.
+#[inline(always)]
+fn short_chunk(buf: &[u8], start: usize, len: usize) -> Option<&[u8; SHORT]> {
+    if len > SHORT {
+        return None;
+    }
+    buf.get(start..)?.first_chunk::<SHORT>()
+}
+
+/// Whether the first `len` bytes of `chunk` are ASCII, without a loop or a branch on `len`:
+/// the bytes past `len` are masked off with a window into a constant (0xff for the first
+/// `SHORT` bytes, 0 after).
+#[inline(always)]
+fn is_ascii_prefix(chunk: &[u8; SHORT], len: usize) -> bool {
+    const WINDOW: [u8; 2 * SHORT] = {
+        let mut w = [0u8; 2 * SHORT];
+        let mut i = 0;
+        while i < SHORT {
+            w[i] = 0xff;
+            i += 1;
+        }
+        w
+    };
+    let Some(mask) = WINDOW
+        .get(SHORT - len.min(SHORT)..)
+        .and_then(|m| m.first_chunk::<SHORT>())
+    else {
+        return false;
+    };
+    let half = |a: &[u8; SHORT], i: usize| {
+        let mut h = [0u8; 16];
+        h.copy_from_slice(&a[i..i + 16]);
+        u128::from_le_bytes(h)
+    };
+    let high = (half(chunk, 0) & half(mask, 0)) | (half(chunk, 16) & half(mask, 16));
+    high & 0x8080_8080_8080_8080_8080_8080_8080_8080 == 0
 }
 
 /// Where `buf[start..end]` stops being UTF-8, or None if it is valid.

@@ -264,6 +264,9 @@ pub(crate) struct ScopePlan {
     pub(crate) prefill: Prefill,
     pub(crate) leaves: Leaves,
     pub(crate) ops: Vec<CommitOp>,
+    /// Whether any leaf or commit op reads the value slots (if not, the commit is only the
+    /// direct columns' string ends and guards).
+    pub(crate) has_slots: bool,
 }
 
 /// One member of a oneof: its field number, the slots it sets and, for a message member, the
@@ -1619,12 +1622,25 @@ impl Builder {
         let scopes = self
             .scopes
             .into_iter()
-            .map(|s| ScopePlan {
-                root: s.root as u32,
-                nslots: s.nslots,
-                prefill: s.prefill,
-                leaves: s.leaves,
-                ops: s.ops,
+            .map(|s| {
+                let l = &s.leaves;
+                let has_slots = !(l.i32.is_empty()
+                    && l.i64.is_empty()
+                    && l.u32.is_empty()
+                    && l.u64.is_empty()
+                    && l.f32.is_empty()
+                    && l.f64.is_empty()
+                    && l.bool.is_empty()
+                    && l.bytes.is_empty()
+                    && s.ops.is_empty());
+                ScopePlan {
+                    root: s.root as u32,
+                    nslots: s.nslots,
+                    prefill: s.prefill,
+                    leaves: s.leaves,
+                    ops: s.ops,
+                    has_slots,
+                }
             })
             .collect();
         Plan {
