@@ -61,12 +61,19 @@ fn main() -> Result<()> {
         }
     };
     let n = corpus.iter().count();
-    let mut best = f64::MAX;
+    let mut times = Vec::with_capacity(loops);
     for _ in 0..loops {
         let t = Instant::now();
         c.run_count(&corpus)?;
-        best = best.min(t.elapsed().as_secs_f64());
+        times.push(t.elapsed().as_secs_f64() * 1e9 / n as f64);
     }
-    println!("{which}: best {:.1} ns/message", best * 1e9 / n as f64);
+    let runs: Vec<String> = times.iter().map(|t| format!("{t:.0}")).collect();
+    times.sort_by(f64::total_cmp);
+    println!(
+        "{which}: best {:.1}, median {:.1} ns/message (runs: {})",
+        times[0],
+        times[times.len() / 2],
+        runs.join(" ")
+    );
     Ok(())
 }

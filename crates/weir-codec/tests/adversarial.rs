@@ -1992,3 +1992,80 @@ fn two_byte_varints() {
         decode_one(&s, &w.buf, &format!("varint {v}"));
     }
 }
+
+/// Columns read through the same optional sub-message (`inner.a` and `inner.s`) are
+/// null exactly when it is absent (`inner.leaf.x` when `inner.leaf` is); the columns guarded by
+/// one sub-message share one validity bitmap, copied when the batch is taken. Over batch
+/// boundaries, flushes on demand and failed rows, every row's nulls must be its own.
+#[test]
+fn columns_under_one_optional_sub_message_share_its_nulls() {
+    let s = schema();
+    let cols = vec![
+        ColumnSpec::new("a", DataType::Int32).with_path("inner.a"),
+        ColumnSpec::new("i64", DataType::Int64),
+        ColumnSpec::new("inner_s", DataType::Utf8).with_path("inner.s"),
+        ColumnSpec::new("leaf_x", DataType::Int64).with_path("inner.leaf.x"),
+    ];
+    let opts = ProtoDecoderOptions {
+        batch_size: 7,
+        ..ProtoDecoderOptions::default()
+    };
+    let mut dec = ProtoDecoder::new(&s, ROOT, &cols, opts).unwrap();
+    // Row k: inner absent (k % 3 == 0), present and empty (k % 3 == 1), or with values
+    // (k % 3 == 2, and then its leaf too when k % 2 == 0). Every fifth message is followed by
+    // a malformed one that sets inner first.
+    let mut expected = Vec::new();
+    let mut batches = Vec::new();
+    for k in 0..60i64 {
+        let mut w = Wire::new();
+        w.field_int(I64, k);
+        match k % 3 {
+            0 => {}
+            1 => {
+                w.field_msg(INNER, &Wire::new());
+            }
+            _ => {
+                let mut inner = Wire::new();
+                inner.field_int(1, k).field_str(2, &format!("s{k}"));
+                if k % 2 == 0 {
+                    let mut leaf = Wire::new();
+                    leaf.field_int(1, -k);
+                    inner.field_msg(4, &leaf);
+                }
+                w.field_msg(INNER, &inner);
+            }
+        }
+        dec.decode(&w.buf).unwrap();
+        expected.push(k);
+        if k % 5 == 4 {
+            let mut inner = Wire::new();
+            inner.field_int(1, 99).field_str(2, "rolled back");
+            let mut bad = Wire::new();
+            bad.field_msg(INNER, &inner).raw(&[0x80]);
+            assert!(dec.decode(&bad.buf).is_err());
+        }
+        if k % 11 == 10 {
+            batches.extend(dec.flush());
+        }
+        batches.extend(dec.take_full_batch());
+    }
+    batches.extend(dec.flush());
+    let mut row = 0;
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            let k = expected[row];
+            assert_cell(b, "i64", r, Exp::I64(k));
+            let (a, st, x) = match k % 3 {
+                0 => (Exp::Null, Exp::Null, Exp::Null),
+                1 => (Exp::I32(0), Exp::Str(String::new()), Exp::Null),
+                _ if k % 2 == 0 => (Exp::I32(k as i32), Exp::Str(format!("s{k}")), Exp::I64(-k)),
+                _ => (Exp::I32(k as i32), Exp::Str(format!("s{k}")), Exp::Null),
+            };
+            assert_cell(b, "a", r, a);
+            assert_cell(b, "inner_s", r, st);
+            assert_cell(b, "leaf_x", r, x);
+            row += 1;
+        }
+    }
+    assert_eq!(row, expected.len());
+}

@@ -204,6 +204,10 @@ impl Decoder for ProtoDecoder {
             return None;
         }
         self.state.trim(&self.plan);
+        for &(follower, leader) in &self.plan.shared_validity {
+            let bits = self.state.cols[leader as usize].validity.clone();
+            self.state.cols[follower as usize].validity = bits;
+        }
         let arrays = self
             .plan
             .top

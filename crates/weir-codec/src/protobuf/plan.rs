@@ -75,8 +75,8 @@ pub(crate) enum Op {
     RepJson,
     // Direct writes: a singular scalar read by exactly one plain column overwrites that
     // column's current row (pre-filled with the default when the row started), so it needs no
-    // slot and no commit. `target` is the column; `slot` is 1 when the column has a validity
-    // bit to set. Named by wire encoding, then column type.
+    // slot and no commit. `target` is the column; `slot` is 1 when a write must set the row's validity
+    // bit (nullable and not guarded by a sub-message). Named by wire encoding, then column type.
     /// varint -> Int32 (int32, enum number).
     DVarI32,
     /// varint -> Int64 / Timestamp.
@@ -355,6 +355,10 @@ pub(crate) struct Plan {
     pub(crate) max_depth: usize,
     /// Rows a batch holds (the column buffers are reserved for this many).
     pub(crate) batch_capacity: usize,
+    /// (follower, leader): top-scope direct columns guarded by the same sub-message, so with
+    /// the same validity. Only the leader's is kept row by row; the follower gets a copy when
+    /// the batch is taken (a few hundred bytes per column per batch instead of a bit per row).
+    pub(crate) shared_validity: Vec<(u32, u32)>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1549,22 +1553,27 @@ impl Builder {
             _ => return false,
         };
         let nullable = self.columns[col as usize].validity.is_some();
+        let guarded = nullable && leaf.guard != NONE && !leaf.null_default;
         if nullable {
             pf.invalid.push(col);
-            if leaf.guard != NONE && !leaf.null_default {
+            if guarded {
                 pf.guards.push((col, leaf.guard));
             }
         }
         if let Some(entry) = self.msgs[mi].entries.get_mut(&num) {
             entry.op = op;
             entry.target = col;
-            entry.slot = nullable as u32;
+            // 1: a write marks the row valid. Not for a guarded column: its field lies inside
+            // the guarding sub-message, so a write implies the guard, which the commit turns
+            // into validity anyway.
+            entry.slot = (nullable && !guarded) as u32;
         }
         true
     }
 
     fn finish(mut self, top: Vec<usize>, schema: SchemaRef, max_depth: usize) -> Plan {
         self.make_direct();
+        let shared_validity = self.share_validity();
         // Oneof groups: each member's slots (a sub-message member: its whole subtree).
         let mut oneofs: Vec<OneofPlan> = (0..self.oneof_keys.len())
             .map(|_| OneofPlan {
@@ -1656,6 +1665,34 @@ impl Builder {
             oneofs,
             max_depth,
             batch_capacity: self.capacity,
+            shared_validity,
         }
+    }
+
+    /// Finds the top scope's direct columns that share a guard (the fields of one optional
+    /// sub-message, like `base.ticker` and `base.timestamp`): the first of each group keeps its
+    /// validity row by row, the others copy it when a batch is taken (see
+    /// [`Plan::shared_validity`]).
+    fn share_validity(&mut self) -> Vec<(u32, u32)> {
+        let Some(top) = self.scopes.first_mut() else {
+            return Vec::new();
+        };
+        let pf = &mut top.prefill;
+        let mut leader_of: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut shared = Vec::new();
+        pf.guards
+            .retain(|&(col, guard)| match leader_of.get(&guard) {
+                Some(&leader) => {
+                    shared.push((col, leader));
+                    false
+                }
+                None => {
+                    leader_of.insert(guard, col);
+                    true
+                }
+            });
+        pf.invalid
+            .retain(|c| !shared.iter().any(|&(follower, _)| follower == *c));
+        shared
     }
 }
