@@ -8,8 +8,8 @@ use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, SerializeOptions};
 use super::columns::{column_len, push_offset, truncate, Column, ColumnData};
 use super::plan::{CommitOp, DefaultVal, Entry, LeafPlan, Op, Plan, Prefill, VarintConv, NONE};
 use super::wire::{
-    read_fixed32, read_fixed64, read_len, read_tag, read_varint, skip_field, skip_varint,
-    split_tag, zigzag32, zigzag64, WT_I32, WT_I64, WT_LEN, WT_VARINT,
+    read_fixed32, read_fixed64, read_len, read_tag, read_varint, skip_field, skip_field_at,
+    skip_varint, split_tag, zigzag32, zigzag64, WT_I32, WT_I64, WT_LEN, WT_VARINT,
 };
 use crate::error::{DecodeError, DecodeErrorKind};
 use arrow_schema::TimeUnit;
@@ -104,8 +104,11 @@ fn row_index(len: usize, row: usize) -> usize {
 /// Overwrites the current row of a direct column (see [`row_index`]).
 #[inline(always)]
 fn set_row<T>(v: &mut [T], row: usize, x: T) {
-    let i = row_index(v.len(), row);
-    if let Some(slot) = v.get_mut(i) {
+    // The same element as `row_index`, with one bounds check on the common path: `row` is in
+    // range in the top scope (filled ahead) and `ELEMENT` (out of range) elsewhere.
+    if let Some(slot) = v.get_mut(row) {
+        *slot = x;
+    } else if let Some(slot) = v.last_mut() {
         *slot = x;
     }
 }
@@ -362,16 +365,18 @@ impl State {
                         WT_LEN => pos = read_len(buf, &mut pos, end)?,
                         WT_I64 if end - pos >= 8 => pos += 8,
                         WT_I32 if end - pos >= 4 => pos += 4,
-                        _ => skip_field(
-                            buf,
-                            &mut pos,
-                            end,
-                            field,
-                            wt,
-                            tag_at,
-                            depth,
-                            plan.max_depth,
-                        )?,
+                        _ => {
+                            pos = skip_field_at(
+                                buf,
+                                pos,
+                                end,
+                                field,
+                                wt,
+                                tag_at,
+                                depth,
+                                plan.max_depth,
+                            )?
+                        }
                     }
                     continue;
                 }

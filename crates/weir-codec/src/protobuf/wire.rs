@@ -114,9 +114,18 @@ fn pack7(x: u64) -> u64 {
     (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
 }
 
-#[inline]
+/// The byte-at-a-time varint reader (near the end of the buffer, and for errors). The caller's
+/// position is passed by value and returned: a `&mut` into an out-of-line function would keep
+/// the hot loop's position in memory instead of a register.
+#[inline(always)]
 fn read_varint_slow(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64, DecodeError> {
-    let start = *pos;
+    let (v, p) = read_varint_slow_at(buf, *pos, end)?;
+    *pos = p;
+    Ok(v)
+}
+
+#[inline(never)]
+fn read_varint_slow_at(buf: &[u8], start: usize, end: usize) -> Result<(u64, usize), DecodeError> {
     let avail = &buf[start..end];
     let mut value: u64 = 0;
     for (i, &b) in avail.iter().take(10).enumerate() {
@@ -127,8 +136,7 @@ fn read_varint_slow(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64, Deco
             if i == 9 && b > 1 {
                 return Err(DecodeError::new(start, DecodeErrorKind::VarintOverflow));
             }
-            *pos = start + i + 1;
-            return Ok(value);
+            return Ok((value, start + i + 1));
         }
     }
     if avail.len() >= 10 {
@@ -225,6 +233,25 @@ pub(crate) fn split_tag(tag: u64, at: usize) -> Result<(u32, u8), DecodeError> {
         return Err(DecodeError::new(at, DecodeErrorKind::InvalidWireType(wt)));
     }
     Ok((field as u32, wt))
+}
+
+/// [`skip_field`] from `pos`, returning the position after the field (by value, so that the
+/// caller's position can stay in a register).
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn skip_field_at(
+    buf: &[u8],
+    pos: usize,
+    end: usize,
+    field: u32,
+    wt: u8,
+    tag_at: usize,
+    depth: usize,
+    max_depth: usize,
+) -> Result<usize, DecodeError> {
+    let mut p = pos;
+    skip_field(buf, &mut p, end, field, wt, tag_at, depth, max_depth)?;
+    Ok(p)
 }
 
 /// Skips the value of a field that is not requested, without decoding it.
@@ -390,6 +417,10 @@ mod tests {
             let end = buf.len();
             assert_eq!(read_varint(&buf, &mut p1, end).unwrap(), v);
             assert_eq!(read_varint_slow(&buf, &mut p2, end).unwrap(), v);
+            assert_eq!(
+                skip_field_at(&buf, 0, end, 1, WT_VARINT, 0, 0, 100).unwrap(),
+                len
+            );
             assert_eq!((p1, p2), (len, len));
         }
         // Overlong but valid: 1 written in 10 bytes.
