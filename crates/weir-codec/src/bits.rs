@@ -86,6 +86,12 @@ impl Bits {
         }
     }
 
+    /// Makes this bitmap a copy of `other`, reusing this one's buffer.
+    pub(crate) fn copy_from(&mut self, other: &Bits) {
+        self.bytes.clone_from(&other.bytes);
+        self.len = other.len;
+    }
+
     /// Zeroes the bits past `len` in the last byte (Arrow ignores them; tidy for equality).
     fn clear_tail(&mut self) {
         if self.len % 8 != 0 {

@@ -1937,7 +1937,7 @@ fn short_strings_at_every_length_and_position() {
                 }
                 let mut w = Wire::new();
                 if !at_end {
-                    // Ten bytes of 0xff-like continuation after each string.
+                    // After each string a tag, then a ten-byte varint of high-bit bytes.
                     w.field_str(S, text).field_int(I64, -1);
                     w.field_str(NAMES, text).field_int(I64, -2);
                     w.field_msg(INNER, &inner).field_int(I64, -3);
@@ -1974,8 +1974,9 @@ fn short_strings_at_every_length_and_position() {
     }
 }
 
-/// Varints of two bytes (128 to 16383) take their own branch: at every boundary value and as
-/// the last bytes of a sub-message, they decode like prost-reflect reads them.
+/// Varints of two bytes (128 to 16383) take their own branch when eight bytes are left in the
+/// buffer: at every boundary value, at the top level and as the last bytes of a sub-message
+/// (with the parent's fields after it), they decode like prost-reflect reads them.
 #[test]
 fn two_byte_varints() {
     let s = schema();
@@ -1988,9 +1989,48 @@ fn two_byte_varints() {
         w.field_int(I32, v)
             .field_int(I64, v)
             .field_msg(INNER, &inner);
-        w.field_int(U64, v);
+        w.field_int(U64, v)
+            .field_str(S, "padding of more than eight bytes");
         decode_one(&s, &w.buf, &format!("varint {v}"));
     }
+}
+
+/// A two-byte varint (a value, a length, a packed element) whose second byte lies past the end
+/// of its sub-message or packed field, where the parent's next byte would complete it: with
+/// enough of the buffer left for the two-byte branch, it must still be cut at the bound.
+#[test]
+fn two_byte_varint_cut_at_a_bound() {
+    let padding = "padding of more than eight bytes";
+    for (what, inner_tag) in [("value", WT_VARINT), ("length", WT_LEN)] {
+        let field = if inner_tag == WT_VARINT { 1 } else { 2 };
+        let mut inner = Wire::new();
+        inner.tag(field, inner_tag);
+        let rel = inner.pos();
+        inner.raw(&[0x80]);
+        let mut w = prefix();
+        w.tag(INNER, WT_LEN).varint(inner.buf.len() as u64);
+        let at = w.pos() + rel;
+        // The parent's next byte (a one-byte tag) would end the varint if the bound were missed.
+        w.raw(&inner.buf).field_str(S, padding);
+        bad_case(
+            &format!("two-byte {what} cut at the sub-message end"),
+            &w.buf,
+            |k| matches!(k, DecodeErrorKind::TruncatedVarint),
+            At::Exactly(at),
+            false,
+        );
+    }
+    let mut w = prefix();
+    w.tag(NUMS, WT_LEN).varint(3).raw(&[0x01, 0x02]);
+    let at = w.pos();
+    w.raw(&[0x80]).field_str(S, padding);
+    bad_case(
+        "two-byte element cut at the packed end",
+        &w.buf,
+        |k| matches!(k, DecodeErrorKind::TruncatedVarint),
+        At::Exactly(at),
+        true,
+    );
 }
 
 /// Columns read through the same optional sub-message (`inner.a` and `inner.s`) are
@@ -2068,4 +2108,62 @@ fn columns_under_one_optional_sub_message_share_its_nulls() {
         }
     }
     assert_eq!(row, expected.len());
+}
+
+/// Proto2 fields read through an optional sub-message: one with a declared default (`sub.y`,
+/// valid whenever `sub` is present) and ones without (`sub.x`, `sub.must`, null unless set,
+/// even when `sub` is present). Only the first kind follows its sub-message's presence; the
+/// others must never share its validity.
+#[test]
+fn proto2_fields_under_an_optional_sub_message() {
+    let s = load_schema("proto2.proto");
+    let cols = vec![
+        ColumnSpec::new("x", DataType::Int32).with_path("sub.x"),
+        ColumnSpec::new("y", DataType::Utf8).with_path("sub.y"),
+        ColumnSpec::new("must", DataType::Boolean).with_path("sub.must"),
+    ];
+    let opts = ProtoDecoderOptions {
+        batch_size: 4,
+        ..ProtoDecoderOptions::default()
+    };
+    let mut dec = ProtoDecoder::new(&s, "test2.P2", &cols, opts).unwrap();
+    let mut batches = Vec::new();
+    for k in 0..12i64 {
+        let mut w = Wire::new();
+        match k % 4 {
+            0 => {}
+            1 => {
+                w.field_msg(40, &Wire::new());
+            }
+            2 => {
+                let mut sub = Wire::new();
+                sub.field_int(1, k);
+                w.field_msg(40, &sub);
+            }
+            _ => {
+                let mut sub = Wire::new();
+                sub.field_str(2, &format!("y{k}")).field_int(4, 1);
+                w.field_msg(40, &sub);
+            }
+        }
+        dec.decode(&w.buf).unwrap();
+        batches.extend(dec.take_full_batch());
+    }
+    batches.extend(dec.flush());
+    let mut k = 0i64;
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            let (x, y, must) = match k % 4 {
+                0 => (Exp::Null, Exp::Null, Exp::Null),
+                1 => (Exp::Null, Exp::Str("why".into()), Exp::Null),
+                2 => (Exp::I32(k as i32), Exp::Str("why".into()), Exp::Null),
+                _ => (Exp::Null, Exp::Str(format!("y{k}")), Exp::Bool(true)),
+            };
+            assert_cell(b, "x", r, x);
+            assert_cell(b, "y", r, y);
+            assert_cell(b, "must", r, must);
+            k += 1;
+        }
+    }
+    assert_eq!(k, 12);
 }

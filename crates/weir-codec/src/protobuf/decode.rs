@@ -191,7 +191,7 @@ fn push_wire_bytes(
 }
 
 /// Appends `buf[start..end]` to `data`. A short value is copied as one fixed-size chunk and the
-/// surplus cut off again: no call to memcpy and no branch on the length, which for short
+/// surplus cut off again: no call to memcpy and no loop over the bytes, which for short
 /// strings (tickers, codes, ids) cost more than the copy itself.
 #[inline(always)]
 fn append_bytes(data: &mut Vec<u8>, buf: &[u8], start: usize, end: usize) {
@@ -624,7 +624,8 @@ impl State {
         Ok(None)
     }
 
-    /// Writes into the current row of a direct column and marks it valid if it can be null.
+    /// Writes into the current row of a direct column, and marks the row valid when `e.slot` is
+    /// 1 (nullable and not guarded: see [`Op::DVarI32`]).
     #[inline(always)]
     fn put_direct(&mut self, e: &Entry, row: usize, write: impl FnOnce(&mut ColumnData)) {
         let c = &mut self.cols[e.target as usize];
@@ -1151,8 +1152,9 @@ fn check_utf8(
     }
 }
 
-/// Strings up to this long, with this many bytes readable from their start (the rest of the
-/// message, or the next), are checked and copied as one fixed-size chunk.
+/// Strings up to this long, with this many bytes readable from their start (the fields after
+/// them in the same message), are checked and copied as one fixed-size chunk; a string in the
+/// last 32 bytes of a message takes the general path.
 const SHORT: usize = 32;
 
 /// The [`SHORT`]-byte chunk starting at a string of `len` bytes, if the string fits in it and

@@ -205,8 +205,14 @@ impl Decoder for ProtoDecoder {
         }
         self.state.trim(&self.plan);
         for &(follower, leader) in &self.plan.shared_validity {
-            let bits = self.state.cols[leader as usize].validity.clone();
-            self.state.cols[follower as usize].validity = bits;
+            let (f, l) = (follower as usize, leader as usize);
+            // Copied into the follower's own buffer (empty since its last batch was taken).
+            let bits = self.state.cols[l].validity.take();
+            match (&mut self.state.cols[f].validity, &bits) {
+                (Some(dst), Some(src)) => dst.copy_from(src),
+                (dst, src) => *dst = src.clone(),
+            }
+            self.state.cols[l].validity = bits;
         }
         let arrays = self
             .plan

@@ -11,7 +11,8 @@ pub(crate) const WT_SGROUP: u8 = 3;
 pub(crate) const WT_EGROUP: u8 = 4;
 pub(crate) const WT_I32: u8 = 5;
 
-/// Reads a varint starting at `*pos`, not reading at or past `end`.
+/// Reads a varint starting at `*pos`, not consuming bytes at or past `end` (it may look at
+/// them: the fast paths load up to eight bytes within `buf`, then check the bound).
 #[inline(always)]
 pub(crate) fn read_varint(buf: &[u8], pos: &mut usize, end: usize) -> Result<u64, DecodeError> {
     let p = *pos;
