@@ -22,6 +22,7 @@ pub mod json;
 pub mod peers;
 pub mod quote;
 pub mod rng;
+pub mod timing;
 pub mod wide;
 
 use std::path::{Path, PathBuf};

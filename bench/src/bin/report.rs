@@ -10,19 +10,15 @@ use arrow_array::builder::BinaryBuilder;
 
 use weir_bench::check::same_batches;
 use weir_bench::quote::{self, QuoteWorkload};
+use weir_bench::timing::{per_round, time_all, Timing};
 use weir_bench::wide::{self, WideWorkload};
 use weir_bench::{Contender, Corpus, Result, BATCH_SIZE};
 
-/// One contender's median time over the repetitions.
-struct Timing {
-    name: String,
-    median: Duration,
-    min: Duration,
-    /// Every timed run, in round order (round r of every contender ran back to back).
-    rounds: Vec<Duration>,
+trait PerMessage {
+    fn ns_per_message(&self, corpus: &Corpus) -> f64;
 }
 
-impl Timing {
+impl PerMessage for Timing {
     fn ns_per_message(&self, corpus: &Corpus) -> f64 {
         self.median.as_secs_f64() * 1e9 / corpus.len() as f64
     }
@@ -41,50 +37,6 @@ fn describe(name: &str) -> &'static str {
     }
 }
 
-/// Times every contender `reps` times. The repetitions are interleaved (round r runs a, b, c,
-/// d in turn) so that background load on a shared machine hits every contender alike.
-fn time_all(
-    contenders: &mut [Box<dyn Contender>],
-    corpus: &Corpus,
-    reps: usize,
-) -> Result<Vec<Timing>> {
-    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(reps); contenders.len()];
-    // One untimed run each to warm caches and the allocator.
-    for contender in contenders.iter_mut() {
-        assert_eq!(contender.run_count(corpus)?, corpus.len());
-    }
-    for _ in 0..reps {
-        for (contender, times) in contenders.iter_mut().zip(&mut times) {
-            let start = Instant::now();
-            let rows = contender.run_count(corpus)?;
-            times.push(start.elapsed());
-            assert_eq!(rows, corpus.len());
-        }
-    }
-    let mut out = Vec::new();
-    for (contender, rounds) in contenders.iter().zip(times) {
-        let mut times = rounds.clone();
-        times.sort();
-        let timing = Timing {
-            name: contender.name().to_string(),
-            median: times[times.len() / 2],
-            min: times[0],
-            rounds,
-        };
-        eprintln!(
-            "  {:<16} median {:>8.1} ms (min {:.1}, max {:.1})",
-            timing.name,
-            timing.median.as_secs_f64() * 1e3,
-            times[0].as_secs_f64() * 1e3,
-            times[times.len() - 1].as_secs_f64() * 1e3
-        );
-        out.push(timing);
-    }
-    Ok(out)
-}
-
-/// The median time to copy the corpus into one `BinaryArray` per batch, as
-/// `ptars::Handler::decode_bytes` does (`BinaryBuilder::new`, then `append_value` each).
 fn binary_copy_time(corpus: &Corpus, reps: usize) -> Duration {
     let mut times: Vec<Duration> = (0..reps + 1)
         .map(|_| {
@@ -135,18 +87,7 @@ fn ratio(timings: &[Timing], fast: &str, slow: &str) -> String {
     };
     let by_median = s.median.as_secs_f64() / f.median.as_secs_f64();
     let by_min = s.min.as_secs_f64() / f.min.as_secs_f64();
-    let mut paired: Vec<f64> = f
-        .rounds
-        .iter()
-        .zip(&s.rounds)
-        .map(|(f, s)| s.as_secs_f64() / f.as_secs_f64())
-        .collect();
-    paired.sort_by(f64::total_cmp);
-    let by_round = paired.get(paired.len() / 2).copied().unwrap_or(f64::NAN);
-    let (lo, hi) = (
-        paired.first().copied().unwrap_or(f64::NAN),
-        paired.last().copied().unwrap_or(f64::NAN),
-    );
+    let (by_round, lo, hi) = per_round(f, s);
     let verdict = if by_median >= 1.0 {
         format!("{by_median:.2}x faster")
     } else {
