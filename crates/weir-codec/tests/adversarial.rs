@@ -2167,3 +2167,22 @@ fn proto2_fields_under_an_optional_sub_message() {
     }
     assert_eq!(k, 12);
 }
+
+/// Field numbers above 2^29 - 1 (tags above `u32::MAX`), up to the largest tag a ten-byte varint
+/// holds, are rejected at the tag, whether the decoder reads every field or a projection; none
+/// is mistaken for an unrequested field and skipped.
+#[test]
+fn field_numbers_too_large() {
+    for tag in [1u64 << 32, (1u64 << 32) | 2, (1u64 << 60) << 3, u64::MAX] {
+        let mut w = prefix();
+        let at = w.pos();
+        w.varint(tag).raw(&[0; 12]).field_int(I32, 1);
+        bad_case(
+            &format!("tag {tag:#x}"),
+            &w.buf,
+            |k| matches!(k, DecodeErrorKind::FieldNumberTooLarge),
+            At::Exactly(at),
+            true,
+        );
+    }
+}
