@@ -3,8 +3,10 @@
 # RocksDB (weir-dedup, linked into the weir program) is built from C++ by librocksdb-sys, whose
 # bindgen needs libclang: install Debian's libclang-dev when no libclang is found.
 ensure_libclang() {
-  if [ -n "${LIBCLANG_PATH:-}" ] || compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null \
-    || compgen -G "/usr/lib/*/libclang*.so*" >/dev/null; then
+  # libclang.so or libclang-N.so only: libclang-cpp.so (another package, often installed
+  # alone) is not what bindgen loads.
+  if [ -n "${LIBCLANG_PATH:-}" ] || compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null \
+    || compgen -G "/usr/lib/*/libclang-[0-9]*.so*" >/dev/null; then
     return 0
   fi
   echo "== apt-get install libclang-dev (for RocksDB's bindings)" >&2
