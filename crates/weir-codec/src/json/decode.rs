@@ -10,6 +10,7 @@ use super::convert::{
 };
 use super::plan::{Entry, Kind, Plan, ROOT};
 use super::scan::{kind_name, syntax, unescape, Scanner};
+use super::shape::{KeyOrder, PairStart, UNREQUESTED};
 use super::JsonMismatch;
 use crate::error::{DecodeError, DecodeErrorKind};
 
@@ -21,6 +22,8 @@ pub(crate) struct State {
     seen: Vec<u64>,
     /// Unescaped keys and strings that are parsed rather than stored (dates, decimals).
     scratch: Vec<u8>,
+    /// The keys of the last object of each scope, in order (see [`KeyOrder`]).
+    keys: KeyOrder,
     pub(crate) rows: usize,
 }
 
@@ -41,6 +44,7 @@ impl State {
             cols: plan.templates.iter().map(Column::clone_empty).collect(),
             seen: vec![0; plan.seen_words],
             scratch: Vec::with_capacity(256),
+            keys: KeyOrder::new(plan.nodes.len()),
             rows: 0,
         }
     }
@@ -107,22 +111,36 @@ impl State {
         if sc.peek_ws() == Some(b'}') {
             sc.pos += 1;
         } else {
+            // The key's position in this object, for the key-order prediction.
+            let mut ordinal = 0;
             loop {
-                if sc.peek_ws() != Some(b'"') {
-                    return Err(sc.key_expected());
-                }
-                let key = sc.string()?;
-                sc.expect(b':', "expected ':' after an object key")?;
-                let found = if key.escaped {
-                    self.scratch.clear();
-                    unescape(&sc.buf[key.start..key.end], &mut self.scratch);
-                    node.matcher.find(&self.scratch)
-                } else {
-                    node.matcher.find(&sc.buf[key.start..key.end])
+                let found = match self.keys.pair(node_id, ordinal, sc.buf, sc.pos) {
+                    PairStart::Skipped(next) => {
+                        (sc.pos, ordinal) = self.keys.skip_run(node_id, ordinal + 1, sc.buf, next);
+                        continue;
+                    }
+                    PairStart::Key(len, entry) => {
+                        sc.pos += len;
+                        entry
+                    }
+                    PairStart::Unknown => {
+                        if sc.peek_ws() != Some(b'"') {
+                            return Err(sc.key_expected());
+                        }
+                        match self.keys.predict(node_id, ordinal, sc.buf, sc.pos) {
+                            Some((len, entry)) => {
+                                sc.pos += len;
+                                entry
+                            }
+                            None => self.look_up_key(plan, sc, node_id, ordinal)?,
+                        }
+                    }
                 };
+                ordinal += 1;
                 match found {
-                    None => sc.skip_value_fast(depth)?,
-                    Some(e) => {
+                    UNREQUESTED => sc.skip_value_fast(depth)?,
+                    e => {
+                        let e = e as usize;
                         let w = at + (e >> 6);
                         let bit = 1u64 << (e & 63);
                         let entry = node.entries[e];
@@ -149,6 +167,33 @@ impl State {
         }
         self.fill_missing(plan, node_id);
         Ok(())
+    }
+
+    /// Scans the key at `pos` and its `:`, finds it with the scope's matcher, and records it as
+    /// the prediction for `ordinal`: the path of a key that differs from the last object's.
+    #[inline(never)]
+    fn look_up_key(
+        &mut self,
+        plan: &Plan,
+        sc: &mut Scanner<'_>,
+        node_id: usize,
+        ordinal: usize,
+    ) -> Result<u32, DecodeError> {
+        let text_start = sc.pos;
+        let key = sc.string()?;
+        sc.expect(b':', "expected ':' after an object key")?;
+        let matcher = &plan.nodes[node_id].matcher;
+        let found = if key.escaped {
+            self.scratch.clear();
+            unescape(&sc.buf[key.start..key.end], &mut self.scratch);
+            matcher.find(&self.scratch)
+        } else {
+            matcher.find(&sc.buf[key.start..key.end])
+        };
+        let entry = found.map_or(UNREQUESTED, |e| e as u32);
+        self.keys
+            .record(node_id, ordinal, &sc.buf[text_start..sc.pos], entry);
+        Ok(entry)
     }
 
     /// Null for every entry of the scope whose key did not appear.

@@ -63,6 +63,7 @@ mod convert;
 mod decode;
 mod plan;
 mod scan;
+mod shape;
 
 use std::str::FromStr;
 use std::sync::Arc;

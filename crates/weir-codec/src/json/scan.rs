@@ -71,6 +71,228 @@ fn find_special(buf: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The window [`scalar_len`] reads: a value that ends inside it is skipped without a bounds
+/// check per byte.
+pub(crate) const WINDOW: usize = 32;
+
+/// How a window is classified: per byte, as bit `i` of two masks, `special` for `"`, `\\`, a
+/// control character or a non-ASCII byte (what ends the plain run of a string) and `digit` for
+/// `0`-`9`; and which bytes of a key window equal a predicted key's text. [`Baseline`] runs on
+/// every CPU; [`Avx2`] is chosen at start-up where the CPU has AVX2.
+pub(crate) trait Lanes: Copy {
+    /// The `special` and `digit` masks of `w`.
+    ///
+    /// # Safety
+    /// The CPU must have the features the implementation is compiled for.
+    unsafe fn masks(self, w: &[u8; WINDOW]) -> (u32, u32);
+
+    /// Bit `i` set where `a[i] == b[i]`.
+    ///
+    /// # Safety
+    /// As for [`Lanes::masks`].
+    unsafe fn equal(self, a: &[u8; WINDOW], b: &[u8; WINDOW]) -> u32;
+}
+
+/// SSE2 (part of the x86_64 baseline), or plain loops on other targets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Baseline;
+
+impl Lanes for Baseline {
+    #[inline(always)]
+    unsafe fn masks(self, w: &[u8; WINDOW]) -> (u32, u32) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{
+                __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_cmplt_epi8,
+                _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+            };
+            // SAFETY: both 16-byte loads are inside the 32-byte array; SSE2 is part of the
+            // x86_64 baseline. Signed compares: bytes >= 0x80 are negative, so "below 0x20"
+            // also catches them, and they are never digits.
+            unsafe {
+                let half = |v: __m128i| {
+                    let special = _mm_or_si128(
+                        _mm_or_si128(
+                            _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8)),
+                            _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8)),
+                        ),
+                        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),
+                    );
+                    let digit = _mm_and_si128(
+                        _mm_cmpgt_epi8(v, _mm_set1_epi8(b'0' as i8 - 1)),
+                        _mm_cmplt_epi8(v, _mm_set1_epi8(b'9' as i8 + 1)),
+                    );
+                    (
+                        _mm_movemask_epi8(special) as u32 & 0xffff,
+                        _mm_movemask_epi8(digit) as u32 & 0xffff,
+                    )
+                };
+                let (s0, d0) = half(_mm_loadu_si128(w.as_ptr().cast()));
+                let (s1, d1) = half(_mm_loadu_si128(w.as_ptr().add(16).cast()));
+                (s0 | s1 << 16, d0 | d1 << 16)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let (mut special, mut digit) = (0u32, 0u32);
+            for (i, &b) in w.iter().enumerate() {
+                special |= (matches!(b, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff) as u32) << i;
+                digit |= (b.is_ascii_digit() as u32) << i;
+            }
+            (special, digit)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn equal(self, a: &[u8; WINDOW], b: &[u8; WINDOW]) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8};
+            // SAFETY: four 16-byte loads inside two 32-byte arrays; SSE2 is baseline.
+            unsafe {
+                let lo = _mm_cmpeq_epi8(
+                    _mm_loadu_si128(a.as_ptr().cast()),
+                    _mm_loadu_si128(b.as_ptr().cast()),
+                );
+                let hi = _mm_cmpeq_epi8(
+                    _mm_loadu_si128(a.as_ptr().add(16).cast()),
+                    _mm_loadu_si128(b.as_ptr().add(16).cast()),
+                );
+                (_mm_movemask_epi8(lo) as u32 & 0xffff) | (_mm_movemask_epi8(hi) as u32) << 16
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let mut eq = 0u32;
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                eq |= ((x == y) as u32) << i;
+            }
+            eq
+        }
+    }
+}
+
+/// AVX2: a window in one register. Only constructed by [`Avx2::detect`].
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx2(());
+
+#[cfg(target_arch = "x86_64")]
+impl Avx2 {
+    /// `Some` where the CPU has AVX2.
+    pub(crate) fn detect() -> Option<Self> {
+        std::arch::is_x86_feature_detected!("avx2").then_some(Self(()))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Avx2 {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn masks(self, w: &[u8; WINDOW]) -> (u32, u32) {
+        use std::arch::x86_64::{
+            _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_cmpgt_epi8, _mm256_loadu_si256,
+            _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
+        };
+        // SAFETY: one 32-byte load of a 32-byte array; the caller guarantees AVX2.
+        unsafe {
+            let v = _mm256_loadu_si256(w.as_ptr().cast());
+            let special = _mm256_or_si256(
+                _mm256_or_si256(
+                    _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8)),
+                    _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\\' as i8)),
+                ),
+                _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v),
+            );
+            let digit = _mm256_and_si256(
+                _mm256_cmpgt_epi8(v, _mm256_set1_epi8(b'0' as i8 - 1)),
+                _mm256_cmpgt_epi8(_mm256_set1_epi8(b'9' as i8 + 1), v),
+            );
+            (
+                _mm256_movemask_epi8(special) as u32,
+                _mm256_movemask_epi8(digit) as u32,
+            )
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn equal(self, a: &[u8; WINDOW], b: &[u8; WINDOW]) -> u32 {
+        use std::arch::x86_64::{_mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8};
+        // SAFETY: 32-byte loads of 32-byte arrays; the caller guarantees AVX2.
+        unsafe {
+            _mm256_movemask_epi8(_mm256_cmpeq_epi8(
+                _mm256_loadu_si256(a.as_ptr().cast()),
+                _mm256_loadu_si256(b.as_ptr().cast()),
+            )) as u32
+        }
+    }
+}
+
+/// The end of the run of digits in `digit` (a window's digit mask) that starts at `at`.
+#[inline(always)]
+fn run_end(digit: u32, at: usize) -> usize {
+    // `at` is at most WINDOW; the bits above the window read as "not a digit", so the run
+    // stops at the window's end at the latest.
+    at + (!((digit as u64) >> at)).trailing_zeros() as usize
+}
+
+/// The length of the string, number or literal at the start of `w` if it is valid and ends
+/// inside the window; 0 when the window cannot tell (escapes, non-ASCII
+/// text, long values, containers, whitespace, anything invalid). Those take the full path,
+/// which also words the errors, so this needs no error handling of its own.
+///
+/// # Safety
+/// The CPU must have what `lanes` needs (see [`Lanes`]).
+#[inline(always)]
+pub(crate) unsafe fn scalar_len<L: Lanes>(lanes: L, w: &[u8; WINDOW]) -> usize {
+    let first = w[0];
+    match first {
+        b'"' => {
+            // SAFETY: the caller's promise.
+            let (special, _) = unsafe { lanes.masks(w) };
+            let t = (special & !1).trailing_zeros() as usize;
+            if t < WINDOW && w[t] == b'"' {
+                t + 1
+            } else {
+                0
+            }
+        }
+        b'-' | b'0'..=b'9' => {
+            // SAFETY: the caller's promise.
+            let (_, digit) = unsafe { lanes.masks(w) };
+            let s = (first == b'-') as usize;
+            let mut e = run_end(digit, s);
+            // At least one digit, and no leading zero.
+            if e == s || (w[s] == b'0' && e > s + 1) || e >= WINDOW {
+                return 0;
+            }
+            if w[e] == b'.' {
+                let f = e + 1;
+                e = run_end(digit, f);
+                if e == f || e >= WINDOW {
+                    return 0;
+                }
+            }
+            if w[e] | 0x20 == b'e' {
+                let mut f = e + 1;
+                if f < WINDOW && matches!(w[f], b'+' | b'-') {
+                    f += 1;
+                }
+                e = run_end(digit, f);
+                if e == f || e >= WINDOW {
+                    return 0;
+                }
+            }
+            e
+        }
+        b't' if w[..4] == *b"true" => 4,
+        b'f' if w[..5] == *b"false" => 5,
+        b'n' if w[..4] == *b"null" => 4,
+        _ => 0,
+    }
+}
+
 /// A string's content (between the quotes) and whether it holds escapes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StrSpan {
@@ -93,6 +315,28 @@ pub(crate) struct Num {
     pub(crate) is_int: bool,
     /// Every significant digit is in `mantissa` (false once it would overflow u64).
     pub(crate) exact: bool,
+}
+
+/// The end of the run of ASCII digits starting at `i`: eight bytes at a time (a skipped
+/// number's digits are only validated, never accumulated, so a word-wide test pays; timestamps
+/// and ids are 10-20 digits), then byte by byte for the last few.
+#[inline(always)]
+pub(crate) fn digit_run(buf: &[u8], mut i: usize) -> usize {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    while let Some(w) = buf.get(i..).and_then(|s| s.first_chunk::<8>()) {
+        // Per byte, without carries between bytes: x = b ^ '0' is 0..=9 for a digit; a byte
+        // is not a digit if x has its top bit set or its low seven bits plus 0x76 reach 0x80.
+        let x = u64::from_le_bytes(*w) ^ 0x3030_3030_3030_3030;
+        let not_digit = (x | ((x & !HIGH) + 0x7676_7676_7676_7676)) & HIGH;
+        if not_digit != 0 {
+            return i + (not_digit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while matches!(buf.get(i), Some(b'0'..=b'9')) {
+        i += 1;
+    }
+    i
 }
 
 /// The JSON type named by a value's first byte, for error messages.
@@ -375,9 +619,7 @@ impl<'a> Scanner<'a> {
         }
         let digits = |i: &mut usize| {
             let s = *i;
-            while matches!(buf.get(*i), Some(b'0'..=b'9')) {
-                *i += 1;
-            }
+            *i = digit_run(buf, s);
             *i - s
         };
         match buf.get(i) {
@@ -421,9 +663,22 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// [`Scanner::skip_value`] with the common scalars inlined at the call site.
+    /// [`Scanner::skip_value`] with the common scalars inlined at the call site: a short
+    /// scalar is skipped from one window (see [`scalar_len`]), the rest by the full path.
     #[inline(always)]
     pub(crate) fn skip_value_fast(&mut self, depth: usize) -> Result<(), DecodeError> {
+        if let Some(w) = self
+            .buf
+            .get(self.pos..)
+            .and_then(|s| s.first_chunk::<WINDOW>())
+        {
+            // SAFETY: the baseline lanes run on every CPU.
+            let n = unsafe { scalar_len(Baseline, w) };
+            if n != 0 {
+                self.pos += n;
+                return Ok(());
+            }
+        }
         match self.peek_ws() {
             Some(b'"') => self.string().map(|_| ()),
             Some(b'-' | b'0'..=b'9') => self.skip_number(),
@@ -742,6 +997,99 @@ mod tests {
         ] {
             let mut sc = Scanner::new(bad, 128);
             assert!(sc.skip_value(0).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Random short texts over the bytes that matter to strings, numbers and literals: where
+    /// the window skipper answers, the full path must accept the same value and end at the
+    /// same byte; and every plain valid scalar that fits must get an answer.
+    #[test]
+    fn window_skipper_agrees_with_the_full_path() {
+        const ALPHABET: &[u8] = b"0123456789-+.eE\"\\truefalsn ,}x\x01\xc3\xa9\x7f";
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut answered = 0;
+        for round in 0..400_000 {
+            let len = (next() % 40) as usize;
+            let mut text: Vec<u8> = (0..len)
+                .map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize])
+                .collect();
+            // Bias towards plausible values: start like a string or a number half the time.
+            match round % 4 {
+                0 => text.insert(0, b'"'),
+                1 => text.insert(0, b'1' + (next() % 9) as u8),
+                _ => {}
+            }
+            let mut buf = text.clone();
+            buf.resize(buf.len().max(WINDOW), b' ');
+            let w: &[u8; WINDOW] = buf.first_chunk().unwrap();
+            // SAFETY: the baseline lanes run on every CPU.
+            let n = unsafe { scalar_len(Baseline, w) };
+            #[cfg(target_arch = "x86_64")]
+            if let Some(avx2) = Avx2::detect() {
+                // SAFETY: `avx2` exists only where the CPU has AVX2.
+                assert_eq!(unsafe { scalar_len(avx2, w) }, n);
+            }
+            let mut sc = Scanner::new(&buf, 128);
+            let full = sc.skip_value(0).map(|()| sc.pos);
+            if n != 0 {
+                answered += 1;
+                assert_eq!(full.ok(), Some(n), "{:?}", String::from_utf8_lossy(&text));
+            }
+        }
+        assert!(answered > 50_000, "only {answered} answered");
+        for ok in [
+            "\"\"",
+            "\"abc\"",
+            "0",
+            "-0",
+            "12",
+            "-7.25",
+            "1e5",
+            "2.5E-3",
+            "6E+10",
+            "true",
+            "false",
+            "null",
+            "\"2026-03-02T10:11:12.123Z\"",
+            "1234567890123456",
+        ] {
+            let mut buf = ok.as_bytes().to_vec();
+            buf.push(b',');
+            buf.resize(WINDOW, b' ');
+            // SAFETY: the baseline lanes run on every CPU.
+            let n = unsafe { scalar_len(Baseline, buf.first_chunk().unwrap()) };
+            assert_eq!(n, ok.len(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn digit_run_matches_a_byte_loop() {
+        // Every byte value at every position of a run, and runs of every length up to 20.
+        for len in 0..=20usize {
+            for stop in 0..=255u8 {
+                for tail in [0usize, 3, 12] {
+                    let mut buf: Vec<u8> = (0..len).map(|k| b'0' + (k % 10) as u8).collect();
+                    buf.push(stop);
+                    buf.extend(std::iter::repeat_n(b'7', tail));
+                    for start in 0..=len.min(2) {
+                        let mut want = start;
+                        while want < buf.len() && buf[want].is_ascii_digit() {
+                            want += 1;
+                        }
+                        assert_eq!(
+                            digit_run(&buf, start),
+                            want,
+                            "len {len} stop {stop} tail {tail}"
+                        );
+                    }
+                }
+            }
         }
     }
 
