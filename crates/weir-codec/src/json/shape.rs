@@ -11,7 +11,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::scan::Avx2;
-use super::scan::{scalar_len, Baseline, Lanes, WINDOW};
+use super::scan::{value_before_comma, Baseline, Lanes, WINDOW};
 
 /// Keys predicted per object; ordinals past this are always looked up.
 pub(crate) const MAX_ORDINALS: usize = 128;
@@ -87,22 +87,6 @@ fn window_near_end(buf: &[u8], pos: usize) -> [u8; KEY_WINDOW] {
     bytes
 }
 
-/// The length of the pair at the start of `w` through its `,`, when the key is `p`'s, `p` is
-/// unrequested and the value is a short scalar directly followed by `,`; else 0.
-///
-/// # Safety
-/// The CPU must have what `lanes` needs (see [`Lanes`]).
-#[inline(always)]
-unsafe fn skip_pair<L: Lanes>(lanes: L, w: &[u8; 2 * KEY_WINDOW], p: &Prediction) -> usize {
-    let key = w.first_chunk::<KEY_WINDOW>().unwrap_or(&[0; KEY_WINDOW]);
-    // SAFETY: the caller's promise.
-    if p.entry != UNREQUESTED || !unsafe { matches(lanes, key, p) } {
-        return 0;
-    }
-    // SAFETY: the caller's promise.
-    unsafe { value_through_comma(lanes, w, p.len as usize) }
-}
-
 /// The length through the `,` of a key text of `len` bytes at the start of `w` and the short
 /// scalar value after it, when a `,` directly follows that value; else 0.
 ///
@@ -116,14 +100,47 @@ unsafe fn value_through_comma<L: Lanes>(lanes: L, w: &[u8; 2 * KEY_WINDOW], len:
         return 0;
     };
     // SAFETY: the caller's promise.
-    let n = unsafe { scalar_len(lanes, value) };
-    // n <= WINDOW, so v + n < 64.
-    let d = (v + n) & (2 * KEY_WINDOW - 1);
-    if n != 0 && w[d] == b',' {
-        d + 1
+    let n = unsafe { value_before_comma(lanes, value) };
+    // n < WINDOW, and value[n] is the comma.
+    if n != 0 {
+        v + n + 1
     } else {
         0
     }
+}
+
+/// One pair of the skip loop: the position after its `,` when the pair at `pos` (at most
+/// `limit`, so 64 bytes are readable) has `p`'s key and a short scalar value directly followed
+/// by `,`; else 0. `p` must be unrequested.
+///
+/// # Safety
+/// The CPU must have what `lanes` needs (see [`Lanes`]).
+#[inline(always)]
+unsafe fn step<L: Lanes>(lanes: L, p: &Prediction, buf: &[u8], limit: usize, pos: usize) -> usize {
+    if pos > limit {
+        return 0;
+    }
+    let Some(w) = buf[pos..].first_chunk::<{ 2 * KEY_WINDOW }>() else {
+        return 0;
+    };
+    let key = w.first_chunk::<KEY_WINDOW>().unwrap_or(&[0; KEY_WINDOW]);
+    // SAFETY: the caller's promise.
+    if !unsafe { matches(lanes, key, p) } {
+        return 0;
+    }
+    // `len` is at most MAX_TEXT (31): the value's window lies inside `w`. The next pair starts
+    // at `q + n + 1`: that sum is what each pair waits for from the one before.
+    let v = p.len as usize & MAX_TEXT;
+    let q = pos + v;
+    let Some(value) = w.get(v..).and_then(|s| s.first_chunk::<WINDOW>()) else {
+        return 0;
+    };
+    // SAFETY: the caller's promise.
+    let n = unsafe { value_before_comma(lanes, value) };
+    if n == 0 {
+        return 0;
+    }
+    q + (n + 1)
 }
 
 /// The loop of [`KeyOrder::skip_run`] over the predictions from the current ordinal on.
@@ -137,24 +154,21 @@ unsafe fn skip_run_with<L: Lanes>(
     buf: &[u8],
     mut pos: usize,
 ) -> (usize, usize) {
-    // One bound per pair: every window below starts at or before `limit`.
+    // Every pair read starts at or before `limit`.
     let Some(limit) = buf.len().checked_sub(2 * KEY_WINDOW) else {
         return (pos, 0);
     };
     let mut skipped = 0;
     for p in preds {
-        if pos > limit {
+        if p.entry != UNREQUESTED {
             break;
         }
-        let Some(w) = buf[pos..].first_chunk::<{ 2 * KEY_WINDOW }>() else {
-            break;
-        };
         // SAFETY: the caller's promise.
-        let n = unsafe { skip_pair(lanes, w, p) };
-        if n == 0 {
+        let next = unsafe { step(lanes, p, buf, limit, pos) };
+        if next == 0 {
             break;
         }
-        pos += n;
+        pos = next;
         skipped += 1;
     }
     (pos, skipped)
