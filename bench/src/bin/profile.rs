@@ -1,6 +1,6 @@
 //! Runs one contender in a loop, for a sampling profiler:
 //! `perf record -e cpu-clock -g target/release/profile quote|after|wide5|wide50 [loops]`, and for
-//! the JSON decoder `json_quote|json_order|json_wide5|json_wide50`.
+//! the JSON decoder `json_quote|json_order|json_wide5|json_wide50|json_wide1` (json_wide1: the last key only, the skip loop's floor).
 
 use std::time::Instant;
 
@@ -41,12 +41,12 @@ fn main() -> Result<()> {
             let c = w.contenders()?.pop().ok_or("no weir contender")?;
             (c, w.corpus)
         }
-        "json_wide5" | "json_wide50" => {
+        "json_wide5" | "json_wide50" | "json_wide1" => {
             let w = weir_bench::json::WideJsonWorkload::new(200_000);
-            let c: Box<dyn Contender> = if which == "json_wide5" {
-                Box::new(w.weir_five()?)
-            } else {
-                Box::new(w.weir_all()?)
+            let c: Box<dyn Contender> = match which {
+                "json_wide5" => Box::new(w.weir_five()?),
+                "json_wide1" => Box::new(w.weir_last()?),
+                _ => Box::new(w.weir_all()?),
             };
             (c, w.corpus)
         }

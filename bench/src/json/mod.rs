@@ -586,6 +586,15 @@ impl WideJsonWorkload {
         )
     }
 
+    /// weir with the last key only: 49 pairs skipped in one run, the skip loop's floor.
+    pub fn weir_last(&self) -> Result<WeirJsonDecoder> {
+        WeirJsonDecoder::new(
+            "weir_last",
+            &self.pick(&[49]).0,
+            JsonDecoderOptions::default(),
+        )
+    }
+
     /// arrow-json with all 50 keys.
     pub fn arrow_all(&self) -> Result<ArrowJsonDecoder> {
         let all: Vec<usize> = (0..50).collect();

@@ -114,11 +114,9 @@ impl State {
             // The key's position in this object, for the key-order prediction.
             let mut ordinal = 0;
             loop {
-                let found = match self.keys.pair(node_id, ordinal, sc.buf, sc.pos) {
-                    PairStart::Skipped(next) => {
-                        (sc.pos, ordinal) = self.keys.skip_run(node_id, ordinal + 1, sc.buf, next);
-                        continue;
-                    }
+                let start;
+                (sc.pos, ordinal, start) = self.keys.pair(node_id, ordinal, sc.buf, sc.pos);
+                let found = match start {
                     PairStart::Key(len, entry) => {
                         sc.pos += len;
                         entry
