@@ -243,23 +243,27 @@ impl Lanes for Baseline {
     }
 }
 
-/// AVX2: a window in one register. Only constructed by [`Avx2::detect`].
+/// AVX2 (with BMI1 and BMI2): a window in one register. Only constructed by [`Avx2::detect`].
 #[cfg(target_arch = "x86_64")]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Avx2(());
 
 #[cfg(target_arch = "x86_64")]
 impl Avx2 {
-    /// `Some` where the CPU has AVX2.
+    /// `Some` where the CPU has AVX2, and BMI1 and BMI2 (every AVX2 CPU made has them; the
+    /// skip loop uses their `tzcnt`, `shlx` and `bzhi`).
     pub(crate) fn detect() -> Option<Self> {
-        std::arch::is_x86_feature_detected!("avx2").then_some(Self(()))
+        (std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("bmi1")
+            && std::arch::is_x86_feature_detected!("bmi2"))
+        .then_some(Self(()))
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Lanes for Avx2 {
     #[inline]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,bmi1,bmi2")]
     unsafe fn masks(self, w: &[u8; WINDOW]) -> (u32, u32) {
         use std::arch::x86_64::{
             _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_cmpgt_epi8, _mm256_loadu_si256,
@@ -287,7 +291,7 @@ impl Lanes for Avx2 {
     }
 
     #[inline]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,bmi1,bmi2")]
     unsafe fn equal(self, a: &[u8; WINDOW], b: &[u8; WINDOW]) -> u32 {
         use std::arch::x86_64::{_mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8};
         // SAFETY: 32-byte loads of 32-byte arrays; the caller guarantees AVX2.
@@ -300,7 +304,7 @@ impl Lanes for Avx2 {
     }
 
     #[inline]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,bmi1,bmi2")]
     unsafe fn marks(self, w: &[u8; WINDOW]) -> Marks {
         use std::arch::x86_64::{
             _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_cmpgt_epi8, _mm256_loadu_si256,

@@ -160,7 +160,7 @@ unsafe fn skip_run_with<L: Lanes>(
 /// # Safety
 /// The CPU must have AVX2 (an [`Avx2`] value proves it).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,bmi1,bmi2")]
 unsafe fn skip_run_avx2(
     lanes: Avx2,
     preds: &[Prediction],
