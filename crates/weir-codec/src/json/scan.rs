@@ -1324,7 +1324,10 @@ mod tests {
                 });
                 let plain =
                     starts && (simple || text[..end] == *b"true" || text[..end] == *b"false");
-                if plain && end < WINDOW - 1 && buf.get(end) == Some(&b',') && end > 0 {
+                // The comma inside the window: at most at 32 after a string (the search
+                // starts after its opening quote), at 31 after anything else.
+                let fits = end < WINDOW + usize::from(text[0] == b'"');
+                if plain && fits && buf.get(end) == Some(&b',') && end > 0 {
                     panic!("not answered: {:?}", String::from_utf8_lossy(&text));
                 }
             }
@@ -1356,6 +1359,29 @@ mod tests {
             // SAFETY: the baseline lanes run on every CPU.
             let n = unsafe { scalar_len(Baseline, buf.first_chunk().unwrap()) };
             assert_eq!(n, ok.len(), "{ok}");
+        }
+        // The skip loop's window edge: a string of 30 bytes (its comma at 32) and a number of
+        // 31 digits (its comma at 31) are answered; one byte more is left to the full path.
+        let string = |n: usize| format!("\"{}\"", "s".repeat(n));
+        let number = |n: usize| "7".repeat(n);
+        for (value, answered) in [
+            (string(30), true),
+            (string(31), false),
+            (number(31), true),
+            (number(32), false),
+        ] {
+            let mut buf = value.clone().into_bytes();
+            buf.push(b',');
+            buf.resize(buf.len().max(VALUE_WINDOW), b' ');
+            let w: &[u8; VALUE_WINDOW] = buf.first_chunk().unwrap();
+            let want = if answered { value.len() } else { 0 };
+            // SAFETY: the baseline lanes run on every CPU.
+            assert_eq!(unsafe { value_before_comma(Baseline, w) }, want, "{value}");
+            #[cfg(target_arch = "x86_64")]
+            if let Some(avx2) = Avx2::detect() {
+                // SAFETY: `avx2` exists only where the CPU has AVX2.
+                assert_eq!(unsafe { value_before_comma(avx2, w) }, want, "{value}");
+            }
         }
     }
 

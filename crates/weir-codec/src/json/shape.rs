@@ -128,13 +128,14 @@ unsafe fn skip_run_with<L: Lanes>(
     pos: usize,
 ) -> (usize, usize) {
     // Every pair read starts at or before `last`, so 64 bytes are readable from it.
-    let Some(limit) = buf.len().checked_sub(2 * KEY_WINDOW) else {
-        return (pos, 0);
+    let limit = match buf.len().checked_sub(2 * KEY_WINDOW) {
+        Some(limit) if pos <= limit => limit,
+        _ => return (pos, 0),
     };
     let start = buf.as_ptr();
-    // SAFETY: `limit < buf.len()`.
+    // SAFETY (both): `pos <= limit < buf.len()`.
     let last = unsafe { start.add(limit) };
-    let mut at = start.wrapping_add(pos);
+    let mut at = unsafe { start.add(pos) };
     let mut skipped = 0;
     for p in preds {
         if p.entry != UNREQUESTED || at > last {
@@ -148,11 +149,8 @@ unsafe fn skip_run_with<L: Lanes>(
         at = next;
         skipped += 1;
     }
-    // `at` moved forward from `pos` by whole pairs inside `buf`.
-    (
-        pos + (at as usize - start.wrapping_add(pos) as usize),
-        skipped,
-    )
+    // SAFETY: `at` moved forward from `start + pos` by whole pairs inside `buf`.
+    (unsafe { at.offset_from(start) } as usize, skipped)
 }
 
 /// [`skip_run_with`] compiled for AVX2.
@@ -375,7 +373,9 @@ mod tests {
             // Per pair: where it starts, whether it can be skipped, its key text's length.
             let mut pairs = Vec::new();
             for i in 0..keys {
-                let text = format!("\"key_{i}\":");
+                // Key texts of 5 to 31 bytes, so the value's window starts anywhere in the
+                // 64 bytes the loop reads.
+                let text = format!("\"{:x<w$}\":", format!("k{i}_"), w = 2 + next(27));
                 let requested = next(8) == 0;
                 k.record(
                     0,
@@ -389,23 +389,24 @@ mod tests {
                 let start = msg.len();
                 // Now and then the key is not the predicted one.
                 let predicted = next(30) != 0;
-                msg.extend_from_slice(if predicted {
+                let written = if predicted {
                     text.as_bytes()
                 } else {
                     b"\"other\":"
-                });
+                };
+                msg.extend_from_slice(written);
                 let value = VALUES[next(VALUES.len())].as_bytes();
                 msg.extend_from_slice(value);
-                pairs.push((start, requested || !predicted, value, text.len()));
+                pairs.push((start, requested || !predicted, value, written.len()));
             }
             msg.push(b'}');
             msg.extend(std::iter::repeat_n(b' ', next(70)));
-            let skippable = |&(start, stop, value, _): &(usize, bool, &[u8], usize)| {
+            let skippable = |&(start, stop, value, text): &(usize, bool, &[u8], usize)| {
                 if stop || start + 2 * KEY_WINDOW > msg.len() {
                     return false;
                 }
                 let mut w = [b' '; VALUE_WINDOW];
-                let rest = &msg[start + 8..];
+                let rest = &msg[start + text..];
                 w[..rest.len().min(VALUE_WINDOW)]
                     .copy_from_slice(&rest[..rest.len().min(VALUE_WINDOW)]);
                 // SAFETY: the baseline lanes run on every CPU.
