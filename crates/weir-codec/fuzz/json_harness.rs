@@ -265,25 +265,9 @@ pub fn verify_batch(t: &mut FuzzTarget) {
     t.anchor_rows.clear();
 }
 
-/// A small deterministic RNG (splitmix64).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-}
+#[path = "rng.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// Bytes and snippets that hit the scanner's edge cases.
 const TOKENS: &[&[u8]] = &[

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use weir_codec::{ColumnSpec, Decoder, JsonDecoder, JsonDecoderOptions};
 
-mod json_rng;
-use json_rng::Rng;
+#[path = "../fuzz/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// The raw key texts of the template, in the order a producer writes them. Some are requested
 /// (see [`columns`]); some are long (past what a prediction holds) or escaped.

@@ -11,8 +11,9 @@ use arrow_schema::{DataType, Field, Fields};
 use serde_json::Value;
 use weir_codec::{ColumnSpec, Decoder, JsonDecoder, JsonDecoderOptions};
 
-mod json_rng;
-use json_rng::Rng;
+#[path = "../fuzz/rng.rs"]
+mod rng;
+use rng::Rng;
 
 const CHARS: &[char] = &[
     'a',

@@ -365,36 +365,43 @@ pub(crate) unsafe fn scalar_len<L: Lanes>(lanes: L, w: &[u8; WINDOW]) -> usize {
         b'-' | b'0'..=b'9' => {
             // SAFETY: the caller's promise.
             let (_, digit) = unsafe { lanes.masks(w) };
-            let s = (first == b'-') as usize;
-            let mut e = run_end(digit, s);
-            // At least one digit, and no leading zero.
-            if e == s || (w[s] == b'0' && e > s + 1) || e >= WINDOW {
-                return 0;
-            }
-            if w[e] == b'.' {
-                let f = e + 1;
-                e = run_end(digit, f);
-                if e == f || e >= WINDOW {
-                    return 0;
-                }
-            }
-            if w[e] | 0x20 == b'e' {
-                let mut f = e + 1;
-                if f < WINDOW && matches!(w[f], b'+' | b'-') {
-                    f += 1;
-                }
-                e = run_end(digit, f);
-                if e == f || e >= WINDOW {
-                    return 0;
-                }
-            }
-            e
+            number_len(w, digit)
         }
         b't' if w[..4] == *b"true" => 4,
         b'f' if w[..5] == *b"false" => 5,
         b'n' if w[..4] == *b"null" => 4,
         _ => 0,
     }
+}
+
+/// The length of the JSON number at the start of `w` (`digit` is the window's digit mask) when
+/// it ends inside the window; else 0 (not a number, or it may go on past the window).
+#[inline(always)]
+fn number_len(w: &[u8; WINDOW], digit: u32) -> usize {
+    let s = (w[0] == b'-') as usize;
+    let mut e = run_end(digit, s);
+    // At least one digit, and no leading zero.
+    if e == s || (w[s] == b'0' && e > s + 1) || e >= WINDOW {
+        return 0;
+    }
+    if w[e] == b'.' {
+        let f = e + 1;
+        e = run_end(digit, f);
+        if e == f || e >= WINDOW {
+            return 0;
+        }
+    }
+    if w[e] | 0x20 == b'e' {
+        let mut f = e + 1;
+        if f < WINDOW && matches!(w[f], b'+' | b'-') {
+            f += 1;
+        }
+        e = run_end(digit, f);
+        if e == f || e >= WINDOW {
+            return 0;
+        }
+    }
+    e
 }
 
 /// The bytes [`value_end`] reads: a value's first byte and the [`WINDOW`] bytes after it.
@@ -462,7 +469,7 @@ pub(crate) unsafe fn value_end<L: Lanes, R>(
             let dot = other.trailing_zeros() as usize;
             let plain = other == 0 || (other & (other - 1) == 0 && s[dot & 31] == b'.');
             let simple = plain && dot != 0 && dot + 1 != t && (s[0] != b'0' || dot == 1 || t == 1);
-            if simple || is_number(s, t, m.digit) {
+            if simple || number_len(s, m.digit) == t {
                 at(0, t)
             } else {
                 none
@@ -521,35 +528,6 @@ fn literal_before_comma(w: &[u8; VALUE_WINDOW]) -> usize {
         | (five == u64::from_le_bytes(*b"null,\0\0\0"));
     let is5 = six == u64::from_le_bytes(*b"false,\0\0");
     4 * is4 as usize + 5 * is5 as usize
-}
-
-/// Whether `w[..len]` is exactly one JSON number, `digit` being the window's digit mask.
-#[inline(always)]
-fn is_number(w: &[u8; WINDOW], len: usize, digit: u32) -> bool {
-    let s = (w[0] == b'-') as usize;
-    let mut i = run_end(digit, s);
-    // At least one digit, and no leading zero.
-    if i == s || (i > s + 1 && w[s] == b'0') {
-        return false;
-    }
-    if i < len && w[i & (WINDOW - 1)] == b'.' {
-        let f = i + 1;
-        i = run_end(digit, f);
-        if i == f {
-            return false;
-        }
-    }
-    if i < len && w[i & (WINDOW - 1)] | 0x20 == b'e' {
-        let mut f = i + 1;
-        if f < len && matches!(w[f & (WINDOW - 1)], b'+' | b'-') {
-            f += 1;
-        }
-        i = run_end(digit, f);
-        if i == f {
-            return false;
-        }
-    }
-    i == len
 }
 
 /// A string's content (between the quotes) and whether it holds escapes.

@@ -1,5 +1,7 @@
-//! The JSON tests' random numbers: splitmix64 with `usize` ranges and percent chances (the
-//! protobuf tests' `common::Rng` works in `u64` and fractions).
+//! The small deterministic RNG (splitmix64) of the fuzz harnesses and the JSON tests, included
+//! by `#[path]` from each: `fuzz/harness.rs`, `fuzz/json_harness.rs`, `tests/json_*.rs`.
+// Each includer uses a part of it.
+#![allow(dead_code)]
 
 /// splitmix64: tiny, deterministic, good enough for test data.
 pub struct Rng(pub u64);
@@ -14,9 +16,13 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    /// In `0..n` (0 when `n` is 0).
+    /// In `0..n` (0 when `n` is 0, without drawing).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
     }
 
     /// True `percent` times in 100.
