@@ -19,6 +19,7 @@
 
 mod filter;
 mod keys;
+mod order;
 mod set;
 mod store;
 mod table;

@@ -17,6 +17,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 use crate::filter::KeyFilter;
 use crate::keys::{KeyColumns, KeyMode, RowKeys};
+use crate::order::{sort_hashed, HashedKey};
 use crate::set::KeySet;
 use crate::{DedupError, DedupStats};
 
@@ -169,7 +170,9 @@ pub struct StateStore {
 /// one buffer with (offset, length, time) each, so a key costs no allocation.
 #[derive(Debug, Default)]
 struct Pending {
-    hashed: Vec<([u8; 16], i64)>,
+    hashed: Vec<HashedKey>,
+    /// The sort's working memory, kept to reuse.
+    scratch: Vec<HashedKey>,
     bytes: Vec<u8>,
     raw: Vec<(u32, u32, i64)>,
 }
@@ -204,9 +207,8 @@ impl Pending {
         &mut self,
         mut put: impl FnMut(&[u8], i64) -> Result<(), String>,
     ) -> Result<(), String> {
-        // Byte order of a 16-byte hash is the order of its big-endian integer; a stable sort
-        // keeps equal keys in push order.
-        self.hashed.sort_by_key(|(k, _)| u128::from_be_bytes(*k));
+        // Stable: equal keys stay in push order.
+        sort_hashed(&mut self.hashed, &mut self.scratch);
         for (i, (k, t)) in self.hashed.iter().enumerate() {
             if self.hashed.get(i + 1).is_some_and(|(next, _)| next == k) {
                 continue;
