@@ -267,6 +267,67 @@ fn many_keys_past_the_memory_sets_still_dedup_through_rocksdb() {
 }
 
 #[test]
+fn keys_many_batches_old_are_found_in_the_open_step_and_the_step_in_flight() {
+    // More keys than `recent_keys` (1,024) in the open step, and a step still being committed
+    // when the next batch is checked: RocksDB has neither yet, so memory must answer exactly,
+    // with each key's latest time.
+    let numbered = |from: i64, to: i64, t: i64| -> Vec<(Option<&'static str>, Option<i64>, i64)> {
+        (from..to).map(|i| (Some("K"), Some(i), t)).collect()
+    };
+    for mode in [KeyMode::Xxh3_128, KeyMode::Raw] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = StateStore::open(dir.path(), key(&["seq"], mode, Some(1000))).unwrap();
+        assert_eq!(kept(&mut s, &batch(&numbered(0, 2000, 0))).len(), 2000);
+        // Key 0 expires (time 1200) and comes back: the open step holds it twice, and only
+        // its later time (1200) keeps it live below.
+        let mut rows = numbered(2000, 4000, 1200);
+        rows.push((Some("K"), Some(0), 1200));
+        assert_eq!(kept(&mut s, &batch(&rows)).len(), 2001, "{mode:?}");
+        assert_eq!(
+            kept(&mut s, &batch(&numbered(4000, 6000, 1200))).len(),
+            2000
+        );
+        assert_eq!(
+            kept(&mut s, &batch(&numbered(6000, 8000, 1200))).len(),
+            2000
+        );
+        let before = s.stats();
+        // At time 1900: key 0 (1200) is live; keys 1-299 (time 0) expired and come back;
+        // keys 2000-2299 (1200) are live.
+        let mut rows = numbered(0, 300, 1900);
+        rows.extend(numbered(2000, 2300, 1900));
+        let kept_rows = kept(&mut s, &batch(&rows));
+        assert_eq!(kept_rows, (1..300).collect::<Vec<_>>(), "{mode:?}");
+        assert_eq!(
+            s.stats().lookups,
+            before.lookups,
+            "{mode:?}: answered from memory"
+        );
+        // The step goes in flight; the next batch is checked against it at once.
+        commit(&mut s, 1);
+        let mut rows = numbered(2300, 2600, 1900);
+        rows.extend(numbered(9000, 9100, 1900));
+        assert_eq!(
+            kept(&mut s, &batch(&rows)),
+            (300..400).collect::<Vec<_>>(),
+            "{mode:?}"
+        );
+        commit(&mut s, 2);
+        s.finish().unwrap();
+        // After the restart, RocksDB answers for the same keys.
+        drop(s);
+        let mut s = StateStore::open(dir.path(), key(&["seq"], mode, Some(1000))).unwrap();
+        let mut rows = numbered(2600, 2700, 1900);
+        rows.extend(numbered(9100, 9150, 1900));
+        assert_eq!(
+            kept(&mut s, &batch(&rows)),
+            (100..150).collect::<Vec<_>>(),
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
 fn a_clean_finish_saves_the_key_filter_and_a_crash_makes_it_stale() {
     let dir = tempfile::tempdir().unwrap();
     let opts = || key(&["seq"], KeyMode::Xxh3_128, None);
