@@ -1,9 +1,10 @@
 //! What dedup adds to decoding (issue 6's benchmark). Generates the quote stream in memory with
-//! a share of exact repeats (default 10%), then in one process, single-threaded:
-//! 1. decodes every message into Arrow batches (the reference: decode only);
+//! a share of exact repeats (default 10%), then in one process:
+//! 1. decodes every message into Arrow batches on one thread (the reference: decode only);
 //! 2. decodes again and runs every batch through a fresh `StateStore` keyed on
-//!    `(ticker, sequence_number)`, committing every `--commit-rows` rows, so the state ends up
-//!    holding every distinct key (about 10,000,000 by default);
+//!    `(ticker, sequence_number)` on a second thread, as the engine does, committing every
+//!    `--commit-rows` rows, so the state ends up holding every distinct key (about 10,000,000
+//!    by default);
 //! 3. decodes alone once more, so machine noise shows as a gap between 1 and 3.
 //!
 //! Then it reopens the state (now about 10,000,000 keys), timing an open with the key filter
@@ -19,12 +20,10 @@
 //! ```text
 //! cargo run --release -p weir --example dedup_bench -- [--messages N] [--duplicates 0.1]
 //!     [--block-cache 256MB] [--commit-rows 1000000] [--hash xxh3_128|none] [--state DIR]
-//!     [--pipelined]
+//!     [--one-thread]
 //! ```
 //!
-//! `--pipelined` runs dedup on a thread of its own, fed batches by the decoding thread: a
-//! measurement of that design, which the engine does not use yet (it decodes and dedups a
-//! stateful source on one thread).
+//! `--one-thread` decodes and dedups on the same thread, as the engine did until 2026-11-23.
 
 use std::time::Instant;
 
@@ -47,6 +46,9 @@ struct Args {
     pipelined: bool,
 }
 
+const USAGE: &str = "usage: dedup_bench [--messages N] [--duplicates 0.1] [--block-cache 256MB] \
+[--commit-rows 1000000] [--hash xxh3_128|none] [--state DIR] [--one-thread]";
+
 fn args() -> Result<Args> {
     let mut a = Args {
         messages: 11_111_111,
@@ -55,7 +57,7 @@ fn args() -> Result<Args> {
         commit_rows: 1_000_000,
         mode: KeyMode::Xxh3_128,
         state: None,
-        pipelined: false,
+        pipelined: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -69,8 +71,12 @@ fn args() -> Result<Args> {
             "--commit-rows" => a.commit_rows = value()?.parse()?,
             "--hash" => a.mode = value()?.parse().map_err(anyhow::Error::msg)?,
             "--state" => a.state = Some(value()?.into()),
-            "--pipelined" => a.pipelined = true,
-            other => bail!("unknown flag {other}"),
+            "--one-thread" => a.pipelined = false,
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown flag {other}\n{USAGE}"),
         }
     }
     Ok(a)
@@ -293,7 +299,7 @@ fn run_phase(
             if pipelined {
                 "decode + dedup (dedup on a second thread)"
             } else {
-                "decode + dedup"
+                "decode + dedup (one thread)"
             },
             with_dedup,
         ),
@@ -321,7 +327,13 @@ fn run_phase(
 }
 
 fn main() -> Result<()> {
-    let a = args()?;
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("dedup_bench: {e:#}");
+            std::process::exit(2);
+        }
+    };
     let tmp = tempfile::tempdir()?;
     eprintln!(
         "generating {} quotes, {:.0}% repeats of recent ones ...",
