@@ -222,3 +222,62 @@ async fn follow_mode_commits_steps_by_time_and_ends_on_stop() {
     assert!(ids.values().all(|&n| n == 1), "{ids:?}");
     assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_message_stops_the_sink_with_every_committed_step_matching_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    let state = dir.path().join("state");
+    let out = dir.path().join("out");
+    append(&data, &(1..=12).collect::<Vec<_>>(), "a");
+    let bad_at = std::fs::metadata(&data).unwrap().len();
+    let bad = "{\"id\": oops}\n";
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&data)
+        .unwrap()
+        .write_all(bad.as_bytes())
+        .unwrap();
+    append(&data, &(13..=20).collect::<Vec<_>>(), "b");
+    let script = format!(
+        "{}\nCREATE SINK out FROM s WITH ('connector' = 'parquet', 'path' = '{}');",
+        source(&data, &state, ", 'commit.interval' = '5 rows'"),
+        out.display()
+    );
+    let err = engine().query(&script).await.unwrap_err().to_string();
+    assert!(
+        err.contains("in.jsonl") && err.contains(&bad_at.to_string()),
+        "the error names the file and the bad message's offset {bad_at}: {err}"
+    );
+    // What was committed is a prefix of the good rows, once each, and the committed position
+    // is exactly where that prefix ends: the reading thread ran ahead, but a commit records
+    // only what was written.
+    let (ids, _) = read_dir(&out);
+    let k = ids.len() as i64;
+    assert!((1..=12).contains(&k), "{ids:?}");
+    assert_eq!(
+        ids.keys().copied().collect::<Vec<_>>(),
+        (1..=k).collect::<Vec<_>>()
+    );
+    assert!(ids.values().all(|&n| n == 1), "{ids:?}");
+    let line = |i: i64| format!("{{\"id\": {i}, \"v\": \"a-{i}\"}}\n").len() as i64;
+    let end_of_prefix: i64 = (1..=k).map(line).sum();
+    let (checkpoint, _, _) = weir_dedup::StateStore::inspect(&state).unwrap();
+    let positions: Vec<i64> = checkpoint.positions.iter().map(|(_, p)| *p).collect();
+    assert_eq!(positions, vec![end_of_prefix], "{:?}", checkpoint.positions);
+
+    // The bad line fixed in place (same length): the next run goes on from the position and
+    // ends with every id once.
+    let mut text = std::fs::read_to_string(&data).unwrap();
+    let fixed = format!("{:<width$}\n", "{\"id\": 99}", width = bad.len() - 1);
+    text.replace_range(bad_at as usize..bad_at as usize + bad.len(), &fixed);
+    std::fs::write(&data, text).unwrap();
+    let e = engine();
+    e.query(&script).await.unwrap();
+    e.finish().await.unwrap();
+    let (ids, _) = read_dir(&out);
+    let mut expected: Vec<i64> = (1..=20).collect();
+    expected.push(99);
+    assert_eq!(ids.keys().copied().collect::<Vec<_>>(), expected);
+    assert!(ids.values().all(|&n| n == 1), "{ids:?}");
+}
