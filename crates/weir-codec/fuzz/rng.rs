@@ -1,9 +1,11 @@
-//! The small deterministic RNG (splitmix64) of the fuzz harnesses and the JSON tests, included
-//! by `#[path]` from each: `fuzz/harness.rs`, `fuzz/json_harness.rs`, `tests/json_*.rs`.
+//! The small deterministic RNG (splitmix64) of the fuzz harnesses and the tests, included by
+//! `#[path]` from each: `fuzz/harness.rs`, `fuzz/json_harness.rs`, `tests/json_*.rs` and
+//! `tests/common` (which adds the draws the protobuf tests use).
 // Each includer uses a part of it.
 #![allow(dead_code)]
 
 /// splitmix64: tiny, deterministic, good enough for test data.
+#[derive(Debug, Clone)]
 pub struct Rng(pub u64);
 
 impl Rng {

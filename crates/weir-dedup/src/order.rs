@@ -33,7 +33,7 @@ pub(crate) fn sort_hashed(keys: &mut [HashedKey], scratch: &mut Vec<HashedKey>) 
     let bits = (usize::BITS - n.leading_zeros() - 3).min(24);
     let first = bits.min(8);
     let second = bits - first;
-    scratch.clear();
+    // Every slot is written by the first pass: keep what is there, only fit the length.
     scratch.resize(n, ([0; 16], 0));
     let mut outer = Vec::new();
     scatter(keys, scratch, 128 - first, first, &mut outer);

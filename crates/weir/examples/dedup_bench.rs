@@ -146,8 +146,11 @@ struct Phase<'a> {
 }
 
 /// CPU seconds (user + system) of each live thread of this process by thread id, with its
-/// name, and of the whole process (threads that exited included). Linux only: elsewhere, empty.
-fn cpu_times() -> (std::collections::BTreeMap<u64, (String, f64)>, f64) {
+/// name, and of the whole process (threads that exited included).
+type CpuTimes = (std::collections::BTreeMap<u64, (String, f64)>, f64);
+
+/// This process's [`CpuTimes`] now. Linux only: elsewhere, empty.
+fn cpu_times() -> CpuTimes {
     // /proc counts in clock ticks: USER_HZ, 100 on every Linux ABI this runs on.
     const TICK: f64 = 0.01;
     // `pid (comm) state ppid ...`: utime and stime are the 12th and 13th fields after `)`.
@@ -181,10 +184,7 @@ fn cpu_times() -> (std::collections::BTreeMap<u64, (String, f64)>, f64) {
 
 /// Where the CPU went between two [`cpu_times`] snapshots: seconds by thread name (threads
 /// that exited in between count as "exited threads").
-fn cpu_spent(
-    before: &(std::collections::BTreeMap<u64, (String, f64)>, f64),
-    after: &(std::collections::BTreeMap<u64, (String, f64)>, f64),
-) -> String {
+fn cpu_spent(before: &CpuTimes, after: &CpuTimes) -> String {
     let mut by_name = std::collections::BTreeMap::<String, f64>::new();
     for (tid, (name, t)) in &after.0 {
         let was = before.0.get(tid).map_or(0.0, |(_, t)| *t);

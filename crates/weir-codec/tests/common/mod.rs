@@ -58,21 +58,21 @@ pub fn message_desc(schema: &ProtoSchema, name: &str) -> MessageDescriptor {
 // RNG
 // ---------------------------------------------------------------------------------------------
 
-/// splitmix64: tiny, deterministic, good enough for test data.
+// The splitmix64 generator the fuzz harnesses and JSON tests use.
+#[path = "../../fuzz/rng.rs"]
+mod splitmix;
+
+/// splitmix64 (the fuzz harnesses' generator) with the draws these tests use.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(splitmix::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(splitmix::Rng(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next()
     }
 
     /// Uniform in `0..n` (n > 0).
