@@ -1,6 +1,7 @@
 //! Runs one contender in a loop, for a sampling profiler:
 //! `perf record -e cpu-clock -g target/release/profile quote|after|wide5|wide50 [loops]`, and for
-//! the JSON decoder `json_quote|json_order|json_wide5|json_wide50|json_wide1` (json_wide1: the last key only, the skip loop's floor).
+//! the JSON decoder `json_quote|json_order|json_wide5|json_wide50|json_wide1` (`json_wide1`:
+//! the last key only, the skip loop's floor).
 
 use std::time::Instant;
 

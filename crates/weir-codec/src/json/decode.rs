@@ -10,7 +10,7 @@ use super::convert::{
 };
 use super::plan::{Entry, Kind, Plan, ROOT};
 use super::scan::{kind_name, syntax, unescape, Scanner};
-use super::shape::{KeyOrder, PairStart, UNREQUESTED};
+use super::shape::{KeyOrder, UNREQUESTED};
 use super::JsonMismatch;
 use crate::error::{DecodeError, DecodeErrorKind};
 
@@ -116,12 +116,15 @@ impl State {
             loop {
                 let start;
                 (sc.pos, ordinal, start) = self.keys.pair(node_id, ordinal, sc.buf, sc.pos);
+                // Kept as two nested matches: one `hit` then one match on it measured 0.4-0.9%
+                // more instructions a message (callgrind).
                 let found = match start {
-                    PairStart::Key(len, entry) => {
+                    Some((len, entry)) => {
                         sc.pos += len;
                         entry
                     }
-                    PairStart::Unknown => {
+                    None => {
+                        // Whitespace may come before the key.
                         if sc.peek_ws() != Some(b'"') {
                             return Err(sc.key_expected());
                         }

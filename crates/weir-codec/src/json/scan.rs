@@ -71,20 +71,27 @@ fn find_special(buf: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// The window [`scalar_len`] reads: a value that ends inside it is skipped without a bounds
-/// check per byte.
+/// The window [`scalar_len`], [`Lanes::marks`] and [`value_end`] read: a value that ends inside
+/// it is skipped without a bounds check per byte.
 pub(crate) const WINDOW: usize = 32;
 
 /// How a window is classified: per byte, as bit `i` of two masks, `special` for `"`, `\\`, a
 /// control character or a non-ASCII byte (what ends the plain run of a string) and `digit` for
-/// `0`-`9`; and which bytes of a key window equal a predicted key's text. [`Baseline`] runs on
-/// every CPU; [`Avx2`] is chosen at start-up where the CPU has AVX2.
+/// `0`-`9`; the four [`Marks`] the skip loop searches; and which bytes of a key window equal a
+/// predicted key's text. [`Baseline`] runs on every CPU; [`Avx2`] is chosen at start-up where
+/// the CPU has AVX2.
 pub(crate) trait Lanes: Copy {
-    /// The `special` and `digit` masks of `w`.
+    /// The `special` and `digit` masks of `w`: by default from [`Lanes::marks`]. The baseline
+    /// computes them directly, for [`Scanner::skip_value_fast`].
     ///
     /// # Safety
     /// The CPU must have the features the implementation is compiled for.
-    unsafe fn masks(self, w: &[u8; WINDOW]) -> (u32, u32);
+    #[inline(always)]
+    unsafe fn masks(self, w: &[u8; WINDOW]) -> (u32, u32) {
+        // SAFETY: the caller's promise.
+        let m = unsafe { self.marks(w) };
+        (m.quote | m.bad, m.digit)
+    }
 
     /// Bit `i` set where `a[i] == b[i]`.
     ///
@@ -264,34 +271,6 @@ impl Avx2 {
 impl Lanes for Avx2 {
     #[inline]
     #[target_feature(enable = "avx2,bmi1,bmi2")]
-    unsafe fn masks(self, w: &[u8; WINDOW]) -> (u32, u32) {
-        use std::arch::x86_64::{
-            _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_cmpgt_epi8, _mm256_loadu_si256,
-            _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
-        };
-        // SAFETY: one 32-byte load of a 32-byte array; the caller guarantees AVX2.
-        unsafe {
-            let v = _mm256_loadu_si256(w.as_ptr().cast());
-            let special = _mm256_or_si256(
-                _mm256_or_si256(
-                    _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8)),
-                    _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\\' as i8)),
-                ),
-                _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v),
-            );
-            let digit = _mm256_and_si256(
-                _mm256_cmpgt_epi8(v, _mm256_set1_epi8(b'0' as i8 - 1)),
-                _mm256_cmpgt_epi8(_mm256_set1_epi8(b'9' as i8 + 1), v),
-            );
-            (
-                _mm256_movemask_epi8(special) as u32,
-                _mm256_movemask_epi8(digit) as u32,
-            )
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,bmi1,bmi2")]
     unsafe fn equal(self, a: &[u8; WINDOW], b: &[u8; WINDOW]) -> u32 {
         use std::arch::x86_64::{_mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8};
         // SAFETY: 32-byte loads of 32-byte arrays; the caller guarantees AVX2.
@@ -407,11 +386,7 @@ fn number_len(w: &[u8; WINDOW], digit: u32) -> usize {
 /// The bytes [`value_end`] reads: a value's first byte and the [`WINDOW`] bytes after it.
 pub(crate) const VALUE_WINDOW: usize = WINDOW + 1;
 
-/// The length of the string, number or literal at the start of `w` when it is valid and
-/// directly followed by `,` inside the window (so `w[n] == b','`); else 0. Like
-/// [`scalar_len`], but the value's end is found with one search, for the closing quote or for
-/// the comma, and the value is checked beside that search rather than before it: the end is
-/// what the next pair waits for.
+/// [`value_end`] as a length: that of the value at the start of `w`, or 0 (the tests' form).
 ///
 /// # Safety
 /// The CPU must have what `lanes` needs (see [`Lanes`]).
@@ -422,11 +397,15 @@ pub(crate) unsafe fn value_before_comma<L: Lanes>(lanes: L, w: &[u8; VALUE_WINDO
     unsafe { value_end(lanes, w, |k, t| k + t, 0) }
 }
 
-/// [`value_before_comma`] for the skip loop: `at(k, t)` is called with the comma at `k + t`,
-/// `k` a constant of the value's kind and `t` what the search found, so that the caller can
-/// add `k` to its base position before the search ends and the next pair waits for one add
-/// only (about 4 cycles less a pair than adding the pieces after the search); `none` when the
-/// value is not a plain scalar directly followed by `,`.
+/// Where the string, number or literal at the start of `w` ends, when it is valid and directly
+/// followed by `,` inside the window; `none` when not. Like [`scalar_len`], but the value's end
+/// is found with one search, for the closing quote or for the comma, and the value is checked
+/// beside that search rather than before it: the end is what the next pair waits for.
+///
+/// The end comes as `at(k, t)`, the comma at `k + t`: `k` a constant of the value's kind and
+/// `t` what the search found, so that the skip loop can add `k` to its base position before
+/// the search ends and the next pair waits for one add only (about 4 cycles less a pair than
+/// adding the pieces after the search).
 ///
 /// # Safety
 /// The CPU must have what `lanes` needs (see [`Lanes`]).

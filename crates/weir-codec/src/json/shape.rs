@@ -47,14 +47,6 @@ const NEVER: Prediction = Prediction {
     entry: UNREQUESTED,
 };
 
-/// What [`KeyOrder::pair`] found at the pair where it stopped.
-pub(crate) enum PairStart {
-    /// The predicted key: its text's length (through the `:`) and its entry.
-    Key(usize, u32),
-    /// Not predicted, or too close to the end: take the full path.
-    Unknown,
-}
-
 /// Per scope, the keys of its last object.
 #[derive(Debug)]
 pub(crate) struct KeyOrder {
@@ -204,8 +196,9 @@ impl KeyOrder {
     /// The fast path of the pair at `pos`, the `ordinal`-th of an object of `scope`: a run of
     /// unrequested keys predicted there, each with a short scalar value directly followed by
     /// `,`, is skipped first ([`KeyOrder::skip_run`]); then the pair where that stopped is
-    /// returned with its position and ordinal, as [`PairStart::Key`] when its key is the one
-    /// predicted (one masked comparison) and [`PairStart::Unknown`] (the full path) when not.
+    /// returned with its position and ordinal, and, when its key is the one predicted (one
+    /// masked comparison), the key text's length (through the `:`) and its entry, as
+    /// [`KeyOrder::predict`] gives them; `None` takes the full path.
     #[inline(always)]
     pub(crate) fn pair(
         &self,
@@ -213,14 +206,14 @@ impl KeyOrder {
         ordinal: usize,
         buf: &[u8],
         pos: usize,
-    ) -> (usize, usize, PairStart) {
+    ) -> (usize, usize, Option<(usize, u32)>) {
         let at = |ordinal: usize| {
             (ordinal < MAX_ORDINALS)
                 .then(|| self.slots.get(scope * MAX_ORDINALS + ordinal))
                 .flatten()
         };
         let Some(mut p) = at(ordinal) else {
-            return (pos, ordinal, PairStart::Unknown);
+            return (pos, ordinal, None);
         };
         let (mut pos, mut ordinal) = (pos, ordinal);
         // Not for an object or an array (nor at the end): the loop could not skip even one.
@@ -232,30 +225,24 @@ impl KeyOrder {
             (pos, ordinal) = self.skip_run(scope, ordinal, buf, pos);
             match at(ordinal) {
                 Some(q) => p = q,
-                None => return (pos, ordinal, PairStart::Unknown),
+                None => return (pos, ordinal, None),
             }
         }
         let Some(key) = buf.get(pos..).and_then(|s| s.first_chunk::<KEY_WINDOW>()) else {
-            return (pos, ordinal, PairStart::Unknown);
+            return (pos, ordinal, None);
         };
         // SAFETY: the baseline lanes run on every CPU.
         if !unsafe { matches(Baseline, key, p) } {
-            return (pos, ordinal, PairStart::Unknown);
+            return (pos, ordinal, None);
         }
-        (pos, ordinal, PairStart::Key(p.len as usize, p.entry))
+        (pos, ordinal, Some((p.len as usize, p.entry)))
     }
 
-    /// [`KeyOrder::pair`] in a loop while it skips: a projection's unrequested keys come in
-    /// runs, and the loop keeps the position in a register (and uses AVX2 where the CPU has
-    /// it). Returns the position and ordinal of the first pair it did not skip.
+    /// The skip loop of [`KeyOrder::pair`]: a projection's unrequested keys come in runs, and
+    /// the loop keeps the position in a register (and uses AVX2 where the CPU has it). Returns
+    /// the position and ordinal of the first pair it did not skip.
     #[inline(always)]
-    pub(crate) fn skip_run(
-        &self,
-        scope: usize,
-        ordinal: usize,
-        buf: &[u8],
-        pos: usize,
-    ) -> (usize, usize) {
+    fn skip_run(&self, scope: usize, ordinal: usize, buf: &[u8], pos: usize) -> (usize, usize) {
         let base = scope * MAX_ORDINALS;
         let Some(preds) = self
             .slots
@@ -438,7 +425,7 @@ mod tests {
             }
             let other = msg[pos..].starts_with(b"\"other");
             match start {
-                PairStart::Key(len, entry) => {
+                Some((len, entry)) => {
                     let (_, stop, _, text) = pairs[after];
                     assert!(!other);
                     assert_eq!(len, text);
@@ -446,7 +433,7 @@ mod tests {
                 }
                 // Past the last pair, not the predicted key, or too close to the end for one
                 // key window.
-                PairStart::Unknown => {
+                None => {
                     assert!(after == keys || other || msg.len() < pos + KEY_WINDOW)
                 }
             }
