@@ -6,10 +6,9 @@
 //! a [`Decoder`]; built-in and user encodings go through exactly the same traits. The built-in
 //! ones are `protobuf` ([`ProtobufFactory`]), `json` ([`JsonFactory`]) and `raw` ([`RawFactory`]).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch};
@@ -17,6 +16,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{DecodeError, PlanError, SchemaError};
 use crate::json::{JsonDecoder, JsonDecoderOptions};
+use crate::options::{OptionError, OptionKind, OptionSpec, Options};
 use crate::protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 use crate::schema::ProtoSchema;
 use crate::Decoder;
@@ -25,19 +25,9 @@ use crate::Decoder;
 /// that do not fit.
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
-    /// A required option is missing.
-    #[error("option '{0}' is required by this encoding")]
-    MissingOption(String),
-    /// An option has a value the encoding does not accept.
-    #[error("option '{key}' = '{value}': {reason}")]
-    BadOption {
-        /// The option.
-        key: String,
-        /// Its value.
-        value: String,
-        /// What is accepted.
-        reason: String,
-    },
+    /// An option is missing or has a value the encoding does not accept.
+    #[error(transparent)]
+    Option(#[from] OptionError),
     /// The schema file could not be loaded.
     #[error(transparent)]
     Schema(#[from] SchemaError),
@@ -50,98 +40,6 @@ pub enum CodecError {
     /// Anything else a user encoding reports.
     #[error("{0}")]
     Other(String),
-}
-
-/// The `WITH` options of a source or sink, as text. Reads are recorded so the engine can reject
-/// options that nobody read (a typo such as `'mesage'` fails loudly instead of being ignored).
-#[derive(Debug, Default)]
-pub struct Options {
-    values: BTreeMap<String, String>,
-    // A Mutex rather than a RefCell so a source definition holding its options can be shared
-    // with the partitions that run on other threads; it is only touched while setting up.
-    read: Mutex<BTreeSet<String>>,
-}
-
-impl Clone for Options {
-    fn clone(&self) -> Self {
-        Self {
-            values: self.values.clone(),
-            read: Mutex::new(self.read_keys().clone()),
-        }
-    }
-}
-
-impl Options {
-    /// Options from key/value pairs; a later duplicate key replaces an earlier one.
-    pub fn new(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
-        Self {
-            values: pairs.into_iter().collect(),
-            read: Mutex::default(),
-        }
-    }
-
-    fn read_keys(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
-        // A poisoned set of read keys is still a valid set.
-        self.read.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// True when no option was given.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
-    /// The value of `key`, if given.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.read_keys().insert(key.to_string());
-        self.values.get(key).map(String::as_str)
-    }
-
-    /// The value of `key`, or an error naming it.
-    pub fn require(&self, key: &str) -> Result<&str, CodecError> {
-        self.get(key)
-            .ok_or_else(|| CodecError::MissingOption(key.to_string()))
-    }
-
-    /// A boolean option (`true`/`false`), `default` when absent.
-    pub fn get_bool(&self, key: &str, default: bool) -> Result<bool, CodecError> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
-            Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
-            Some(v) => Err(CodecError::BadOption {
-                key: key.into(),
-                value: v.into(),
-                reason: "expected 'true' or 'false'".into(),
-            }),
-        }
-    }
-
-    /// Every option whose key starts with `prefix`, with the prefix removed.
-    pub fn with_prefix(&self, prefix: &str) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        for (k, v) in &self.values {
-            if let Some(rest) = k.strip_prefix(prefix) {
-                self.read_keys().insert(k.clone());
-                out.push((rest.to_string(), v.clone()));
-            }
-        }
-        out
-    }
-
-    /// Keys that were given but never read.
-    pub fn unread(&self) -> Vec<String> {
-        let read = self.read_keys();
-        self.values
-            .keys()
-            .filter(|k| !read.contains(*k))
-            .cloned()
-            .collect()
-    }
-
-    /// All options, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
 }
 
 /// What a [`DecoderFactory`] is asked to build.
@@ -157,12 +55,24 @@ pub struct DecoderRequest<'a> {
     pub batch_size: usize,
 }
 
-/// Builds decoders for one encoding. Implemented by the built-in encodings and by user code
-/// alike; registered with the engine under the name SQL uses in `'encoding' = '...'`.
+/// Builds decoders for one encoding, in two phases. Implemented by the built-in encodings and by
+/// user code alike; registered with the engine under the name SQL uses in `'encoding' = '...'`.
+///
+/// [`DecoderFactory::prepare`] does the expensive work once per source: it reads the options,
+/// loads and compiles the schema and builds the decode plan. The [`PreparedDecoder`] it returns
+/// then hands each partition a decoder of its own ([`PreparedDecoder::decoder`]) that shares the
+/// plan, so a scan with many partitions compiles nothing more.
 pub trait DecoderFactory: Send + Sync {
-    /// A decoder producing `request.columns`. Called once per partition, so the decoder may
-    /// keep mutable buffers without locking.
-    fn create_decoder(&self, request: &DecoderRequest<'_>) -> Result<Box<dyn Decoder>, CodecError>;
+    /// Prepares decoding `request.columns` with the source's options. Called once per source
+    /// (at `CREATE SOURCE`), so every schema and type error surfaces there.
+    fn prepare(&self, request: &DecoderRequest<'_>)
+        -> Result<Arc<dyn PreparedDecoder>, CodecError>;
+
+    /// The options this encoding reads, declared once (the engine rejects any other key that
+    /// no connector or sink declares either).
+    fn options(&self) -> &[OptionSpec] {
+        &[]
+    }
 
     /// The columns to use when a source declares none (or ends its column list with `...`).
     fn default_columns(&self, options: &Options) -> Result<Vec<ColumnSpec>, CodecError> {
@@ -177,6 +87,120 @@ pub trait DecoderFactory: Send + Sync {
     /// (so `'confluent.wire' = 'true'` must strip it too).
     fn confluent_message_indexes(&self) -> bool {
         false
+    }
+}
+
+/// A decoding set up once (schema compiled, plan built), from which each partition takes a
+/// decoder of its own.
+pub trait PreparedDecoder: Send + Sync {
+    /// The schema of the batches every decoder of this preparation produces.
+    fn schema(&self) -> SchemaRef;
+
+    /// A decoder with its own buffers, sharing everything compiled. Cheap: call it once per
+    /// partition.
+    fn decoder(&self) -> Box<dyn Decoder>;
+
+    /// The same decoding restricted to `columns` (indexes into this preparation's columns, in
+    /// the order given), for a scan that reads only some columns. The default decodes every
+    /// column and keeps the requested ones; the built-in encodings compile a narrower plan
+    /// instead, which skips the other fields unread.
+    fn project(&self, columns: &[usize]) -> Result<Arc<dyn PreparedDecoder>, CodecError>;
+}
+
+/// The default [`PreparedDecoder::project`]: decode everything, then keep `columns` of each
+/// batch. Call it from an encoding that cannot compile a narrower decoder.
+pub fn project_batches(
+    prepared: Arc<dyn PreparedDecoder>,
+    columns: &[usize],
+) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+    let schema = prepared.schema();
+    if let Some(&bad) = columns.iter().find(|&&c| c >= schema.fields().len()) {
+        return Err(CodecError::Other(format!(
+            "column {bad} is out of range: the decoder produces {} columns",
+            schema.fields().len()
+        )));
+    }
+    let projected = Arc::new(
+        schema
+            .project(columns)
+            .map_err(|e| CodecError::Other(e.to_string()))?,
+    );
+    Ok(Arc::new(ProjectedBatches {
+        inner: prepared,
+        columns: columns.to_vec(),
+        schema: projected,
+    }))
+}
+
+/// See [`project_batches`].
+struct ProjectedBatches {
+    inner: Arc<dyn PreparedDecoder>,
+    columns: Vec<usize>,
+    schema: SchemaRef,
+}
+
+impl PreparedDecoder for ProjectedBatches {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(ProjectingDecoder {
+            inner: self.inner.decoder(),
+            columns: self.columns.clone(),
+            schema: Arc::clone(&self.schema),
+        })
+    }
+
+    fn project(&self, columns: &[usize]) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        let mapped = columns
+            .iter()
+            .map(|&c| {
+                self.columns.get(c).copied().ok_or_else(|| {
+                    CodecError::Other(format!(
+                        "column {c} is out of range: the decoder produces {} columns",
+                        self.columns.len()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        project_batches(Arc::clone(&self.inner), &mapped)
+    }
+}
+
+/// A decoder of every column whose batches are cut down to the requested ones.
+struct ProjectingDecoder {
+    inner: Box<dyn Decoder>,
+    columns: Vec<usize>,
+    schema: SchemaRef,
+}
+
+impl Decoder for ProjectingDecoder {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn decode(&mut self, message: &[u8]) -> Result<(), DecodeError> {
+        self.inner.decode(message)
+    }
+
+    fn buffered_rows(&self) -> usize {
+        self.inner.buffered_rows()
+    }
+
+    fn batch_size(&self) -> usize {
+        self.inner.batch_size()
+    }
+
+    fn flush(&mut self) -> Option<RecordBatch> {
+        let batch = self.inner.flush()?;
+        let rows = batch.num_rows();
+        let columns = self
+            .columns
+            .iter()
+            .map(|&c| Arc::clone(batch.column(c)))
+            .collect();
+        Some(crate::batch_of(&self.schema, columns, rows))
     }
 }
 
@@ -207,6 +231,11 @@ pub struct EncoderRequest<'a> {
 
 /// Builds encoders for one encoding.
 pub trait EncoderFactory: Send + Sync {
+    /// The options this encoder reads, declared once.
+    fn options(&self) -> &[OptionSpec] {
+        &[]
+    }
+
     /// An encoder for rows of `request.schema`.
     fn create_encoder(&self, request: &EncoderRequest<'_>) -> Result<Box<dyn Encoder>, CodecError>;
 }
@@ -219,12 +248,37 @@ pub trait EncoderFactory: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ProtobufFactory;
 
+/// The `protobuf` encoding's options.
+pub const PROTOBUF_OPTIONS: &[OptionSpec] = &[MESSAGE, LOCATION, PROTO_INCLUDE, PROTOBUF_MAX_DEPTH];
+
+const MESSAGE: OptionSpec = OptionSpec::new(
+    "message",
+    OptionKind::Text,
+    "protobuf: the message type, `package.Message` (required)",
+);
+const LOCATION: OptionSpec = OptionSpec::new(
+    "location",
+    OptionKind::Path,
+    "protobuf: the schema, a `.proto` file or a descriptor set (`.pb`, `.desc`) (required)",
+);
+const PROTO_INCLUDE: OptionSpec = OptionSpec::new(
+    "proto.include",
+    OptionKind::List,
+    "protobuf: import paths for a `.proto` file, separated by `:` or `,`",
+);
+const PROTOBUF_MAX_DEPTH: OptionSpec = OptionSpec::new(
+    "protobuf.max.depth",
+    OptionKind::Count,
+    "protobuf: the deepest nesting accepted",
+)
+.default_value("100");
+
 impl ProtobufFactory {
     fn schema(options: &Options) -> Result<(ProtoSchema, String), CodecError> {
-        let message = options.require("message")?.to_string();
-        let location = options.require("location")?;
+        let message = options.require(&MESSAGE)?.to_string();
+        let location = options.require(&LOCATION)?;
         let includes: Vec<PathBuf> = options
-            .get("proto.include")
+            .text(&PROTO_INCLUDE)
             .map(|s| {
                 s.split([':', ','])
                     .map(str::trim)
@@ -238,23 +292,30 @@ impl ProtobufFactory {
 }
 
 impl DecoderFactory for ProtobufFactory {
-    fn create_decoder(&self, request: &DecoderRequest<'_>) -> Result<Box<dyn Decoder>, CodecError> {
+    fn options(&self) -> &[OptionSpec] {
+        PROTOBUF_OPTIONS
+    }
+
+    fn prepare(
+        &self,
+        request: &DecoderRequest<'_>,
+    ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
         let (schema, message) = Self::schema(request.options)?;
-        let columns = request.columns;
-        let mut options = ProtoDecoderOptions {
+        let options = ProtoDecoderOptions {
             batch_size: request.batch_size,
-            ..ProtoDecoderOptions::default()
+            max_depth: request
+                .options
+                .count(&PROTOBUF_MAX_DEPTH)?
+                .map_or(usize::MAX, |d| usize::try_from(d).unwrap_or(usize::MAX)),
         };
-        if let Some(depth) = request.options.get("protobuf.max.depth") {
-            options.max_depth = depth.parse().map_err(|_| CodecError::BadOption {
-                key: "protobuf.max.depth".into(),
-                value: depth.into(),
-                reason: "expected a whole number".into(),
-            })?;
-        }
-        Ok(Box::new(ProtoDecoder::new(
-            &schema, &message, columns, options,
-        )?))
+        let decoder = ProtoDecoder::new(&schema, &message, request.columns, options)?;
+        Ok(Arc::new(PreparedProtobuf {
+            schema,
+            message,
+            columns: request.columns.to_vec(),
+            options,
+            decoder,
+        }))
     }
 
     fn default_columns(&self, options: &Options) -> Result<Vec<ColumnSpec>, CodecError> {
@@ -267,6 +328,53 @@ impl DecoderFactory for ProtobufFactory {
     }
 }
 
+/// The `protobuf` encoding prepared: the schema loaded once, the plan compiled once.
+struct PreparedProtobuf {
+    schema: ProtoSchema,
+    message: String,
+    columns: Vec<ColumnSpec>,
+    options: ProtoDecoderOptions,
+    decoder: ProtoDecoder,
+}
+
+impl PreparedDecoder for PreparedProtobuf {
+    fn schema(&self) -> SchemaRef {
+        self.decoder.schema()
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(self.decoder.fresh())
+    }
+
+    fn project(&self, columns: &[usize]) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        let columns = pick(&self.columns, columns)?;
+        // The schema already loaded: a projection compiles a plan, never reads a file.
+        let decoder = ProtoDecoder::new(&self.schema, &self.message, &columns, self.options)?;
+        Ok(Arc::new(PreparedProtobuf {
+            schema: self.schema.clone(),
+            message: self.message.clone(),
+            columns,
+            options: self.options,
+            decoder,
+        }))
+    }
+}
+
+/// `columns[i]` for each requested index.
+fn pick(columns: &[ColumnSpec], indexes: &[usize]) -> Result<Vec<ColumnSpec>, CodecError> {
+    indexes
+        .iter()
+        .map(|&i| {
+            columns.get(i).cloned().ok_or_else(|| {
+                CodecError::Other(format!(
+                    "column {i} is out of range: the decoder produces {} columns",
+                    columns.len()
+                ))
+            })
+        })
+        .collect()
+}
+
 /// The built-in `json` encoding: a [`JsonDecoder`] for the declared columns.
 ///
 /// Options: `'json.on.mismatch'` = `'error'` (default) or `'null'` (a value of the wrong type
@@ -276,39 +384,112 @@ impl DecoderFactory for ProtobufFactory {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct JsonFactory;
 
+/// The `json` encoding's options.
+pub const JSON_OPTIONS: &[OptionSpec] = &[JSON_ON_MISMATCH, JSON_MAX_DEPTH, JSON_TIMESTAMP_UNIT];
+
+const JSON_ON_MISMATCH: OptionSpec = OptionSpec::new(
+    "json.on.mismatch",
+    OptionKind::Choice(&["error", "null"]),
+    "json: a value of the wrong type or out of range rejects the message, or becomes a null",
+)
+.default_value("error");
+const JSON_MAX_DEPTH: OptionSpec = OptionSpec::new(
+    "json.max.depth",
+    OptionKind::Count,
+    "json: the deepest nesting accepted",
+)
+.default_value("128");
+const JSON_TIMESTAMP_UNIT: OptionSpec = OptionSpec::new(
+    "timestamp.unit.<column>",
+    OptionKind::Choice(&["seconds", "millis", "micros", "nanos"]),
+    "json: the unit of epoch numbers in that Timestamp column (RFC 3339 text is always accepted)",
+);
+
 impl DecoderFactory for JsonFactory {
-    fn create_decoder(&self, request: &DecoderRequest<'_>) -> Result<Box<dyn Decoder>, CodecError> {
+    fn options(&self) -> &[OptionSpec] {
+        JSON_OPTIONS
+    }
+
+    fn prepare(
+        &self,
+        request: &DecoderRequest<'_>,
+    ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
         let o = request.options;
         let mut options = JsonDecoderOptions {
             batch_size: request.batch_size,
             ..JsonDecoderOptions::default()
         };
-        if let Some(v) = o.get("json.on.mismatch") {
-            options.mismatch = v.parse().map_err(|_| CodecError::BadOption {
-                key: "json.on.mismatch".into(),
-                value: v.into(),
-                reason: "expected 'error' or 'null'".into(),
+        if let Some(v) = o.choice(&JSON_ON_MISMATCH)? {
+            options.mismatch = v.parse().map_err(|_| {
+                OptionError::invalid(
+                    &JSON_ON_MISMATCH,
+                    JSON_ON_MISMATCH.key,
+                    v,
+                    "'error' or 'null'",
+                )
             })?;
         }
-        if let Some(v) = o.get("json.max.depth") {
-            options.max_depth = v.parse().map_err(|_| CodecError::BadOption {
-                key: "json.max.depth".into(),
-                value: v.into(),
-                reason: "expected a whole number".into(),
-            })?;
+        if let Some(depth) = o.count(&JSON_MAX_DEPTH)? {
+            options.max_depth = usize::try_from(depth).unwrap_or(usize::MAX);
         }
-        for (column, unit) in o.with_prefix("timestamp.unit.") {
+        for (column, unit) in o.family(&JSON_TIMESTAMP_UNIT) {
+            let key = format!("timestamp.unit.{column}");
             if !request.columns.iter().any(|c| c.name == column) {
-                continue; // a column the scan does not read
+                return Err(OptionError::invalid(
+                    &JSON_TIMESTAMP_UNIT,
+                    &key,
+                    &unit,
+                    format!("a declared column; there is no column '{column}'"),
+                )
+                .into());
             }
-            let unit = unit.parse().map_err(|_| CodecError::BadOption {
-                key: format!("timestamp.unit.{column}"),
-                value: unit.clone(),
-                reason: "expected one of 'seconds', 'millis', 'micros', 'nanos'".into(),
+            let unit = unit.parse().map_err(|_| {
+                OptionError::invalid(
+                    &JSON_TIMESTAMP_UNIT,
+                    &key,
+                    &unit,
+                    "one of 'seconds', 'millis', 'micros', 'nanos'",
+                )
             })?;
             options.timestamp_units.push((column, unit));
         }
-        Ok(Box::new(JsonDecoder::new(request.columns, options)?))
+        let decoder = JsonDecoder::new(request.columns, options.clone())?;
+        Ok(Arc::new(PreparedJson {
+            columns: request.columns.to_vec(),
+            options,
+            decoder,
+        }))
+    }
+}
+
+/// The `json` encoding prepared: the key matchers built once.
+struct PreparedJson {
+    columns: Vec<ColumnSpec>,
+    options: JsonDecoderOptions,
+    decoder: JsonDecoder,
+}
+
+impl PreparedDecoder for PreparedJson {
+    fn schema(&self) -> SchemaRef {
+        self.decoder.schema()
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(self.decoder.fresh())
+    }
+
+    fn project(&self, columns: &[usize]) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        let columns = pick(&self.columns, columns)?;
+        let mut options = self.options.clone();
+        options
+            .timestamp_units
+            .retain(|(c, _)| columns.iter().any(|x| &x.name == c));
+        let decoder = JsonDecoder::new(&columns, options.clone())?;
+        Ok(Arc::new(PreparedJson {
+            columns,
+            options,
+            decoder,
+        }))
     }
 }
 
@@ -319,7 +500,10 @@ impl DecoderFactory for JsonFactory {
 pub struct RawFactory;
 
 impl DecoderFactory for RawFactory {
-    fn create_decoder(&self, request: &DecoderRequest<'_>) -> Result<Box<dyn Decoder>, CodecError> {
+    fn prepare(
+        &self,
+        request: &DecoderRequest<'_>,
+    ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
         let fields = match request.columns {
             [] => Vec::new(),
             [c] if matches!(c.data_type, DataType::Binary) => {
@@ -340,10 +524,8 @@ impl DecoderFactory for RawFactory {
                 ))
             }
         };
-        Ok(Box::new(RawDecoder {
+        Ok(Arc::new(PreparedRaw {
             schema: Arc::new(Schema::new(fields)),
-            values: BinaryBuilder::new(),
-            rows: 0,
             batch_size: request.batch_size.max(1),
         }))
     }
@@ -353,17 +535,65 @@ impl DecoderFactory for RawFactory {
     }
 }
 
+/// The `raw` encoding prepared: its one column, or none.
+struct PreparedRaw {
+    schema: SchemaRef,
+    batch_size: usize,
+}
+
+impl PreparedDecoder for PreparedRaw {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(RawDecoder {
+            schema: Arc::clone(&self.schema),
+            values: BinaryBuilder::new(),
+            rows: 0,
+            batch_size: self.batch_size,
+        })
+    }
+
+    fn project(&self, columns: &[usize]) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        let schema = self
+            .schema
+            .project(columns)
+            .map_err(|e| CodecError::Other(e.to_string()))?;
+        Ok(Arc::new(PreparedRaw {
+            schema: Arc::new(schema),
+            batch_size: self.batch_size,
+        }))
+    }
+}
+
+/// The `raw` encoder's options.
+pub const RAW_ENCODER_OPTIONS: &[OptionSpec] = &[RAW_COLUMN];
+
+const RAW_COLUMN: OptionSpec = OptionSpec::new(
+    "raw.column",
+    OptionKind::Text,
+    "raw: the Binary or Utf8 column written as the message, when the rows have several",
+);
+
 impl EncoderFactory for RawFactory {
+    fn options(&self) -> &[OptionSpec] {
+        RAW_ENCODER_OPTIONS
+    }
+
     fn create_encoder(&self, request: &EncoderRequest<'_>) -> Result<Box<dyn Encoder>, CodecError> {
         let fields = request.schema.fields();
-        let index = match request.options.get("raw.column") {
+        let index = match request.options.text(&RAW_COLUMN) {
             Some(name) => fields
                 .iter()
                 .position(|f| f.name() == name)
-                .ok_or_else(|| CodecError::BadOption {
-                    key: "raw.column".into(),
-                    value: name.into(),
-                    reason: format!("sink {} writes no column '{name}'", request.sink),
+                .ok_or_else(|| {
+                    OptionError::invalid(
+                        &RAW_COLUMN,
+                        RAW_COLUMN.key,
+                        name,
+                        format!("a column sink {} writes", request.sink),
+                    )
                 })?,
             None if fields.len() == 1 => 0,
             None => {
@@ -475,11 +705,12 @@ pub fn parse_time_unit(key: &str, value: &str) -> Result<TimeUnit, CodecError> {
         "ms" | "milli" | "millis" | "milliseconds" => Ok(TimeUnit::Millisecond),
         "us" | "micro" | "micros" | "microseconds" => Ok(TimeUnit::Microsecond),
         "ns" | "nano" | "nanos" | "nanoseconds" => Ok(TimeUnit::Nanosecond),
-        _ => Err(CodecError::BadOption {
+        _ => Err(OptionError::Invalid {
             key: key.into(),
-            value: value.into(),
-            reason: "expected one of 'seconds', 'millis', 'micros', 'nanos'".into(),
-        }),
+            shown: format!("'{value}'"),
+            expected: "one of 'seconds', 'millis', 'micros', 'nanos'".into(),
+        }
+        .into()),
     }
 }
 
@@ -569,30 +800,18 @@ mod tests {
     }
 
     #[test]
-    fn options_track_unread_keys() {
-        let o = Options::new([
-            ("message".to_string(), "a.B".to_string()),
-            ("mesage".to_string(), "x".to_string()),
-            ("fields.t".to_string(), "b.t".to_string()),
-        ]);
-        assert_eq!(o.get("message"), Some("a.B"));
-        assert_eq!(o.with_prefix("fields."), vec![("t".into(), "b.t".into())]);
-        assert_eq!(o.unread(), vec!["mesage".to_string()]);
-        assert!(o.get_bool("message", false).is_err());
-    }
-
-    #[test]
     fn raw_decoder_keeps_every_message() {
         let opts = Options::default();
         let cols = [ColumnSpec::new("v", DataType::Binary)];
-        let mut d = RawFactory
-            .create_decoder(&DecoderRequest {
+        let prepared = RawFactory
+            .prepare(&DecoderRequest {
                 source: "s",
                 columns: &cols,
                 options: &opts,
                 batch_size: 2,
             })
             .unwrap();
+        let mut d = prepared.decoder();
         d.decode(b"ab").unwrap();
         assert!(d.take_full_batch().is_none());
         d.decode(b"").unwrap();
@@ -600,7 +819,7 @@ mod tests {
         assert_eq!(b.num_rows(), 2);
         let wrong = [ColumnSpec::new("v", DataType::Utf8)];
         assert!(RawFactory
-            .create_decoder(&DecoderRequest {
+            .prepare(&DecoderRequest {
                 source: "s",
                 columns: &wrong,
                 options: &opts,

@@ -18,6 +18,7 @@ mod bits;
 pub mod error;
 pub mod factory;
 pub mod json;
+mod options;
 pub mod protobuf;
 pub mod schema;
 
@@ -25,10 +26,12 @@ pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use error::{DecodeError, DecodeErrorKind, PlanError, SchemaError};
 pub use factory::{
-    parse_time_unit, strip_confluent, CodecError, DecoderFactory, DecoderRequest, Encoder,
-    EncoderFactory, EncoderRequest, JsonFactory, Options, ProtobufFactory, RawFactory,
+    parse_time_unit, project_batches, strip_confluent, CodecError, DecoderFactory, DecoderRequest,
+    Encoder, EncoderFactory, EncoderRequest, JsonFactory, PreparedDecoder, ProtobufFactory,
+    RawFactory, JSON_OPTIONS, PROTOBUF_OPTIONS, RAW_ENCODER_OPTIONS,
 };
 pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
+pub use options::{markdown_table, unknown_keys, OptionError, OptionKind, OptionSpec, Options};
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 pub use schema::ProtoSchema;
 

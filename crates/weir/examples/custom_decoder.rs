@@ -1,6 +1,11 @@
-//! A hand-written decoder plugged into weir: seed 002's "after" decoder for `stocks.QuoteNBBO`
-//! (a `prost`-derived struct and concrete Arrow builders), registered as the encoding
-//! `custom.proto+stocks.QuoteNBBO` and used from SQL exactly like the built-in ones.
+//! A hand-written decoder plugged into weir: a statically typed decoder for `stocks.QuoteNBBO`
+//! (a `prost`-derived struct and concrete Arrow builders, the way a team speeds up one hot
+//! message type by hand), registered as the encoding `custom.proto+stocks.QuoteNBBO` and used
+//! from SQL exactly like the built-in ones.
+//!
+//! A factory prepares once per source ([`DecoderFactory::prepare`]: here it maps the declared
+//! columns onto the twelve it knows) and each partition takes a decoder of its own from the
+//! preparation ([`PreparedDecoder::decoder`]).
 //!
 //! ```text
 //! cargo run --release -p weir --example custom_decoder -- [--count N]
@@ -25,6 +30,7 @@ use weir::engine::{Engine, EngineOptions, ResultOutput};
 use weir::sink::SinkError;
 use weir_codec::{
     CodecError, DecodeError, DecodeErrorKind, Decoder, DecoderFactory, DecoderRequest, PlanError,
+    PreparedDecoder,
 };
 
 /// `stocks.QuoteBase`, as prost-build would generate it.
@@ -91,7 +97,10 @@ fn known_columns() -> Vec<Field> {
 pub struct StocksQuoteNbboDecoderFactory;
 
 impl DecoderFactory for StocksQuoteNbboDecoderFactory {
-    fn create_decoder(&self, request: &DecoderRequest<'_>) -> Result<Box<dyn Decoder>, CodecError> {
+    fn prepare(
+        &self,
+        request: &DecoderRequest<'_>,
+    ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
         let known = known_columns();
         let mut order = Vec::new();
         let mut fields = Vec::new();
@@ -114,11 +123,11 @@ impl DecoderFactory for StocksQuoteNbboDecoderFactory {
             order.push(i);
             fields.push(known[i].clone());
         }
-        Ok(Box::new(StocksQuoteNbboDecoder::new(
-            Arc::new(Schema::new(fields)),
+        Ok(Arc::new(PreparedQuoteDecoder {
+            schema: Arc::new(Schema::new(fields)),
             order,
-            request.batch_size,
-        )))
+            batch_size: request.batch_size,
+        }))
     }
 
     fn default_columns(
@@ -136,7 +145,42 @@ impl DecoderFactory for StocksQuoteNbboDecoderFactory {
     }
 }
 
-/// Seed 002's static decoder: `prost::Message::decode`, then concrete builders.
+/// The decoder prepared for a source's columns: which of the twelve, in which order. Each
+/// partition gets a [`StocksQuoteNbboDecoder`] of its own from it.
+pub struct PreparedQuoteDecoder {
+    schema: SchemaRef,
+    order: Vec<usize>,
+    batch_size: usize,
+}
+
+impl PreparedDecoder for PreparedQuoteDecoder {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(StocksQuoteNbboDecoder::new(
+            Arc::clone(&self.schema),
+            self.order.clone(),
+            self.batch_size,
+        ))
+    }
+
+    fn project(&self, columns: &[usize]) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        // Only the columns a query reads are built: the others are never appended to.
+        let schema = self
+            .schema
+            .project(columns)
+            .map_err(|e| CodecError::Other(e.to_string()))?;
+        Ok(Arc::new(PreparedQuoteDecoder {
+            schema: Arc::new(schema),
+            order: columns.iter().map(|&c| self.order[c]).collect(),
+            batch_size: self.batch_size,
+        }))
+    }
+}
+
+/// The hand-written decoder: `prost::Message::decode`, then concrete builders.
 pub struct StocksQuoteNbboDecoder {
     schema: SchemaRef,
     order: Vec<usize>,
@@ -271,7 +315,7 @@ impl ResultOutput for PrintTable {
     }
 }
 
-/// Seed 002's source and query over `file`, with the given encoding.
+/// The options-quotes source and query over `file`, with the given encoding.
 pub fn pipeline(file: &str, descriptor: &str, encoding: &str) -> String {
     // The same columns for both; the built-in decoder finds ticker and timestamp in `base`.
     let declared =
