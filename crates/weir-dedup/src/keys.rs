@@ -283,14 +283,11 @@ impl<'a> KeyView<'a> {
             let values = array.as_primitive::<T>().values();
             // SAFETY: primitive values are plain bytes; u8 has alignment 1.
             let values = unsafe {
-                std::slice::from_raw_parts(
-                    values.as_ptr().cast::<u8>(),
-                    std::mem::size_of_val(&values[..]),
-                )
+                std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(&values[..]))
             };
             KeyView::Fixed {
                 values,
-                width: std::mem::size_of::<T::Native>(),
+                width: size_of::<T::Native>(),
                 array,
             }
         }
@@ -470,7 +467,7 @@ fn i64_values(array: &ArrayRef) -> Option<&[i64]> {
 
 fn as_bytes(v: &[i64]) -> &[u8] {
     // SAFETY: any initialised i64 memory is valid as bytes, and u8 has alignment 1.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), size_of_val(v)) }
 }
 
 #[cfg(test)]

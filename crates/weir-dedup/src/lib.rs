@@ -10,7 +10,9 @@
 //! - [`KeyColumns`] and [`KeyMode`]: which columns make a key, stored hashed (xxh3-128) or raw.
 //! - [`DedupStats`]: block-cache hit rates overall and for data, index and filter blocks apart,
 //!   bloom-filter usefulness, keys held and expired, duplicates dropped and bytes on disk. The
-//!   overall hit rate alone can hide a poor data-block rate (seed 000's lesson), so all are shown.
+//!   overall hit rate alone can hide a poor data-block rate (a cache that answers 95% of all
+//!   lookups can still miss 10% of the data blocks, which are the expensive misses), so all are
+//!   shown.
 //!
 //! Lookups are batched per RecordBatch (`batched_multi_get`), and two generations of recently
 //! seen keys sit in memory in front of RocksDB (an open-addressing table, no allocation per key),

@@ -192,9 +192,7 @@ impl KeySet {
 
     /// Bytes held (slots and arena), for the statistics.
     pub(crate) fn bytes(&self) -> usize {
-        self.hashes.len() * 16
-            + self.extra.len() * std::mem::size_of::<Extra>()
-            + self.arena.capacity()
+        self.hashes.len() * 16 + self.extra.len() * size_of::<Extra>() + self.arena.capacity()
     }
 }
 

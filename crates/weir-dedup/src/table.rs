@@ -33,7 +33,7 @@ pub(crate) fn prefetch<T>(value: &T) {
 /// A table of `len` copies of `value`, its memory advised for huge pages before first touch.
 pub(crate) fn table<T: Copy>(len: usize, value: T) -> Vec<T> {
     let mut v = Vec::with_capacity(len);
-    advise_huge_pages(v.as_ptr(), len * std::mem::size_of::<T>());
+    advise_huge_pages(v.as_ptr(), len * size_of::<T>());
     v.resize(len, value);
     v
 }

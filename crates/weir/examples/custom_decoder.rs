@@ -26,8 +26,7 @@ use arrow::array::builder::{
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use prost::Message;
-use weir::engine::{Engine, EngineOptions, ResultOutput};
-use weir::sink::SinkError;
+use weir::{Engine, EngineOptions, ResultOutput, SinkError};
 use weir_codec::{
     CodecError, DecodeError, DecodeErrorKind, Decoder, DecoderFactory, DecoderRequest, PlanError,
     PreparedDecoder,
@@ -36,10 +35,13 @@ use weir_codec::{
 /// `stocks.QuoteBase`, as prost-build would generate it.
 #[derive(Clone, PartialEq, Message)]
 pub struct QuoteBase {
+    /// The option symbol.
     #[prost(string, tag = "1")]
     pub ticker: String,
+    /// Epoch nanoseconds.
     #[prost(int64, tag = "2")]
     pub timestamp: i64,
+    /// The feed's sequence number.
     #[prost(int64, tag = "3")]
     pub sequence_number: i64,
 }
@@ -47,24 +49,34 @@ pub struct QuoteBase {
 /// `stocks.QuoteNBBO`, as prost-build would generate it.
 #[derive(Clone, PartialEq, Message)]
 pub struct QuoteNbbo {
+    /// The ticker, time and sequence number.
     #[prost(message, optional, tag = "1")]
     pub base: Option<QuoteBase>,
+    /// Bid price in dollars.
     #[prost(double, tag = "2")]
     pub bid_price: f64,
+    /// Bid size in contracts.
     #[prost(uint32, tag = "3")]
     pub bid_size: u32,
+    /// Bid exchange id.
     #[prost(uint32, tag = "4")]
     pub bid_exchange: u32,
+    /// Ask price in dollars.
     #[prost(double, tag = "5")]
     pub ask_price: f64,
+    /// Ask size in contracts.
     #[prost(uint32, tag = "6")]
     pub ask_size: u32,
+    /// Ask exchange id.
     #[prost(uint32, tag = "7")]
     pub ask_exchange: u32,
+    /// Condition code.
     #[prost(int32, tag = "8")]
     pub conditions: i32,
+    /// Indicator code.
     #[prost(int32, tag = "9")]
     pub indicators: i32,
+    /// Tape (1..=3).
     #[prost(uint32, tag = "10")]
     pub tape: u32,
 }
@@ -366,7 +378,7 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or(0);
     let dir = tempfile::tempdir()?;
     let descriptor = dir.path().join("stocks.pb");
-    std::fs::write(dir.path().join("stocks.proto"), weir::gen::STOCKS_PROTO)?;
+    std::fs::write(dir.path().join("stocks.proto"), weir_testdata::STOCKS_PROTO)?;
     let set = weir_codec::ProtoSchema::load(dir.path().join("stocks.proto"), &[])?;
     std::fs::write(&descriptor, set.descriptor_set_bytes())?;
     let (file, encodings) = match arg("--file") {
@@ -381,12 +393,11 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or(1_000_000);
             let path = dir.path().join("quotes.bin");
             let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
-            weir::gen::write_quotes(
+            weir_testdata::QuoteGenerator::new(weir_testdata::DEFAULT_SEED).write(
                 &mut out,
                 count,
-                weir::gen::DEFAULT_SEED,
-                weir::gen::QuoteFormat::Protobuf,
-                weir::source::framing::Framing::Varint,
+                weir_testdata::QuoteFormat::Protobuf,
+                weir_testdata::Framing::Varint,
             )?;
             (
                 path.display().to_string(),

@@ -1,4 +1,4 @@
-//! What dedup adds to decoding (issue 6's benchmark). Generates the quote stream in memory with
+//! What dedup adds to decoding: the dedup benchmark. Generates the quote stream in memory with
 //! a share of exact repeats (default 10%), then in one process:
 //! 1. decodes every message into Arrow batches on one thread (the reference: decode only);
 //! 2. decodes again and runs every batch through a fresh `StateStore` keyed on
@@ -30,11 +30,11 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, TimeUnit};
-use weir::gen::{QuoteGenerator, DEFAULT_SEED, QUOTE_MESSAGE, STOCKS_PROTO};
 use weir_codec::{ColumnSpec, Decoder, DecoderFactory, DecoderRequest, Options, ProtobufFactory};
 use weir_dedup::{
     parse_bytes, Checkpoint, DedupKey, KeyColumns, KeyMode, StateOptions, StateStore,
 };
+use weir_testdata::{QuoteGenerator, DEFAULT_SEED, QUOTE_MESSAGE, STOCKS_PROTO};
 
 struct Args {
     messages: usize,
@@ -103,12 +103,14 @@ fn decoder(dir: &std::path::Path) -> Result<Box<dyn Decoder>> {
         ColumnSpec::new("bid_size", DataType::UInt32),
         ColumnSpec::new("ask_size", DataType::UInt32),
     ];
-    Ok(ProtobufFactory.create_decoder(&DecoderRequest {
-        source: "quotes",
-        columns: &columns,
-        options: &options,
-        batch_size: weir_codec::DEFAULT_BATCH_SIZE,
-    })?)
+    Ok(ProtobufFactory
+        .prepare(&DecoderRequest {
+            source: "quotes",
+            columns: &columns,
+            options: &options,
+            batch_size: weir_codec::DEFAULT_BATCH_SIZE,
+        })?
+        .decoder())
 }
 
 /// Decodes every message; calls `each` with every full batch (and the last one).

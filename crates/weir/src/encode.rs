@@ -1,13 +1,14 @@
-//! The built-in `json` encoder: one JSON object per row (arrow-json's writer, whose lines never
-//! contain a raw newline, split into messages).
+//! The built-in `json` encoder: one JSON object per row (weir's JSON-lines writer, whose lines
+//! never contain a raw newline, split into messages).
 
-use arrow::json::LineDelimitedWriter;
 use arrow::record_batch::RecordBatch;
 use weir_codec::{CodecError, Encoder, EncoderFactory, EncoderRequest};
 
+use crate::sink::json_writer;
+
 /// Builds [`JsonEncoder`]s.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct JsonEncoderFactory;
+pub(crate) struct JsonEncoderFactory;
 
 impl EncoderFactory for JsonEncoderFactory {
     fn create_encoder(
@@ -20,8 +21,9 @@ impl EncoderFactory for JsonEncoderFactory {
     }
 }
 
-/// Encodes each row as a JSON object (nulls omitted, as arrow-json writes them).
-pub struct JsonEncoder {
+/// Encodes each row as a JSON object (nulls omitted, infinities and NaN as protobuf's JSON
+/// mapping writes them).
+pub(crate) struct JsonEncoder {
     lines: Vec<u8>,
 }
 
@@ -34,7 +36,7 @@ impl Encoder for JsonEncoder {
     ) -> Result<(), CodecError> {
         self.lines.clear();
         {
-            let mut w = LineDelimitedWriter::new(&mut self.lines);
+            let mut w = json_writer(&mut self.lines);
             w.write(batch)
                 .and_then(|_| w.finish())
                 .map_err(|e| CodecError::Other(format!("cannot write JSON: {e}")))?;

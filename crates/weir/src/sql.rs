@@ -142,6 +142,18 @@ pub enum Statement {
     Other(SqlText),
 }
 
+impl Statement {
+    /// The line the statement starts on.
+    pub fn line(&self) -> u64 {
+        match self {
+            Self::CreateSource(s) => s.position.line,
+            Self::CreateSink(s) => s.position.line,
+            Self::Insert { whole, .. } => whole.start.line,
+            Self::Other(text) => text.start.line,
+        }
+    }
+}
+
 /// Splits `script` into statements and parses weir's own.
 pub fn parse_script(script: &str) -> Result<Vec<Statement>, SqlError> {
     let dialect = GenericDialect {};
@@ -520,7 +532,7 @@ impl LineIndex {
 mod tests {
     use super::*;
 
-    const SEED_002: &str = "CREATE SOURCE opra_quotes (
+    const OPTIONS_QUOTES: &str = "CREATE SOURCE opra_quotes (
     ticker VARCHAR,
     timestamp TIMESTAMP,
     bid_price DOUBLE,
@@ -535,8 +547,8 @@ mod tests {
 SELECT ticker, count(*) FROM opra_quotes GROUP BY ticker;";
 
     #[test]
-    fn seed_002_statement_parses_verbatim() {
-        let stmts = parse_script(SEED_002).unwrap();
+    fn the_options_quotes_statement_parses_verbatim() {
+        let stmts = parse_script(OPTIONS_QUOTES).unwrap();
         assert_eq!(stmts.len(), 2);
         let Statement::CreateSource(s) = &stmts[0] else {
             panic!("{stmts:?}")

@@ -5,24 +5,28 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use weir::engine::{Engine, EngineOptions};
-use weir::gen::{write_quotes, QuoteFormat, STOCKS_PROTO};
-use weir::source::framing::Framing;
+use weir::{Engine, EngineOptions};
+use weir_testdata::{Framing, QuoteFormat, QuoteGenerator, STOCKS_PROTO};
 
 struct Counting;
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
+// SAFETY: every call is passed on unchanged to the system allocator, which upholds the
+// GlobalAlloc contract; counting touches only an atomic.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's layout contract is the system allocator's.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator, that is from `System`, with `layout`.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `System` with `layout`; the caller's size contract holds.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -33,7 +37,9 @@ static GLOBAL: Counting = Counting;
 fn allocations_for(messages: u64, dir: &std::path::Path, rt: &tokio::runtime::Runtime) -> u64 {
     let data = dir.join(format!("q{messages}.bin"));
     let mut f = std::fs::File::create(&data).unwrap();
-    write_quotes(&mut f, messages, 1, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+    QuoteGenerator::new(1)
+        .write(&mut f, messages, QuoteFormat::Protobuf, Framing::Varint)
+        .unwrap();
     let sql = format!(
         "CREATE SOURCE q (ticker VARCHAR, bid_price DOUBLE, ask_size INT UNSIGNED) INCLUDE offset \
          WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'protobuf', \

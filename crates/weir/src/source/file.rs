@@ -11,10 +11,78 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::framing::{Frame, Framing};
+use weir_codec::{OptionKind, OptionSpec, Options};
+use weir_testdata::{Frame, Framing};
+
+use crate::error::{SourceError, SourceErrorKind};
+
+/// The file connector's options.
+pub(crate) const FILE_OPTIONS: &[OptionSpec] = &[PATH, FRAMING, MAX_MESSAGE_BYTES];
+
+const PATH: OptionSpec = OptionSpec::new(
+    "path",
+    OptionKind::Path,
+    "file connector: a file, a directory, or a glob (`data/*.bin`), read in name order \
+     (required)",
+);
+pub(crate) const FRAMING: OptionSpec = OptionSpec::new(
+    "framing",
+    OptionKind::Choice(&["varint", "u32be", "lines"]),
+    "a protobuf varint length before each message, a 4-byte big-endian length, or one message \
+     per line (`\\r\\n` accepted, blank lines skipped)",
+)
+.default_value("varint");
+const MAX_MESSAGE_BYTES: OptionSpec = OptionSpec::new(
+    "max.message.bytes",
+    OptionKind::Count,
+    "file connector: a larger frame is a bad message (the rest of that file is skipped)",
+)
+.default_value("67108864");
+
+/// The file connector's settings.
+#[derive(Debug, Clone)]
+pub(crate) struct FileSettings {
+    /// A file, a directory or a glob.
+    pub(crate) path: String,
+    /// How messages are delimited.
+    pub(crate) framing: Framing,
+    /// Largest message accepted.
+    pub(crate) max_message_bytes: u64,
+}
+
+impl FileSettings {
+    /// Reads the file connector's options and checks that the path names a file.
+    pub(crate) fn parse(source: &str, options: &Options) -> Result<Self, SourceError> {
+        let err = |e| SourceError::new(source, SourceErrorKind::Option(e));
+        let path = options.require(&PATH).map_err(err)?.to_string();
+        let framing = parse_framing(options).map_err(err)?;
+        let max_message_bytes = options.count(&MAX_MESSAGE_BYTES).map_err(err)?.unwrap_or(0);
+        // Fail now, not at the first query, when the path names nothing.
+        expand_path(&path).map_err(|e| SourceError::new(source, e))?;
+        Ok(Self {
+            path,
+            framing,
+            max_message_bytes,
+        })
+    }
+
+    /// A feed over these files (bounded unless `follow`).
+    pub(crate) fn feed(&self, follow: bool) -> Result<FileFeed, FileError> {
+        FileFeed::new(&self.path, self.framing, follow, self.max_message_bytes)
+    }
+}
+
+/// `'framing'` of a source or a `file` sink.
+pub(crate) fn parse_framing(options: &Options) -> Result<Framing, weir_codec::OptionError> {
+    Ok(match options.choice(&FRAMING)? {
+        Some("u32be") => Framing::U32Be,
+        Some("lines") => Framing::Lines,
+        _ => Framing::Varint,
+    })
+}
 
 /// Bytes read per block (whole messages only; a larger message grows the block).
-pub const DEFAULT_BLOCK_BYTES: usize = 4 << 20;
+pub(crate) const DEFAULT_BLOCK_BYTES: usize = 4 << 20;
 
 /// A problem with the files themselves (not with a message's contents).
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +112,7 @@ pub enum FileError {
 
 /// The files a `'path'` names: itself, the regular files of a directory (not hidden, sorted),
 /// or the matches of a glob (sorted).
-pub fn expand_path(spec: &str) -> Result<Vec<PathBuf>, FileError> {
+pub(crate) fn expand_path(spec: &str) -> Result<Vec<PathBuf>, FileError> {
     let path = Path::new(spec);
     let mut files = Vec::new();
     if path.is_dir() {
@@ -85,7 +153,7 @@ pub fn expand_path(spec: &str) -> Result<Vec<PathBuf>, FileError> {
 
 /// What [`FileFeed::next_block`] produced.
 #[derive(Debug)]
-pub enum BlockStatus {
+pub(crate) enum BlockStatus {
     /// `buf[..len]` holds whole frames of `file`, the first at byte `offset` of the file.
     Block {
         /// The file.
@@ -128,7 +196,7 @@ struct FeedState {
 }
 
 /// The shared block reader of one scan of a file source.
-pub struct FileFeed {
+pub(crate) struct FileFeed {
     spec: String,
     framing: Framing,
     follow: bool,
@@ -151,7 +219,7 @@ impl std::fmt::Debug for FileFeed {
 impl FileFeed {
     /// A feed over the files `spec` names. With `follow`, the end of the last file is not the
     /// end: the feed waits for it to grow and picks up new files matching `spec`.
-    pub fn new(
+    pub(crate) fn new(
         spec: &str,
         framing: Framing,
         follow: bool,
@@ -198,25 +266,26 @@ impl FileFeed {
     }
 
     /// Sets the bytes read per block (tests use small blocks to exercise the edges).
-    pub fn with_block_bytes(mut self, bytes: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_block_bytes(mut self, bytes: usize) -> Self {
         self.block_bytes = bytes.max(1);
         self
     }
 
     /// Resumes a checkpointed read: each file named here (as its path is displayed) begins at
     /// the given byte offset instead of 0. The offset must be a frame boundary.
-    pub fn with_starts(mut self, starts: impl IntoIterator<Item = (String, u64)>) -> Self {
+    pub(crate) fn with_starts(mut self, starts: impl IntoIterator<Item = (String, u64)>) -> Self {
         self.starts = starts.into_iter().collect();
         self
     }
 
     /// The framing.
-    pub fn framing(&self) -> Framing {
+    pub(crate) fn framing(&self) -> Framing {
         self.framing
     }
 
     /// Fills `buf` with the next block of whole frames.
-    pub fn next_block(&self, buf: &mut Vec<u8>) -> Result<BlockStatus, FileError> {
+    pub(crate) fn next_block(&self, buf: &mut Vec<u8>) -> Result<BlockStatus, FileError> {
         // A poisoned lock means another partition panicked mid-read; its state is still a
         // consistent position in the files, and the panic is reported by that partition.
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -261,19 +330,19 @@ impl FileFeed {
             buf.clear();
             buf.append(&mut st.carry);
             let mut eof = self.fill(&mut st, buf, self.block_bytes)?;
-            let mut needed: Option<u64>;
+            let mut partial: Option<Frame>;
             loop {
                 // Find the end of the last whole frame. In follow mode the end of the last
                 // file is not final: a line without its newline may still be being written.
                 let final_bytes = eof && !(self.follow && last);
                 let mut at = 0;
                 let mut corrupt = None;
-                needed = None;
+                partial = None;
                 while at < buf.len() {
                     match self.framing.frame(buf, at, final_bytes) {
                         Frame::Message { next, .. } | Frame::Empty { next } => at = next,
-                        Frame::Partial { needed: n } => {
-                            needed = n;
+                        f @ Frame::Partial { .. } => {
+                            partial = Some(f);
                             break;
                         }
                         Frame::Corrupt(reason) => {
@@ -296,19 +365,33 @@ impl FileFeed {
                 if let Some(reason) = corrupt {
                     return Ok(self.drop_rest(&mut st, buf, file, reason));
                 }
-                if let Some(n) = needed.filter(|&n| n > self.max_message_bytes) {
-                    let reason = format!(
-                        "frame declares {n} bytes, more than 'max.message.bytes' ({})",
-                        self.max_message_bytes
-                    );
-                    return Ok(self.drop_rest(&mut st, buf, file, reason));
+                // The declared length is checked before anything more is read: a length near
+                // 2^64 is refused here, not after reading the rest of the file.
+                if let Some(Frame::Partial {
+                    message_len: Some(len),
+                    ..
+                }) = partial
+                {
+                    if len > self.max_message_bytes {
+                        let reason = format!(
+                            "the frame declares a message of {len} bytes, more than \
+                             'max.message.bytes' ({})",
+                            self.max_message_bytes
+                        );
+                        return Ok(self.drop_rest(&mut st, buf, file, reason));
+                    }
                 }
                 if eof {
                     break;
                 }
                 // The first frame is larger than a block: read until it is whole.
+                let needed = partial.as_ref().and_then(Frame::needed);
                 let more = needed
-                    .map_or(0, |n| (n as usize).saturating_sub(buf.len()))
+                    .map_or(0, |n| {
+                        usize::try_from(n)
+                            .unwrap_or(usize::MAX)
+                            .saturating_sub(buf.len())
+                    })
                     .max(self.block_bytes);
                 eof = self.fill(&mut st, buf, more)?;
             }
@@ -327,7 +410,7 @@ impl FileFeed {
                 self.next_file(&mut st);
                 continue;
             }
-            let reason = match needed {
+            let reason = match partial.as_ref().and_then(Frame::needed) {
                 Some(n) => format!(
                     "the file ends inside a message: the frame needs {n} bytes, {} remain",
                     buf.len()
@@ -400,6 +483,72 @@ impl FileFeed {
                     st.files.push(f);
                 }
             }
+        }
+    }
+}
+
+/// Why [`for_each_message`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MessagesError {
+    /// The files could not be read.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// A frame holds no message.
+    #[error("{file} at byte {offset}: {reason}")]
+    BadFrame {
+        /// The file.
+        file: String,
+        /// Where the frame starts.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The caller's function failed.
+    #[error(transparent)]
+    Callback(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Calls `each` with every message of the files `spec` names (a file, a directory or a glob,
+/// read in name order), each a slice of the block read; returns the messages and their bytes.
+pub fn for_each_message(
+    spec: &str,
+    framing: Framing,
+    mut each: impl FnMut(&[u8]) -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
+) -> Result<(u64, u64), MessagesError> {
+    let feed = FileFeed::new(spec, framing, false, u64::MAX)?;
+    let mut buf = Vec::new();
+    let (mut n, mut bytes) = (0u64, 0u64);
+    loop {
+        match feed.next_block(&mut buf)? {
+            BlockStatus::Block { len, .. } => {
+                let mut at = 0;
+                while at < len {
+                    match framing.frame(&buf[..len], at, true) {
+                        Frame::Message { start, end, next } => {
+                            each(&buf[start..end]).map_err(MessagesError::Callback)?;
+                            n += 1;
+                            bytes += (end - start) as u64;
+                            at = next;
+                        }
+                        Frame::Empty { next } => at = next,
+                        // The feed hands out whole frames only.
+                        Frame::Partial { .. } | Frame::Corrupt(_) => break,
+                    }
+                }
+            }
+            BlockStatus::Bad {
+                file,
+                offset,
+                reason,
+                ..
+            } => {
+                return Err(MessagesError::BadFrame {
+                    file: file.to_string(),
+                    offset,
+                    reason,
+                })
+            }
+            BlockStatus::Wait | BlockStatus::End => return Ok((n, bytes)),
         }
     }
 }

@@ -1,44 +1,146 @@
-//! The Kafka connector: each DataFusion partition runs a `weir_kafka::Consumer` over a disjoint
-//! share of the topic's partitions, on a thread of its own (the consumer blocks on its sockets),
-//! and decodes each record value in place inside the consumer's handler: the value is a slice of
-//! the fetch response, never copied. Batches go to the query through a small bounded channel, so
-//! a slow query slows the consumer instead of piling up memory.
+//! The Kafka connector's settings: its options, the consumer configuration built from them, and
+//! how a scan deals the topic's partitions out to its readers. The reading itself (one Kafka
+//! loop for every kind of scan) is `crate::pipeline::reader`.
 
-use std::fmt;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
+use weir_codec::{OptionKind, OptionSpec, Options};
+use weir_kafka::{Consumer, ConsumerConfig, PartitionSelection, StartupMode};
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
-use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::streaming::PartitionStream;
-use weir_kafka::{Consumer, ConsumerConfig, PartitionSelection, PollStatus, Record};
+use crate::error::{SourceError, SourceErrorKind};
 
-use super::{external, thread_stream, ScanPlan, SourceError};
+/// The Kafka connector's options.
+pub(crate) const KAFKA_OPTIONS: &[OptionSpec] = &[
+    BROKERS,
+    TOPIC,
+    PARTITIONS,
+    STARTUP_MODE,
+    STARTUP_OFFSET,
+    STARTUP_TIMESTAMP,
+    ISOLATION_LEVEL,
+    OFFSET_RESET,
+    CHECK_CRCS,
+];
 
-/// The scan's partitions: the selected Kafka partitions dealt round-robin over at most `n`
-/// readers (never more readers than Kafka partitions).
-pub(crate) async fn partitions(
-    plan: &Arc<ScanPlan>,
+const BROKERS: OptionSpec = OptionSpec::new(
+    "brokers",
+    OptionKind::List,
+    "kafka: bootstrap brokers, `host:port[,host:port...]` (required)",
+);
+const TOPIC: OptionSpec = OptionSpec::new("topic", OptionKind::Text, "kafka: the topic (required)");
+const PARTITIONS: OptionSpec = OptionSpec::new(
+    "partitions",
+    OptionKind::Text,
+    "kafka: `all`, or ids and ranges (`0,2,5-7`): a static assignment, so several weir \
+     processes can split a topic",
+)
+.default_value("all");
+const STARTUP_MODE: OptionSpec = OptionSpec::new(
+    "scan.startup.mode",
+    OptionKind::Choice(&["earliest", "latest", "offset", "timestamp"]),
+    "kafka: where each partition starts; `offset` reads `'scan.startup.offset'`, `timestamp` \
+     reads `'scan.startup.timestamp'`",
+)
+.default_value("earliest");
+const STARTUP_OFFSET: OptionSpec = OptionSpec::new(
+    "scan.startup.offset",
+    OptionKind::Text,
+    "kafka: with `offset`: `N` for every partition, or `p:N,p:N`",
+);
+const STARTUP_TIMESTAMP: OptionSpec = OptionSpec::new(
+    "scan.startup.timestamp",
+    OptionKind::Count,
+    "kafka: with `timestamp`: milliseconds since the epoch",
+);
+const ISOLATION_LEVEL: OptionSpec = OptionSpec::new(
+    "isolation.level",
+    OptionKind::Choice(&["read_committed", "read_uncommitted"]),
+    "kafka: aborted transactions are filtered out, control batches skipped",
+)
+.default_value("read_committed");
+const OFFSET_RESET: OptionSpec = OptionSpec::new(
+    "offset.reset",
+    OptionKind::Choice(&["fail", "earliest", "latest"]),
+    "kafka: what an out-of-range start offset does",
+)
+.default_value("fail");
+const CHECK_CRCS: OptionSpec = OptionSpec::new(
+    "check.crcs",
+    OptionKind::Bool,
+    "kafka: check each record batch's CRC32C",
+)
+.default_value("true");
+
+/// The consumer settings of a Kafka source from its `WITH` options.
+pub(crate) fn consumer_config(
+    source: &str,
+    options: &Options,
+) -> Result<ConsumerConfig, SourceError> {
+    let option = |e| SourceError::new(source, SourceErrorKind::Option(e));
+    let invalid = |spec: &OptionSpec, value: &str, why: String| {
+        option(weir_codec::OptionError::invalid(spec, spec.key, value, why))
+    };
+    let brokers = options.list(&BROKERS);
+    if brokers.is_empty() {
+        return Err(option(weir_codec::OptionError::Missing {
+            key: BROKERS.key.into(),
+            doc: BROKERS.doc,
+        }));
+    }
+    let topic = options.require(&TOPIC).map_err(option)?.to_string();
+    let mut config = ConsumerConfig {
+        brokers,
+        topic,
+        ..ConsumerConfig::default()
+    };
+    let partitions = options.require(&PARTITIONS).map_err(option)?;
+    config.partitions = partitions
+        .parse()
+        .map_err(|e: String| invalid(&PARTITIONS, partitions, e))?;
+    let mode = options
+        .choice(&STARTUP_MODE)
+        .map_err(option)?
+        .unwrap_or("earliest");
+    let value = match mode {
+        "offset" => options.given(&STARTUP_OFFSET),
+        "timestamp" => options.given(&STARTUP_TIMESTAMP),
+        _ => None,
+    };
+    config.startup =
+        StartupMode::parse(mode, value).map_err(|e| invalid(&STARTUP_MODE, mode, e))?;
+    if let Some(v) = options.choice(&ISOLATION_LEVEL).map_err(option)? {
+        config.isolation = v
+            .parse()
+            .map_err(|e: String| invalid(&ISOLATION_LEVEL, v, e))?;
+    }
+    if let Some(v) = options.choice(&OFFSET_RESET).map_err(option)? {
+        config.offset_reset = v
+            .parse()
+            .map_err(|e: String| invalid(&OFFSET_RESET, v, e))?;
+    }
+    config.check_crc = options.flag(&CHECK_CRCS).map_err(option)?;
+    Ok(config)
+}
+
+/// The selected partitions of the topic dealt round-robin over at most `readers` consumer
+/// configurations (never more than there are partitions). Asks a broker for the metadata.
+pub(crate) fn shares(
+    source: &str,
     template: &ConsumerConfig,
-    n: usize,
-    follow: bool,
-) -> Result<Vec<Arc<dyn PartitionStream>>, String> {
-    let probe = template.clone();
-    let selected =
-        tokio::task::spawn_blocking(move || Consumer::connect(&probe).map(|c| c.partitions()))
-            .await
-            .map_err(|e| format!("the metadata lookup failed: {e}"))?
-            .map_err(|e| e.to_string())?;
+    readers: usize,
+    bounded: bool,
+) -> Result<Vec<ConsumerConfig>, SourceError> {
+    let selected = Consumer::connect(template)
+        .map(|c| c.partitions())
+        .map_err(|e| SourceError::new(source, e))?;
     if selected.is_empty() {
-        return Err(format!(
-            "topic {} has none of the selected partitions",
-            template.topic
+        return Err(SourceError::new(
+            source,
+            SourceErrorKind::Option(weir_codec::OptionError::Conflict(format!(
+                "topic {} has none of the partitions 'partitions' selects",
+                template.topic
+            ))),
         ));
     }
-    let readers = n.clamp(1, selected.len());
+    let readers = readers.clamp(1, selected.len());
     let mut shares = vec![Vec::new(); readers];
     for (i, p) in selected.into_iter().enumerate() {
         shares[i % readers].push(p);
@@ -48,105 +150,8 @@ pub(crate) async fn partitions(
         .map(|share| {
             let mut config = template.clone();
             config.partitions = PartitionSelection::List(share);
-            config.bounded = !follow;
-            Arc::new(KafkaPartition {
-                plan: Arc::clone(plan),
-                config,
-            }) as Arc<dyn PartitionStream>
+            config.bounded = bounded;
+            config
         })
         .collect())
-}
-
-struct KafkaPartition {
-    plan: Arc<ScanPlan>,
-    config: ConsumerConfig,
-}
-
-impl fmt::Debug for KafkaPartition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KafkaPartition")
-            .field("source", &self.plan.config.name)
-            .field("partitions", &self.config.partitions)
-            .finish()
-    }
-}
-
-impl PartitionStream for KafkaPartition {
-    fn schema(&self) -> &SchemaRef {
-        &self.plan.schema
-    }
-
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let plan = Arc::clone(&self.plan);
-        let config = self.config.clone();
-        thread_stream(
-            format!("weir-kafka-{}", plan.config.name),
-            Arc::clone(&self.plan.schema),
-            move |tx| read(&plan, &config, tx),
-        )
-    }
-}
-
-/// Consumes until the end offsets (bounded) or until the engine stops (follow), sending
-/// batches; returns early when the query no longer wants rows.
-fn read(
-    plan: &ScanPlan,
-    config: &ConsumerConfig,
-    tx: &tokio::sync::mpsc::Sender<DfResult<RecordBatch>>,
-) -> DfResult<()> {
-    let name = &plan.config.name;
-    let connector = |e: weir_kafka::Error| {
-        external(SourceError::Connector {
-            source_name: name.clone(),
-            error: e.to_string(),
-        })
-    };
-    let mut ingest = plan.ingest()?;
-    let mut consumer = Consumer::connect(config).map_err(connector)?;
-    let mut failure: Option<DataFusionError> = None;
-    let mut closed = false;
-    loop {
-        if !config.bounded && plan.config.stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let status = consumer.poll(Duration::from_millis(200), |rec: &Record<'_>| {
-            let done = ingest.record(rec);
-            match done {
-                Ok(None) => Ok(()),
-                Ok(Some(batch)) => {
-                    if tx.blocking_send(Ok(batch)).is_err() {
-                        closed = true;
-                        return Err("the query stopped reading");
-                    }
-                    Ok(())
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    Err("the source stopped on a bad message")
-                }
-            }
-        });
-        if closed {
-            return Ok(());
-        }
-        if let Some(e) = failure.take() {
-            return Err(e);
-        }
-        match status.map_err(connector)? {
-            PollStatus::Records(_) => {}
-            // A quiet topic: hand over what is buffered rather than keep it back.
-            PollStatus::Idle => {
-                if let Some(b) = ingest.flush()? {
-                    if tx.blocking_send(Ok(b)).is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-            PollStatus::End => break,
-        }
-    }
-    if let Some(b) = ingest.flush()? {
-        let _ = tx.blocking_send(Ok(b));
-    }
-    Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// Totals the line shows.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Totals {
+pub(crate) struct Totals {
     /// Messages read.
     pub messages: u64,
     /// Message bytes read.
@@ -19,14 +19,14 @@ pub struct Totals {
 }
 
 /// A running progress line; dropping it (or [`ProgressLine::stop`]) erases it.
-pub struct ProgressLine {
+pub(crate) struct ProgressLine {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ProgressLine {
     /// Starts the line unless `quiet` or standard error is not a terminal.
-    pub fn start(quiet: bool, totals: impl Fn() -> Totals + Send + 'static) -> Self {
+    pub(crate) fn start(quiet: bool, totals: impl Fn() -> Totals + Send + 'static) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         if quiet || !std::io::stderr().is_terminal() {
             return Self { stop, thread: None };
@@ -65,7 +65,7 @@ impl ProgressLine {
     }
 
     /// Stops and erases the line.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.finish();
     }
 
@@ -84,7 +84,7 @@ impl Drop for ProgressLine {
 }
 
 /// `12,345,678`.
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {
@@ -97,7 +97,7 @@ pub fn count(n: u64) -> String {
 }
 
 /// `1.23 GB`.
-pub fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     let units = ["B", "KB", "MB", "GB", "TB"];
     let mut v = n as f64;
     let mut u = 0;

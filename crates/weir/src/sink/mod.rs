@@ -1,5 +1,15 @@
-//! Sinks: where query results go. `parquet` and `ipc` write files; `stdout` prints JSON lines or
-//! a table. The same writers serve `weir run --output` and `weir decode --output`.
+//! Sinks: where query results go. `parquet` and `ipc` write files, `file` writes one encoded
+//! message per row, `stdout` prints JSON lines or a table. The same writers serve
+//! `weir run --output` and `weir decode --output`. Each connector declares its options here.
+
+mod json;
+mod options;
+
+pub(crate) use self::json::json_writer;
+pub(crate) use self::options::{
+    SinkSettings, FILE_SINK_OPTIONS, IPC_OPTIONS, PARQUET_OPTIONS, SINK_CONNECTOR_OPTIONS,
+    STDOUT_OPTIONS,
+};
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -8,27 +18,47 @@ use std::str::FromStr;
 
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::writer::{FileWriter, StreamWriter};
-use arrow::json::LineDelimitedWriter;
+use arrow::json::writer::LineDelimited;
+use arrow::json::Writer as JsonWriter;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
-use weir_codec::{Encoder, Options};
-
-use crate::source::framing::Framing;
+use weir_codec::{CodecError, Encoder, OptionError, Options};
+use weir_testdata::Framing;
 
 /// A sink could not be opened or written.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
     /// A file could not be created or written.
-    #[error("cannot write {path}: {error}")]
+    #[error("cannot write {path}: {source}")]
     Io {
         /// The file ("stdout" for standard output).
         path: String,
         /// The cause.
-        error: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Arrow's writer (IPC, JSON, table) failed.
+    #[error("cannot write {path}: {source}")]
+    Arrow {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    /// The Parquet writer failed.
+    #[error("cannot write {path}: {source}")]
+    Parquet {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: parquet::errors::ParquetError,
     },
     /// An option is missing or wrong.
+    #[error(transparent)]
+    Option(#[from] OptionError),
+    /// The sink cannot do what was asked.
     #[error("{0}")]
     Options(String),
     /// A second query wrote rows of another shape into the same sink.
@@ -39,6 +69,28 @@ pub enum SinkError {
         /// The new one's.
         found: String,
     },
+    /// The encoder of a `file` sink failed.
+    #[error("cannot encode the rows: {0}")]
+    Encode(#[source] CodecError),
+    /// A message cannot be framed.
+    #[error("cannot write {path}: {source}")]
+    Frame {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: weir_testdata::FrameError,
+    },
+}
+
+impl SinkError {
+    /// An I/O failure on `path`.
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
 }
 
 /// How a sink writes.
@@ -133,16 +185,37 @@ impl Target {
     }
 }
 
-fn io(target: &Target, error: impl std::fmt::Display) -> SinkError {
+fn io(target: &Target, source: std::io::Error) -> SinkError {
     SinkError::Io {
         path: target.name(),
-        error: error.to_string(),
+        source,
     }
 }
 
-/// Opens a writer of `format` for rows of `schema`. Parquet reads `'compression'`
-/// (`zstd`, the default, `snappy` or `none`) and `'row_group_size'` (1,048,576 rows).
-pub fn open_writer(
+fn arrow_err(target: &Target, source: arrow::error::ArrowError) -> SinkError {
+    SinkError::Arrow {
+        path: target.name(),
+        source,
+    }
+}
+
+fn parquet_err(target: &Target, source: parquet::errors::ParquetError) -> SinkError {
+    SinkError::Parquet {
+        path: target.name(),
+        source,
+    }
+}
+
+fn finished(target: &Target) -> SinkError {
+    SinkError::Options(format!(
+        "{} was written after it was completed; this is a bug in weir",
+        target.name()
+    ))
+}
+
+/// Opens a writer of `format` for rows of `schema`. Parquet reads `'compression'` and
+/// `'row_group_size'` (see [`options`]).
+pub(crate) fn open_writer(
     format: SinkFormat,
     target: Target,
     schema: &SchemaRef,
@@ -152,42 +225,24 @@ pub fn open_writer(
     let out = target.open()?;
     Ok(match format {
         SinkFormat::Parquet => {
-            let compression = match options.get("compression").unwrap_or("zstd") {
-                "zstd" => Compression::ZSTD(ZstdLevel::default()),
-                "snappy" => Compression::SNAPPY,
-                "none" | "uncompressed" => Compression::UNCOMPRESSED,
-                other => {
-                    return Err(SinkError::Options(format!(
-                        "'compression' = '{other}': expected 'zstd', 'snappy' or 'none'"
-                    )))
-                }
-            };
-            let mut props = WriterProperties::builder().set_compression(compression);
-            if let Some(n) = options.get("row_group_size") {
-                let n: usize = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-                    SinkError::Options(format!(
-                        "'row_group_size' = '{n}': expected a positive number"
-                    ))
-                })?;
-                props = props.set_max_row_group_row_count(Some(n));
-            }
-            let writer = ArrowWriter::try_new(out, schema.clone(), Some(props.build()))
-                .map_err(|e| io(&target, e))?;
+            let props = options::parquet_properties(options)?;
+            let writer = ArrowWriter::try_new(out, schema.clone(), Some(props))
+                .map_err(|e| parquet_err(&target, e))?;
             Box::new(ParquetSink {
                 writer: Some(writer),
                 target,
             })
         }
         SinkFormat::IpcFile => Box::new(IpcFileSink {
-            writer: Some(FileWriter::try_new(out, schema).map_err(|e| io(&target, e))?),
+            writer: Some(FileWriter::try_new(out, schema).map_err(|e| arrow_err(&target, e))?),
             target,
         }),
         SinkFormat::IpcStream => Box::new(IpcStreamSink {
-            writer: Some(StreamWriter::try_new(out, schema).map_err(|e| io(&target, e))?),
+            writer: Some(StreamWriter::try_new(out, schema).map_err(|e| arrow_err(&target, e))?),
             target,
         }),
         SinkFormat::JsonLines => Box::new(JsonSink {
-            writer: Some(LineDelimitedWriter::new(out)),
+            writer: Some(json_writer(out)),
             target,
             streaming,
         }),
@@ -209,14 +264,14 @@ struct ParquetSink {
 impl BatchWriter for ParquetSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         match &mut self.writer {
-            Some(w) => w.write(batch).map_err(|e| io(&self.target, e)),
-            None => Err(io(&self.target, "written after finish")),
+            Some(w) => w.write(batch).map_err(|e| parquet_err(&self.target, e)),
+            None => Err(finished(&self.target)),
         }
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {
         if let Some(w) = self.writer.take() {
-            let mut out = w.into_inner().map_err(|e| io(&self.target, e))?;
+            let mut out = w.into_inner().map_err(|e| parquet_err(&self.target, e))?;
             out.flush().map_err(|e| io(&self.target, e))?;
         }
         Ok(())
@@ -231,14 +286,14 @@ struct IpcFileSink {
 impl BatchWriter for IpcFileSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         match &mut self.writer {
-            Some(w) => w.write(batch).map_err(|e| io(&self.target, e)),
-            None => Err(io(&self.target, "written after finish")),
+            Some(w) => w.write(batch).map_err(|e| arrow_err(&self.target, e)),
+            None => Err(finished(&self.target)),
         }
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {
         if let Some(mut w) = self.writer.take() {
-            w.finish().map_err(|e| io(&self.target, e))?;
+            w.finish().map_err(|e| arrow_err(&self.target, e))?;
             w.get_mut().flush().map_err(|e| io(&self.target, e))?;
         }
         Ok(())
@@ -254,17 +309,17 @@ impl BatchWriter for IpcStreamSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         match &mut self.writer {
             Some(w) => {
-                w.write(batch).map_err(|e| io(&self.target, e))?;
+                w.write(batch).map_err(|e| arrow_err(&self.target, e))?;
                 // A stream is read while it is written: make each batch visible.
                 w.get_mut().flush().map_err(|e| io(&self.target, e))
             }
-            None => Err(io(&self.target, "written after finish")),
+            None => Err(finished(&self.target)),
         }
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {
         if let Some(mut w) = self.writer.take() {
-            w.finish().map_err(|e| io(&self.target, e))?;
+            w.finish().map_err(|e| arrow_err(&self.target, e))?;
             w.get_mut().flush().map_err(|e| io(&self.target, e))?;
         }
         Ok(())
@@ -272,7 +327,7 @@ impl BatchWriter for IpcStreamSink {
 }
 
 struct JsonSink {
-    writer: Option<LineDelimitedWriter<Box<dyn Write + Send>>>,
+    writer: Option<JsonWriter<Box<dyn Write + Send>, LineDelimited>>,
     target: Target,
     streaming: bool,
 }
@@ -281,19 +336,19 @@ impl BatchWriter for JsonSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         match &mut self.writer {
             Some(w) => {
-                w.write(batch).map_err(|e| io(&self.target, e))?;
+                w.write(batch).map_err(|e| arrow_err(&self.target, e))?;
                 if self.streaming {
                     w.get_mut().flush().map_err(|e| io(&self.target, e))?;
                 }
                 Ok(())
             }
-            None => Err(io(&self.target, "written after finish")),
+            None => Err(finished(&self.target)),
         }
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {
         if let Some(mut w) = self.writer.take() {
-            w.finish().map_err(|e| io(&self.target, e))?;
+            w.finish().map_err(|e| arrow_err(&self.target, e))?;
             w.get_mut().flush().map_err(|e| io(&self.target, e))?;
         }
         Ok(())
@@ -317,7 +372,7 @@ impl TableSink {
         } else {
             arrow::util::pretty::pretty_format_batches(&batches).map(|t| t.to_string())
         }
-        .map_err(|e| io(&self.target, e))?;
+        .map_err(|e| arrow_err(&self.target, e))?;
         writeln!(self.out, "{text}").map_err(|e| io(&self.target, e))?;
         self.out.flush().map_err(|e| io(&self.target, e))
     }
@@ -341,18 +396,19 @@ impl BatchWriter for TableSink {
 }
 
 /// Writes each row as one framed message, encoded by an [`Encoder`] (the `file` sink).
-pub struct MessageFileSink {
+pub(crate) struct MessageFileSink {
     encoder: Box<dyn Encoder>,
     framing: Framing,
     out: Box<dyn Write + Send>,
     messages: Vec<u8>,
     ends: Vec<usize>,
+    framed: Vec<u8>,
     target: Target,
 }
 
 impl MessageFileSink {
     /// A sink writing to `target` (created or truncated).
-    pub fn open(
+    pub(crate) fn open(
         encoder: Box<dyn Encoder>,
         framing: Framing,
         target: Target,
@@ -363,6 +419,7 @@ impl MessageFileSink {
             out: target.open()?,
             messages: Vec::new(),
             ends: Vec::new(),
+            framed: Vec::new(),
             target,
         })
     }
@@ -372,58 +429,27 @@ impl BatchWriter for MessageFileSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         self.messages.clear();
         self.ends.clear();
+        self.framed.clear();
         self.encoder
             .encode_batch(batch, &mut self.messages, &mut self.ends)
-            .map_err(|e| io(&self.target, e))?;
+            .map_err(SinkError::Encode)?;
         let mut start = 0;
         for &end in &self.ends {
-            let m = &self.messages[start..end];
+            self.framing
+                .write(&mut self.framed, &self.messages[start..end])
+                .map_err(|source| SinkError::Frame {
+                    path: self.target.name(),
+                    source,
+                })?;
             start = end;
-            match self.framing {
-                Framing::Varint => {
-                    let (header, n) = varint(m.len() as u64);
-                    self.out.write_all(&header[..n])
-                }
-                Framing::U32Be => {
-                    let len = u32::try_from(m.len())
-                        .map_err(|_| io(&self.target, "message larger than 4 GiB"))?;
-                    self.out.write_all(&len.to_be_bytes())
-                }
-                Framing::Lines if memchr::memchr(b'\n', m).is_some() => {
-                    return Err(io(
-                        &self.target,
-                        "a message contains a newline; use 'framing' = 'varint' or 'u32be'",
-                    ))
-                }
-                Framing::Lines => Ok(()),
-            }
-            .and_then(|_| self.out.write_all(m))
-            .and_then(|_| match self.framing {
-                Framing::Lines => self.out.write_all(b"\n"),
-                _ => Ok(()),
-            })
-            .map_err(|e| io(&self.target, e))?;
         }
-        Ok(())
+        self.out
+            .write_all(&self.framed)
+            .map_err(|e| io(&self.target, e))
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {
         self.out.flush().map_err(|e| io(&self.target, e))
-    }
-}
-
-/// A base-128 varint in a stack buffer (no allocation per message).
-fn varint(mut v: u64) -> ([u8; 10], usize) {
-    let mut b = [0u8; 10];
-    let mut n = 0;
-    loop {
-        if v < 0x80 {
-            b[n] = v as u8;
-            return (b, n + 1);
-        }
-        b[n] = (v as u8 & 0x7f) | 0x80;
-        v >>= 7;
-        n += 1;
     }
 }
 

@@ -1,4 +1,4 @@
-//! The engine end to end on the file connector: seed 002's statement, queries, sinks, error
+//! The engine end to end on the file connector: the options-quotes statement, queries, sinks, error
 //! policies, metadata columns, Confluent framing and follow mode. Reference values come from the
 //! quote generator itself, never from the decoder under test.
 
@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, TimeUnit};
-use weir::engine::{Engine, EngineOptions, ResultOutput};
-use weir::gen::{write_quotes, QuoteFormat, QuoteGenerator, STOCKS_PROTO};
-use weir::sink::SinkError;
-use weir::source::framing::Framing;
+use arrow::datatypes::{DataType, Float64Type, Int64Type, TimeUnit};
+use weir::{Engine, EngineOptions};
+use weir_testdata::{Framing, QuoteFormat, QuoteGenerator};
+
+use crate::common::{rows, write_schema, Collect};
 
 struct Fixture {
     dir: tempfile::TempDir,
@@ -20,11 +20,7 @@ struct Fixture {
 impl Fixture {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("stocks.proto"), STOCKS_PROTO).unwrap();
-        let set = weir_codec::ProtoSchema::load(dir.path().join("stocks.proto"), &[])
-            .unwrap()
-            .descriptor_set_bytes();
-        std::fs::write(dir.path().join("stocks.pb"), set).unwrap();
+        write_schema(dir.path());
         Self { dir }
     }
 
@@ -34,8 +30,7 @@ impl Fixture {
 
     fn quotes(&self, name: &str, n: u64, seed: u64, framing: Framing) -> PathBuf {
         let p = self.path(name);
-        let mut f = std::fs::File::create(&p).unwrap();
-        write_quotes(&mut f, n, seed, QuoteFormat::Protobuf, framing).unwrap();
+        crate::common::write_quotes(&p, n, seed, QuoteFormat::Protobuf, framing);
         p
     }
 
@@ -46,27 +41,6 @@ impl Fixture {
             path.display(),
             self.path("stocks.pb").display()
         )
-    }
-}
-
-/// Collects SELECT rows.
-#[derive(Default)]
-struct Collect {
-    batches: Vec<RecordBatch>,
-    statements: usize,
-}
-
-impl ResultOutput for Collect {
-    fn begin(&mut self, _schema: &SchemaRef) -> Result<(), SinkError> {
-        self.statements += 1;
-        Ok(())
-    }
-    fn batch(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
-        self.batches.push(batch.clone());
-        Ok(())
-    }
-    fn end(&mut self) -> Result<(), SinkError> {
-        Ok(())
     }
 }
 
@@ -87,10 +61,6 @@ async fn run(engine: &Engine, script: &str) -> Result<Vec<RecordBatch>, String> 
     Ok(out.batches)
 }
 
-fn rows(batches: &[RecordBatch]) -> usize {
-    batches.iter().map(|b| b.num_rows()).sum()
-}
-
 /// Per ticker: count, min bid, max ask, sum of bid sizes, straight from the generator.
 fn reference(n: u64, seed: u64) -> HashMap<String, (i64, f64, f64, u64)> {
     let mut g = QuoteGenerator::new(seed);
@@ -109,10 +79,10 @@ fn reference(n: u64, seed: u64) -> HashMap<String, (i64, f64, f64, u64)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_002_statement_and_group_by_match_the_generator() {
+async fn the_options_quotes_statement_and_group_by_match_the_generator() {
     let fx = Fixture::new();
     let data = fx.quotes("q.bin", 30_000, 11, Framing::Varint);
-    // Seed 002's statement verbatim, with the file connector's 'path' added.
+    // The options-quotes statement verbatim, with the file connector's 'path' added.
     let script = format!(
         "CREATE SOURCE opra_quotes (
     ticker VARCHAR,
@@ -236,10 +206,14 @@ async fn bad_messages_fail_skip_or_go_to_the_dead_letter_file() {
     let fx = Fixture::new();
     // Three good quotes, one truncated message (a string that runs past its end), one good.
     let mut bytes = Vec::new();
-    write_quotes(&mut bytes, 3, 1, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+    QuoteGenerator::new(1)
+        .write(&mut bytes, 3, QuoteFormat::Protobuf, Framing::Varint)
+        .unwrap();
     let bad_at = bytes.len();
     bytes.extend_from_slice(&[3, 0x0a, 0x05, b'x']);
-    write_quotes(&mut bytes, 1, 2, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+    QuoteGenerator::new(2)
+        .write(&mut bytes, 1, QuoteFormat::Protobuf, Framing::Varint)
+        .unwrap();
     let data = fx.path("bad.bin");
     std::fs::write(&data, &bytes).unwrap();
 
@@ -330,7 +304,9 @@ async fn metadata_columns_confluent_framing_and_timestamp_unit() {
     let fx = Fixture::new();
     // Confluent framing: magic 0, schema id 42, message-index list [0] as a single 0 byte.
     let mut plain = Vec::new();
-    write_quotes(&mut plain, 20, 9, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+    QuoteGenerator::new(9)
+        .write(&mut plain, 20, QuoteFormat::Protobuf, Framing::Varint)
+        .unwrap();
     let mut framed = Vec::new();
     let mut at = 0;
     let mut offsets = Vec::new();
@@ -489,7 +465,9 @@ async fn follow_mode_writes_appended_messages_until_stopped() {
     std::fs::create_dir(&dir).unwrap();
     let first = dir.join("a.bin");
     let mut bytes = Vec::new();
-    write_quotes(&mut bytes, 100, 1, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+    QuoteGenerator::new(1)
+        .write(&mut bytes, 100, QuoteFormat::Protobuf, Framing::Varint)
+        .unwrap();
     // Half of the last message is written now; the rest comes later.
     let cut = bytes.len() - 10;
     std::fs::write(&first, &bytes[..cut]).unwrap();
@@ -498,6 +476,7 @@ async fn follow_mode_writes_appended_messages_until_stopped() {
         follow: true,
         partitions: 1,
         batch_size: 10,
+        ..EngineOptions::default()
     });
     let script = format!(
         "{}\nCREATE SINK live FROM (SELECT ticker, bid_price FROM q WHERE bid_price >= 0) WITH ('connector' = 'ipc', 'ipc.format' = 'stream', 'path' = '{}');",
@@ -529,7 +508,9 @@ async fn follow_mode_writes_appended_messages_until_stopped() {
         f.write_all(&bytes[cut..]).unwrap();
     }
     let mut more = Vec::new();
-    write_quotes(&mut more, 50, 2, QuoteFormat::Protobuf, Framing::Varint).unwrap();
+    QuoteGenerator::new(2)
+        .write(&mut more, 50, QuoteFormat::Protobuf, Framing::Varint)
+        .unwrap();
     std::fs::write(dir.join("b.bin"), &more).unwrap();
     wait_for(150).await;
     e.stop();
@@ -677,7 +658,9 @@ async fn json_sources_match_protobuf_sources() {
     let pb = fx.quotes("q.bin", 4_000, 8, Framing::Varint);
     let js = fx.path("q.jsonl");
     let mut f = std::fs::File::create(&js).unwrap();
-    write_quotes(&mut f, 4_000, 8, QuoteFormat::Json, Framing::Lines).unwrap();
+    QuoteGenerator::new(8)
+        .write(&mut f, 4_000, QuoteFormat::Json, Framing::Lines)
+        .unwrap();
     let query = "SELECT ticker, count(*), min(bid_price), max(ask_price), sum(bid_size), max(ts) FROM q GROUP BY ticker ORDER BY ticker";
     let e = engine(2);
     let from_pb = run(

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use weir::gen::QuoteGenerator;
+use weir_testdata::QuoteGenerator;
 
 fn weir(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -69,7 +69,7 @@ fn gen_then_decode_prints_the_generated_quotes() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 3);
-    let mut g = QuoteGenerator::new(weir::gen::DEFAULT_SEED);
+    let mut g = QuoteGenerator::new(weir_testdata::DEFAULT_SEED);
     for line in &lines {
         let q = g.next_quote();
         assert_eq!(line["base"]["ticker"], q.ticker);

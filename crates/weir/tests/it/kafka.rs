@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int32Type, Int64Type};
-use weir::engine::{Engine, EngineOptions};
-use weir::gen::{QuoteGenerator, STOCKS_PROTO};
+use weir::{Engine, EngineOptions};
 use weir_kafka::{create_topic, Producer, ProducerConfig};
+use weir_testdata::{QuoteGenerator, STOCKS_PROTO};
 
 fn bootstrap() -> Option<String> {
     let Ok(addr) = std::env::var("WEIR_KAFKA_BOOTSTRAP") else {

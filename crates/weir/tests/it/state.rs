@@ -8,7 +8,7 @@ use std::path::Path;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
-use weir::engine::{Engine, EngineOptions};
+use weir::{Engine, EngineOptions};
 
 fn engine() -> Engine {
     Engine::new(EngineOptions {
@@ -190,6 +190,7 @@ async fn follow_mode_commits_steps_by_time_and_ends_on_stop() {
         follow: true,
         partitions: 1,
         batch_size: 2,
+        ..EngineOptions::default()
     });
     let script = format!(
         "{}\nCREATE SINK out FROM s WITH ('connector' = 'parquet', 'path' = '{}');",

@@ -1,46 +1,22 @@
 //! The custom-decoder example, registered under `custom.proto+stocks.QuoteNBBO`, gives the same
 //! answers from SQL as the built-in protobuf encoding.
 
+// The example is what users read; compiling it into the test proves it works as shown.
 #[allow(dead_code)]
-#[path = "../examples/custom_decoder.rs"]
+#[path = "../../examples/custom_decoder.rs"]
 mod example;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
-use weir::engine::ResultOutput;
-use weir::sink::SinkError;
+use weir_testdata::{Framing, QuoteFormat, STOCKS_PROTO};
 
-#[derive(Default)]
-struct Collect(Vec<RecordBatch>);
-
-impl ResultOutput for Collect {
-    fn begin(&mut self, _: &SchemaRef) -> Result<(), SinkError> {
-        Ok(())
-    }
-    fn batch(&mut self, b: &RecordBatch) -> Result<(), SinkError> {
-        self.0.push(b.clone());
-        Ok(())
-    }
-    fn end(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
-}
+use crate::common::{write_quotes, Collect};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_and_builtin_encodings_agree() {
     let dir = tempfile::tempdir().unwrap();
     let proto = dir.path().join("stocks.proto");
-    std::fs::write(&proto, weir::gen::STOCKS_PROTO).unwrap();
+    std::fs::write(&proto, STOCKS_PROTO).unwrap();
     let data = dir.path().join("q.bin");
-    let mut f = std::fs::File::create(&data).unwrap();
-    weir::gen::write_quotes(
-        &mut f,
-        20_000,
-        3,
-        weir::gen::QuoteFormat::Protobuf,
-        weir::source::framing::Framing::Varint,
-    )
-    .unwrap();
+    write_quotes(&data, 20_000, 3, QuoteFormat::Protobuf, Framing::Varint);
     let mut results = Vec::new();
     for encoding in ["custom.proto+stocks.QuoteNBBO", "protobuf"] {
         let engine = example::engine(2);
@@ -51,7 +27,7 @@ async fn custom_and_builtin_encodings_agree() {
         );
         let mut out = Collect::default();
         engine.run_script(&script, &mut out).await.unwrap();
-        let table = arrow::util::pretty::pretty_format_batches(&out.0)
+        let table = arrow::util::pretty::pretty_format_batches(&out.batches)
             .unwrap()
             .to_string();
         assert_eq!(engine.source_reports()[0].decoded, 20_000);

@@ -1,0 +1,23 @@
+//! `weir produce`: sends the messages of a file to a Kafka topic.
+
+use anyhow::Result;
+use weir_testdata::Framing;
+
+use super::progress::{bytes, count};
+
+pub(crate) fn produce(
+    input: &str,
+    framing: Framing,
+    to: &str,
+    partitions: i32,
+    compression: &str,
+) -> Result<()> {
+    let mut producer = super::kafka_producer(to, partitions, compression)?;
+    let (n, total) = weir::for_each_message(input, framing, |message| {
+        producer.send(None, None, message)?;
+        Ok(())
+    })?;
+    producer.flush()?;
+    eprintln!("sent {} messages ({}) to {to}", count(n), bytes(total));
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! `weir run PIPELINE.sql`: runs a script's statements in order, prints the progress line and,
+//! at the end, what every source and sink did.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use weir::{Engine, EngineOptions, ResultWriter, StdoutFormat};
+
+use super::progress::{bytes, count, ProgressLine, Totals};
+
+/// What `weir run` was given.
+pub(crate) struct RunArgs {
+    pub(crate) pipeline: PathBuf,
+    pub(crate) follow: bool,
+    pub(crate) output: Option<PathBuf>,
+    pub(crate) partitions: Option<usize>,
+    pub(crate) batch_size: usize,
+    pub(crate) quiet: bool,
+}
+
+pub(crate) fn run(a: RunArgs) -> Result<()> {
+    let script = std::fs::read_to_string(&a.pipeline)
+        .with_context(|| format!("cannot read {}", a.pipeline.display()))?;
+    let engine = Engine::new(EngineOptions {
+        follow: a.follow,
+        partitions: a.partitions.unwrap_or(0),
+        batch_size: a.batch_size,
+        ..EngineOptions::default()
+    });
+    let mut out = match &a.output {
+        Some(path) => ResultWriter::file(path)?,
+        None => ResultWriter::stdout(StdoutFormat::Table, a.follow),
+    };
+    super::runtime(a.partitions)?
+        .block_on(run_script(&engine, &script, &mut out, a.quiet))
+        .with_context(|| format!("in {}", a.pipeline.display()))
+}
+
+async fn run_script(
+    engine: &Engine,
+    script: &str,
+    out: &mut ResultWriter,
+    quiet: bool,
+) -> Result<()> {
+    let started = Instant::now();
+    let progress = start_progress(engine, quiet);
+    let result = async {
+        engine.run_script(script, out).await?;
+        if engine.pipelines_running() {
+            tokio::select! {
+                r = engine.wait() => r?,
+                _ = tokio::signal::ctrl_c() => {
+                    eprintln!("stopping: finishing the sinks");
+                    engine.stop();
+                    engine.wait().await?;
+                }
+            }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    progress.stop();
+    // Sinks are completed even after an error, so what was written stays readable.
+    let sinks = engine.finish().await;
+    out.finish()?;
+    if !quiet {
+        report(engine, started);
+        if let Ok(sinks) = &sinks {
+            for s in sinks {
+                let at = s
+                    .path
+                    .as_ref()
+                    .map(|p| format!(" to {}", p.display()))
+                    .unwrap_or_default();
+                eprintln!("sink {}: {} rows{at}", s.name, count(s.rows));
+            }
+        }
+    }
+    result?;
+    sinks?;
+    Ok(())
+}
+
+/// The progress line over every source's counters.
+pub(crate) fn start_progress(engine: &Engine, quiet: bool) -> ProgressLine {
+    let stats = engine.source_stats_handle();
+    ProgressLine::start(quiet, move || {
+        let mut t = Totals::default();
+        for s in stats.snapshot() {
+            t.messages += s.messages;
+            t.bytes += s.bytes;
+            t.errors += s.skipped + s.dead_lettered;
+        }
+        t
+    })
+}
+
+fn report(engine: &Engine, started: Instant) {
+    let secs = started.elapsed().as_secs_f64();
+    for s in engine.source_reports() {
+        if s.messages == 0 {
+            continue;
+        }
+        eprintln!(
+            "source {}: {} messages ({}), {} decoded, {} skipped, {} dead-lettered in {:.2} s ({}/s)",
+            s.name,
+            count(s.messages),
+            bytes(s.bytes),
+            count(s.decoded),
+            count(s.skipped),
+            count(s.dead_lettered),
+            secs,
+            count((s.messages as f64 / secs.max(1e-9)) as u64)
+        );
+    }
+    for (name, st) in engine.state_reports() {
+        eprintln!("source {name}, state:");
+        for line in st.to_string().lines() {
+            eprintln!("  {line}");
+        }
+    }
+}

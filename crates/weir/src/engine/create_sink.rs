@@ -1,0 +1,256 @@
+//! `CREATE SINK` and `INSERT INTO <sink>`: a sink's options checked against what its connector
+//! (and, for a `file` sink, its encoder) declares; a query's rows written as they come; and a
+//! sink fed straight from a source with state wired to the exactly-once pipeline.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use futures::StreamExt;
+use weir_codec::{unknown_keys, EncoderFactory, EncoderRequest, OptionError, Options};
+
+use super::Engine;
+use crate::error::StatementError;
+use crate::pipeline::steps::{self, StepFiles};
+use crate::sink::{
+    open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, Target,
+    SINK_CONNECTOR_OPTIONS,
+};
+use crate::source::SourceDefinition;
+use crate::sql::{CreateSink, SqlText};
+
+/// A sink: its settings, and its writer once the first rows have come.
+pub(super) struct SinkState {
+    pub(super) settings: SinkSettings,
+    options: Options,
+    /// The `file` sink's encoder.
+    encoder: Option<Arc<dyn EncoderFactory>>,
+    writer: Option<(SchemaRef, Box<dyn BatchWriter>)>,
+    /// Rows written.
+    pub(super) rows: u64,
+}
+
+impl SinkState {
+    /// Completes the output (file footers).
+    pub(super) fn finish(&mut self) -> Result<(), SinkError> {
+        match self.writer.as_mut() {
+            Some((_, w)) => w.finish(),
+            None => Ok(()),
+        }
+    }
+
+    /// The writer for rows of `schema`, opened at the first rows; later writes must have the
+    /// same columns.
+    fn writer(
+        &mut self,
+        sink: &str,
+        schema: &SchemaRef,
+        follow: bool,
+    ) -> Result<&mut Box<dyn BatchWriter>, SinkError> {
+        if self.writer.is_none() {
+            let target = match &self.settings.path {
+                Some(p) => Target::File(p.clone()),
+                None => Target::Stdout,
+            };
+            let w: Box<dyn BatchWriter> = match (&self.encoder, &self.settings.messages) {
+                (Some(factory), Some((_, framing))) => {
+                    let encoder = factory
+                        .create_encoder(&EncoderRequest {
+                            sink,
+                            schema: Arc::clone(schema),
+                            options: &self.options,
+                        })
+                        .map_err(SinkError::Encode)?;
+                    Box::new(MessageFileSink::open(encoder, *framing, target)?)
+                }
+                _ => open_writer(self.settings.format, target, schema, &self.options, follow)?,
+            };
+            self.writer = Some((Arc::clone(schema), w));
+        }
+        let Some((expected, writer)) = self.writer.as_mut() else {
+            return Err(SinkError::Options(format!(
+                "sink {sink} has no writer; this is a bug in weir"
+            )));
+        };
+        if expected.fields() != schema.fields() {
+            let cols = |s: &SchemaRef| {
+                s.fields()
+                    .iter()
+                    .map(|f| format!("{} {}", f.name(), f.data_type()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(SinkError::SchemaChanged {
+                expected: cols(expected),
+                found: cols(schema),
+            });
+        }
+        Ok(writer)
+    }
+}
+
+impl Engine {
+    pub(super) fn sink_state(&self, sink: &str) -> Option<Arc<tokio::sync::Mutex<SinkState>>> {
+        self.sinks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sink)
+            .cloned()
+    }
+
+    pub(super) async fn create_sink(&self, s: CreateSink) -> Result<(), StatementError> {
+        let name = s.name.clone();
+        let fail = |source: SinkError| StatementError::Sink {
+            sink: name.clone(),
+            source,
+        };
+        if self.sink_state(&name).is_some() {
+            return Err(StatementError::Invalid(format!(
+                "a sink named '{name}' already exists"
+            )));
+        }
+        let options = Options::new(s.options.clone());
+        let settings = SinkSettings::parse(&options).map_err(fail)?;
+        let encoder = match &settings.messages {
+            Some((encoding, _)) => Some(
+                self.encodings
+                    .encoder(encoding)
+                    .map_err(|e| fail(SinkError::Options(e)))?,
+            ),
+            None => None,
+        };
+        let connector = options
+            .iter()
+            .find(|(k, _)| *k == "connector")
+            .map(|(_, v)| v);
+        unknown_keys(
+            &options,
+            &[
+                SINK_CONNECTOR_OPTIONS,
+                SinkSettings::declared(connector),
+                encoder.as_ref().map_or(&[], |e| e.options()),
+            ],
+        )
+        .map_err(|e| fail(e.into()))?;
+        self.sinks.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            name.clone(),
+            Arc::new(tokio::sync::Mutex::new(SinkState {
+                settings: settings.clone(),
+                options,
+                encoder,
+                writer: None,
+                rows: 0,
+            })),
+        );
+        let line = s.position.line;
+        let stateful = s.source.as_deref().and_then(|src| {
+            self.sources
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .find(|c| c.name == src && c.state.is_some())
+                .cloned()
+        });
+        let files = matches!(
+            settings.format,
+            SinkFormat::Parquet | SinkFormat::IpcFile | SinkFormat::IpcStream
+        );
+        match (s.from, stateful) {
+            (Some(_), Some(source)) if files => self.exactly_once_sink(&name, source, line).await,
+            (Some(query), _) => self.write_to_sink(&name, query).await,
+            (None, _) => Ok(()),
+        }
+    }
+
+    /// A file sink fed straight from a source with state: exactly-once steps. Its `'path'` is a
+    /// directory of step files.
+    async fn exactly_once_sink(
+        &self,
+        sink: &str,
+        source: Arc<SourceDefinition>,
+        line: u64,
+    ) -> Result<(), StatementError> {
+        let fail = |e: SinkError| StatementError::Sink {
+            sink: sink.to_string(),
+            source: e,
+        };
+        let state = self
+            .sink_state(sink)
+            .ok_or_else(|| StatementError::Invalid(format!("no sink named '{sink}'")))?;
+        let (dir, format, options) = {
+            let st = state.lock().await;
+            let dir = st.settings.path.clone().ok_or_else(|| {
+                fail(
+                    OptionError::Missing {
+                        key: "path".into(),
+                        doc: "an exactly-once sink writes a directory of step files",
+                    }
+                    .into(),
+                )
+            })?;
+            (dir, st.settings.format, st.options.clone())
+        };
+        let Some(spec) = &source.state else {
+            return Err(StatementError::Invalid(format!(
+                "source {} has no state",
+                source.name
+            )));
+        };
+        let mut store = spec.open(&source.name)?;
+        let mut files = StepFiles::new(&dir, sink, format, options, Arc::clone(&source.schema))
+            .map_err(fail)?;
+        let deleted = files.clean(store.checkpoint().step).map_err(fail)?;
+        if !deleted.is_empty() {
+            eprintln!(
+                "sink {sink}: deleted {} uncommitted file(s) left by an earlier run: {}",
+                deleted.len(),
+                deleted.join(", ")
+            );
+        }
+        let name = sink.to_string();
+        let handle = tokio::task::spawn_blocking(move || -> Result<(), StatementError> {
+            let rows = steps::run(&source, &mut store, &mut files)?;
+            state.blocking_lock().rows += rows;
+            Ok(())
+        });
+        let pipeline = async move {
+            handle.await.map_err(|e| StatementError::PipelineLost {
+                pipeline: format!("sink {name}"),
+                reason: e.to_string(),
+            })?
+        };
+        self.run_pipeline(sink, line, pipeline).await
+    }
+
+    /// Writes the rows of `query` into `sink` as they come (in follow mode, until stopped).
+    pub(super) async fn write_to_sink(
+        &self,
+        sink: &str,
+        query: SqlText,
+    ) -> Result<(), StatementError> {
+        let state = self
+            .sink_state(sink)
+            .ok_or_else(|| StatementError::Invalid(format!("no sink named '{sink}'")))?;
+        let df = self.ctx.sql(&query.padded).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let mut stream = df.execute_stream().await?;
+        let follow = self.options.follow;
+        let name = sink.to_string();
+        let pipeline = async move {
+            let fail = |source| StatementError::Sink {
+                sink: name.clone(),
+                source,
+            };
+            let mut st = state.lock().await;
+            let st = &mut *st;
+            st.writer(&name, &schema, follow).map_err(fail)?;
+            while let Some(batch) = stream.next().await {
+                let batch = batch?;
+                let writer = st.writer(&name, &schema, follow).map_err(fail)?;
+                writer.write(&batch).map_err(fail)?;
+                st.rows += batch.num_rows() as u64;
+            }
+            Ok(())
+        };
+        self.run_pipeline(sink, query.start.line, pipeline).await
+    }
+}

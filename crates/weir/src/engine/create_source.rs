@@ -1,0 +1,263 @@
+//! `CREATE SOURCE`: the options checked against what the connector, the encoding and the state
+//! declare, the columns typed with DataFusion's own SQL type mapping, the encoding prepared once
+//! (every schema and type error shows up here, not at the first query), and the source
+//! registered as a table.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, TimeUnit};
+use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
+use weir_codec::{
+    unknown_keys, ColumnSpec, DecoderFactory, DecoderRequest, OptionError, OptionSpec, Options,
+};
+
+use super::Engine;
+use crate::error::{df_message, SourceError, SourceErrorKind, StatementError};
+use crate::pipeline::state::{StateSpec, STATE_OPTIONS};
+use crate::source::file::{FileSettings, FILE_OPTIONS};
+use crate::source::kafka::{consumer_config, KAFKA_OPTIONS};
+use crate::source::meta::MetaKind;
+use crate::source::table::SourceTable;
+use crate::source::{
+    Connector, SourceDefinition, SourceParts, SourceSettings, CONNECTOR, ENCODING, FIELDS,
+    SOURCE_OPTIONS, TIMESTAMP_UNIT,
+};
+use crate::sql::{ColumnDecl, CreateSource};
+
+impl Engine {
+    pub(super) async fn create_source(&self, s: CreateSource) -> Result<(), StatementError> {
+        let name = s.name.clone();
+        if self.ctx.table_exist(name.as_str())? {
+            if s.if_not_exists {
+                return Ok(());
+            }
+            return Err(StatementError::Invalid(format!(
+                "a source or table named '{name}' already exists"
+            )));
+        }
+        let fail = |kind: SourceErrorKind| StatementError::Source(SourceError::new(&name, kind));
+        let options = Options::new(s.options.clone());
+        let connector = options
+            .choice(&CONNECTOR)
+            .map_err(|e| fail(e.into()))?
+            .ok_or_else(|| fail(missing(&CONNECTOR)))?;
+        let encoding = options
+            .require(&ENCODING)
+            .map_err(|e| fail(e.into()))?
+            .to_string();
+        let factory = self.encodings.decoder(&encoding).map_err(|e| {
+            fail(
+                OptionError::Invalid {
+                    key: ENCODING.key.into(),
+                    shown: format!("'{encoding}'"),
+                    expected: e,
+                }
+                .into(),
+            )
+        })?;
+        let connector_options = match connector {
+            "kafka" => KAFKA_OPTIONS,
+            _ => FILE_OPTIONS,
+        };
+        unknown_keys(
+            &options,
+            &[
+                SOURCE_OPTIONS,
+                connector_options,
+                STATE_OPTIONS,
+                factory.options(),
+            ],
+        )
+        .map_err(|e| fail(e.into()))?;
+        let connector = match connector {
+            "kafka" => Connector::Kafka(consumer_config(&name, &options)?),
+            _ => Connector::File(FileSettings::parse(&name, &options)?),
+        };
+        let settings = SourceSettings::parse(&name, &options, factory.confluent_message_indexes())?;
+        let columns = self.columns(&s, &options, factory.as_ref()).await?;
+        let includes =
+            includes(&s, connector.name()).map_err(|e| fail(SourceErrorKind::Columns(e)))?;
+        for (_, col) in &includes {
+            if columns.iter().any(|c| &c.name == col) {
+                return Err(fail(SourceErrorKind::Columns(format!(
+                    "the metadata column '{col}' clashes with a declared column of that name"
+                ))));
+            }
+        }
+        let prepared = factory
+            .prepare(&DecoderRequest {
+                source: &name,
+                columns: &columns,
+                options: &options,
+                batch_size: self.options.batch_size,
+            })
+            .map_err(|source| {
+                fail(SourceErrorKind::Encoding {
+                    encoding: encoding.clone(),
+                    source,
+                })
+            })?;
+        let decoded = prepared.schema().fields().len();
+        if decoded != columns.len() {
+            return Err(fail(SourceErrorKind::Columns(format!(
+                "encoding '{encoding}' produced {decoded} columns for {} declared",
+                columns.len()
+            ))));
+        }
+        let mut definition = SourceDefinition::new(SourceParts {
+            name: name.clone(),
+            connector,
+            settings,
+            prepared,
+            includes,
+            follow: self.options.follow,
+            stop: Arc::clone(&self.stop),
+            bad_message_hint: self.options.bad_message_hint,
+        });
+        definition.state = StateSpec::parse(&name, &options, &definition.schema)?;
+        let definition = Arc::new(definition);
+        let partitions = self.ctx.state().config().target_partitions();
+        self.ctx.register_table(
+            name.as_str(),
+            Arc::new(SourceTable::new(Arc::clone(&definition), partitions)),
+        )?;
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(definition);
+        Ok(())
+    }
+
+    /// The decoded columns: the declared ones typed as DataFusion types them, bound to explicit
+    /// field paths (`'fields.<column>'`), then the encoding's remaining columns when the list
+    /// is absent or ends with `...`.
+    async fn columns(
+        &self,
+        s: &CreateSource,
+        options: &Options,
+        factory: &dyn DecoderFactory,
+    ) -> Result<Vec<ColumnSpec>, StatementError> {
+        let name = &s.name;
+        let fail = |kind: SourceErrorKind| StatementError::Source(SourceError::new(name, kind));
+        let unit = match options
+            .choice(&TIMESTAMP_UNIT)
+            .map_err(|e| fail(e.into()))?
+        {
+            Some("seconds") => Some(TimeUnit::Second),
+            Some("millis") => Some(TimeUnit::Millisecond),
+            Some("micros") => Some(TimeUnit::Microsecond),
+            _ => Some(TimeUnit::Nanosecond),
+        };
+        let mut columns: Vec<ColumnSpec> = Vec::new();
+        for c in &s.columns {
+            let ty = self
+                .column_type(c, unit)
+                .await
+                .map_err(|e| fail(SourceErrorKind::Columns(e)))?;
+            if columns.iter().any(|x| x.name == c.name) {
+                return Err(fail(SourceErrorKind::Columns(format!(
+                    "column '{}' is declared twice",
+                    c.name
+                ))));
+            }
+            columns.push(ColumnSpec::new(c.name.clone(), ty));
+        }
+        for (column, path) in options.family(&FIELDS) {
+            match columns.iter_mut().find(|c| c.name == column) {
+                Some(c) => c.path = Some(path),
+                None => {
+                    return Err(fail(
+                        OptionError::invalid(
+                            &FIELDS,
+                            &format!("fields.{column}"),
+                            &path,
+                            format!("a declared column; there is no column '{column}'"),
+                        )
+                        .into(),
+                    ))
+                }
+            }
+        }
+        if s.infer_rest {
+            let rest = factory.default_columns(options).map_err(|source| {
+                fail(SourceErrorKind::Encoding {
+                    encoding: options.given(&ENCODING).unwrap_or_default().to_string(),
+                    source,
+                })
+            })?;
+            for c in rest {
+                if !columns.iter().any(|x| x.name == c.name) {
+                    let data_type = match (&c.data_type, unit) {
+                        (DataType::Timestamp(TimeUnit::Nanosecond, tz), Some(u)) => {
+                            DataType::Timestamp(u, tz.clone())
+                        }
+                        (t, _) => t.clone(),
+                    };
+                    columns.push(ColumnSpec::new(c.name, data_type));
+                }
+            }
+        }
+        Ok(columns)
+    }
+
+    /// A declared column's Arrow type: DataFusion's own SQL-to-Arrow mapping, so a column type
+    /// means exactly what it means in a DataFusion `CAST`; `'timestamp.unit'` sets the unit of
+    /// `TIMESTAMP` columns declared without a precision.
+    async fn column_type(
+        &self,
+        c: &ColumnDecl,
+        unit: Option<TimeUnit>,
+    ) -> Result<DataType, String> {
+        let at = format!(
+            "column {} (line {}, column {})",
+            c.name, c.position.line, c.position.column
+        );
+        let ty = &c.sql_type;
+        let plan = self
+            .ctx
+            .state()
+            .create_logical_plan(&format!("SELECT CAST(NULL AS {ty})"))
+            .await
+            .map_err(|e| format!("{at}: type {ty}: {}", df_message(&e)))?;
+        let mut data_type = plan.schema().field(0).data_type().clone();
+        if let (Some(unit), SqlDataType::Timestamp(None, _), DataType::Timestamp(_, tz)) =
+            (unit, ty, &data_type)
+        {
+            data_type = DataType::Timestamp(unit, tz.clone());
+        }
+        Ok(data_type)
+    }
+}
+
+fn missing(spec: &OptionSpec) -> SourceErrorKind {
+    OptionError::Missing {
+        key: spec.key.into(),
+        doc: spec.doc,
+    }
+    .into()
+}
+
+/// The metadata columns (`INCLUDE kind [AS name]`), checked against the connector.
+fn includes(s: &CreateSource, connector: &str) -> Result<Vec<(MetaKind, String)>, String> {
+    let mut out: Vec<(MetaKind, String)> = Vec::new();
+    for inc in &s.includes {
+        let kind = MetaKind::parse(&inc.kind, connector).map_err(|e| {
+            format!(
+                "{e} (line {}, column {})",
+                inc.position.line, inc.position.column
+            )
+        })?;
+        let col = inc
+            .alias
+            .clone()
+            .unwrap_or_else(|| kind.default_name().to_string());
+        if out.iter().any(|(_, n)| n == &col) {
+            return Err(format!(
+                "INCLUDE {} AS {col} clashes with another column named '{col}'",
+                inc.kind
+            ));
+        }
+        out.push((kind, col));
+    }
+    Ok(out)
+}

@@ -1,0 +1,110 @@
+//! What a run did: the counters of every source and sink, and the state statistics.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use super::Engine;
+use crate::error::EngineError;
+use crate::source::SourceDefinition;
+
+/// What one source did during a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceReport {
+    /// The source.
+    pub name: String,
+    /// Messages read.
+    pub messages: u64,
+    /// Message bytes read.
+    pub bytes: u64,
+    /// Messages decoded into rows.
+    pub decoded: u64,
+    /// Bad messages skipped.
+    pub skipped: u64,
+    /// Bad messages dead-lettered.
+    pub dead_lettered: u64,
+}
+
+/// What one sink wrote during a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkReport {
+    /// The sink.
+    pub name: String,
+    /// Rows written.
+    pub rows: u64,
+    /// Its file (or directory of step files), if any.
+    pub path: Option<PathBuf>,
+}
+
+/// Reads the counters of an engine's sources from another thread (for a progress line).
+#[derive(Clone)]
+pub struct SourceStatsHandle(Arc<Mutex<Vec<Arc<SourceDefinition>>>>);
+
+impl SourceStatsHandle {
+    /// The counters of every source so far.
+    pub fn snapshot(&self) -> Vec<SourceReport> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|c| {
+                let s = &c.stats;
+                SourceReport {
+                    name: c.name.clone(),
+                    messages: s.messages.load(Ordering::Relaxed),
+                    bytes: s.bytes.load(Ordering::Relaxed),
+                    decoded: s.decoded.load(Ordering::Relaxed),
+                    skipped: s.skipped.load(Ordering::Relaxed),
+                    dead_lettered: s.dead_lettered.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Engine {
+    /// A handle that reads the source counters from another thread.
+    pub fn source_stats_handle(&self) -> SourceStatsHandle {
+        SourceStatsHandle(Arc::clone(&self.sources))
+    }
+
+    /// The counters of every source so far.
+    pub fn source_reports(&self) -> Vec<SourceReport> {
+        self.source_stats_handle().snapshot()
+    }
+
+    /// The state statistics of every source with `'state.dir'` that was read in this run.
+    pub fn state_reports(&self) -> Vec<(String, weir_dedup::DedupStats)> {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|c| Some((c.name.clone(), c.state.as_ref()?.last_stats()?)))
+            .collect()
+    }
+
+    /// Completes every sink (file footers) and reports what each wrote.
+    pub async fn finish(&self) -> Result<Vec<SinkReport>, EngineError> {
+        let sinks: Vec<_> = self
+            .sinks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(n, s)| (n.clone(), Arc::clone(s)))
+            .collect();
+        let mut reports = Vec::new();
+        for (name, state) in sinks {
+            let mut st = state.lock().await;
+            st.finish().map_err(|source| EngineError::Sink {
+                sink: name.clone(),
+                source,
+            })?;
+            reports.push(SinkReport {
+                name,
+                rows: st.rows,
+                path: st.settings.path.clone(),
+            });
+        }
+        Ok(reports)
+    }
+}

@@ -1,0 +1,279 @@
+//! The decode stage: one partition's messages into batches of a scan's columns. Each message is
+//! decoded in place (a slice of the file block or of the Kafka fetch response), the source's
+//! error policy is applied to a bad one, and the metadata columns are appended from the
+//! message's position. Counters are kept in plain fields and published once per batch.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{Schema, SchemaRef};
+use weir_codec::{strip_confluent, DecodeError, Decoder, PreparedDecoder};
+
+use crate::error::{SourceError, SourceErrorKind};
+use crate::source::meta::{MetaColumn, MetaKind, Position};
+use crate::source::{OnError, SourceDefinition};
+
+/// Which value goes into each output column.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Decoded(usize),
+    Meta(usize),
+}
+
+/// What every partition of one scan shares: the decoder prepared for the scan's columns, the
+/// metadata columns it reads, and the output schema.
+pub(crate) struct ScanShape {
+    prepared: Arc<dyn PreparedDecoder>,
+    metas: Vec<MetaKind>,
+    slots: Arc<[Slot]>,
+    schema: SchemaRef,
+}
+
+impl ScanShape {
+    /// The shape of a scan of `projection` (every column when `None`). Only the projected
+    /// columns are decoded: the decoder skips the other fields unread.
+    pub(crate) fn new(
+        source: &SourceDefinition,
+        projection: Option<&[usize]>,
+    ) -> Result<Self, SourceError> {
+        let all: Vec<usize> = (0..source.schema.fields().len()).collect();
+        let projection = projection.unwrap_or(&all);
+        let decoded_count = source.decoded_columns();
+        let mut decoded = Vec::new();
+        let mut metas = Vec::new();
+        let mut slots = Vec::new();
+        let mut fields = Vec::new();
+        for &i in projection {
+            fields.push(source.schema.field(i).clone());
+            if i < decoded_count {
+                slots.push(Slot::Decoded(decoded.len()));
+                decoded.push(i);
+            } else {
+                slots.push(Slot::Meta(metas.len()));
+                metas.push(source.includes[i - decoded_count].0);
+            }
+        }
+        Ok(Self {
+            prepared: source.prepared_for(&decoded)?,
+            metas,
+            slots: slots.into(),
+            schema: Arc::new(Schema::new(fields)),
+        })
+    }
+
+    /// The schema of the batches.
+    pub(crate) fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+}
+
+/// Counts kept between two publications.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    messages: u64,
+    bytes: u64,
+    decoded: u64,
+    skipped: u64,
+    dead: u64,
+}
+
+/// Decodes one partition's messages into batches of its scan's shape.
+pub(crate) struct SourceDecoder {
+    source: Arc<SourceDefinition>,
+    decoder: Box<dyn Decoder>,
+    meta: Vec<MetaColumn>,
+    slots: Arc<[Slot]>,
+    schema: SchemaRef,
+    // Kept here so the per-message check needs no call through the decoder's vtable.
+    buffered: usize,
+    batch_size: usize,
+    counts: Counts,
+}
+
+impl SourceDecoder {
+    /// A decoder of its own for one partition of a scan of `shape`.
+    pub(crate) fn new(source: &Arc<SourceDefinition>, shape: &ScanShape) -> Self {
+        let decoder = shape.prepared.decoder();
+        let batch_size = decoder.batch_size().max(1);
+        Self {
+            source: Arc::clone(source),
+            decoder,
+            meta: shape.metas.iter().map(|&m| MetaColumn::new(m)).collect(),
+            slots: Arc::clone(&shape.slots),
+            schema: Arc::clone(&shape.schema),
+            buffered: 0,
+            batch_size,
+            counts: Counts::default(),
+        }
+    }
+
+    /// The source this decodes for.
+    pub(crate) fn source(&self) -> &Arc<SourceDefinition> {
+        &self.source
+    }
+
+    /// Takes one message: decodes it, or applies the error policy. An error means the policy
+    /// is `fail`: the rows decoded before the message are still buffered.
+    #[inline]
+    pub(crate) fn message(&mut self, value: &[u8], pos: &Position<'_>) -> Result<(), SourceError> {
+        self.counts.messages += 1;
+        self.counts.bytes += value.len() as u64;
+        let (payload, header) = match self.source.settings.confluent {
+            Some(indexes) => match strip_confluent(value, indexes) {
+                Ok((p, _)) => (p, value.len() - p.len()),
+                Err(e) => return self.bad(value, pos, e),
+            },
+            None => (value, 0),
+        };
+        match self.decoder.decode(payload) {
+            Ok(()) => {
+                self.counts.decoded += 1;
+                self.buffered += 1;
+                for m in &mut self.meta {
+                    m.append(pos);
+                }
+                Ok(())
+            }
+            Err(mut e) => {
+                e.offset += header;
+                self.bad(value, pos, e)
+            }
+        }
+    }
+
+    /// Takes one Kafka record (a null value, a tombstone, is a bad message).
+    #[inline]
+    pub(crate) fn record(&mut self, rec: &weir_kafka::Record<'_>) -> Result<(), SourceError> {
+        let pos = Position::Kafka {
+            topic: rec.topic,
+            partition: rec.partition,
+            offset: rec.offset,
+            timestamp: rec.timestamp,
+            key: rec.key,
+            headers: rec.headers,
+        };
+        match rec.value {
+            Some(value) => self.message(value, &pos),
+            None => self.bad_frame(&[], &pos, "the record's value is null (a tombstone)"),
+        }
+    }
+
+    /// Takes bytes that are not a message at all (a truncated or corrupt frame).
+    pub(crate) fn bad_frame(
+        &mut self,
+        bytes: &[u8],
+        pos: &Position<'_>,
+        reason: &str,
+    ) -> Result<(), SourceError> {
+        self.counts.messages += 1;
+        self.apply_policy(bytes, pos, &reason, |hint| SourceErrorKind::BadFrame {
+            position: pos.to_string(),
+            reason: reason.to_string(),
+            hint,
+        })
+    }
+
+    #[cold]
+    fn bad(
+        &mut self,
+        value: &[u8],
+        pos: &Position<'_>,
+        error: DecodeError,
+    ) -> Result<(), SourceError> {
+        let text = error.to_string();
+        self.apply_policy(value, pos, &text, move |hint| SourceErrorKind::BadMessage {
+            position: pos.to_string(),
+            error,
+            hint,
+        })
+    }
+
+    #[cold]
+    fn apply_policy(
+        &mut self,
+        value: &[u8],
+        pos: &Position<'_>,
+        error: &dyn std::fmt::Display,
+        fail: impl FnOnce(&'static str) -> SourceErrorKind,
+    ) -> Result<(), SourceError> {
+        match self.source.settings.on_error {
+            OnError::Fail => {
+                self.publish();
+                Err(SourceError::new(
+                    &self.source.name,
+                    fail(self.source.bad_message_hint),
+                ))
+            }
+            OnError::Skip => {
+                self.counts.skipped += 1;
+                Ok(())
+            }
+            OnError::DeadLetter => {
+                if let Some(dl) = &self.source.settings.dead_letter {
+                    dl.write(&self.source.name, pos, &error.to_string(), value)
+                        .map_err(|source| {
+                            SourceError::new(
+                                &self.source.name,
+                                SourceErrorKind::DeadLetter {
+                                    path: dl.path().display().to_string(),
+                                    source,
+                                },
+                            )
+                        })?;
+                }
+                self.counts.dead += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// True once a whole batch is buffered.
+    #[inline]
+    pub(crate) fn full(&self) -> bool {
+        self.buffered >= self.batch_size
+    }
+
+    /// Every buffered row as a batch (none when nothing is buffered); publishes the counters.
+    pub(crate) fn flush(&mut self) -> Result<Option<RecordBatch>, SourceError> {
+        self.publish();
+        self.buffered = 0;
+        let Some(decoded) = self.decoder.flush() else {
+            return Ok(None);
+        };
+        let rows = decoded.num_rows();
+        let meta: Vec<ArrayRef> = self.meta.iter_mut().map(MetaColumn::finish).collect();
+        let columns: Vec<ArrayRef> = self
+            .slots
+            .iter()
+            .map(|s| match *s {
+                Slot::Decoded(i) => Arc::clone(decoded.column(i)),
+                Slot::Meta(j) => Arc::clone(&meta[j]),
+            })
+            .collect();
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)
+            .map(Some)
+            .map_err(|e| {
+                SourceError::new(
+                    &self.source.name,
+                    SourceErrorKind::Encoding {
+                        encoding: self.source.settings.encoding.clone(),
+                        source: weir_codec::CodecError::Other(format!(
+                            "the decoder's batch does not match its schema: {e}"
+                        )),
+                    },
+                )
+            })
+    }
+
+    fn publish(&mut self) {
+        let c = std::mem::take(&mut self.counts);
+        let s = &self.source.stats;
+        s.messages.fetch_add(c.messages, Ordering::Relaxed);
+        s.bytes.fetch_add(c.bytes, Ordering::Relaxed);
+        s.decoded.fetch_add(c.decoded, Ordering::Relaxed);
+        s.skipped.fetch_add(c.skipped, Ordering::Relaxed);
+        s.dead_lettered.fetch_add(c.dead, Ordering::Relaxed);
+    }
+}

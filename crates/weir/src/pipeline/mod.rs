@@ -1,0 +1,22 @@
+//! The pipeline: everything between a source's bytes and a sink's committed files.
+//!
+//! ```text
+//! reader (file blocks | Kafka fetches, with positions) -> decode (SourceDecoder, error policy,
+//!   metadata columns) -> dedup (StateStore) -> step files -> commit (positions, keys, files)
+//! ```
+//!
+//! - [`reader`]: one positioned reader per connector; there is one Kafka loop.
+//! - [`decode`]: the decode stage, shared by every kind of scan.
+//! - [`state`]: a source's state settings and the dedup stage.
+//! - [`steps`]: exactly-once output, and the clean-up of what a crash left.
+//! - [`scan`]: the scans DataFusion runs (stateless in parallel, or one reader with state).
+//! - [`threads`]: putting a reader on a thread of its own.
+//!
+//! The engine only wires these together: it never reads a message itself.
+
+pub(crate) mod decode;
+pub(crate) mod reader;
+pub(crate) mod scan;
+pub(crate) mod state;
+pub(crate) mod steps;
+pub(crate) mod threads;

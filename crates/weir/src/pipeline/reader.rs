@@ -1,0 +1,379 @@
+//! Positioned readers: one per connector. A reader reads its share of a source (some files'
+//! blocks, some Kafka partitions), decodes every message with a [`SourceDecoder`], and knows
+//! after each batch it returns the next position of every partition it read: what a checkpoint
+//! records. Stateless scans, scans of a source with state and exactly-once sinks all read
+//! through these two readers; there is one Kafka loop.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use weir_kafka::{Consumer, ConsumerConfig, PollStatus, Record, StartupMode};
+
+use super::decode::SourceDecoder;
+use crate::error::{SourceError, SourceErrorKind};
+use crate::source::file::{BlockStatus, FileFeed};
+use crate::source::meta::Position;
+use weir_testdata::Frame;
+
+/// What a reader has next.
+pub(crate) enum Next {
+    /// Decoded rows (not deduplicated).
+    Batch(RecordBatch),
+    /// Nothing now (follow mode); ask again after [`PositionedReader::idle_wait`].
+    Idle,
+    /// The end of a bounded read, or a stop.
+    End,
+}
+
+/// A reader of one share of a source.
+pub(crate) trait PositionedReader: Send {
+    /// The next batch, nothing now, or the end. After an error the reader is done.
+    fn next(&mut self) -> Result<Next, SourceError>;
+
+    /// The next position of every partition read, covering exactly the batches returned so far
+    /// (`file:<path>` -> byte offset, `kafka/<topic>/<partition>` -> offset).
+    fn positions(&self) -> Vec<(String, i64)>;
+
+    /// How long to wait after [`Next::Idle`] before asking again.
+    fn idle_wait(&self) -> Duration;
+}
+
+/// The checkpoint key prefix of a file's position.
+const FILE_PREFIX: &str = "file:";
+
+/// A reader of file blocks: takes whole-frame blocks from a feed (shared with the scan's other
+/// readers, or its own) and decodes them in place, without a copy per message.
+pub(crate) struct FileReader {
+    feed: Arc<FileFeed>,
+    decoder: SourceDecoder,
+    buf: Vec<u8>,
+    file: Arc<str>,
+    /// File offset of `buf[0]`.
+    base: u64,
+    len: usize,
+    at: usize,
+    /// Next offset of every file read, as of the last batch returned.
+    positions: BTreeMap<Arc<str>, u64>,
+    /// A `fail` error held back until the rows decoded before it have been returned.
+    failed: Option<SourceError>,
+}
+
+impl FileReader {
+    /// A reader of `feed`'s blocks.
+    pub(crate) fn new(feed: Arc<FileFeed>, decoder: SourceDecoder) -> Self {
+        Self {
+            feed,
+            decoder,
+            buf: Vec::new(),
+            file: Arc::from(""),
+            base: 0,
+            len: 0,
+            at: 0,
+            positions: BTreeMap::new(),
+            failed: None,
+        }
+    }
+
+    /// A reader resuming at `checkpoint`'s positions (its `file:` entries).
+    pub(crate) fn resume(
+        feed: FileFeed,
+        decoder: SourceDecoder,
+        checkpoint: &[(String, i64)],
+    ) -> Self {
+        let starts: Vec<(String, u64)> = checkpoint
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(FILE_PREFIX)?.to_string(), *v as u64)))
+            .collect();
+        let mut reader = Self::new(Arc::new(feed.with_starts(starts.clone())), decoder);
+        reader.positions = starts.into_iter().map(|(k, v)| (Arc::from(k), v)).collect();
+        reader
+    }
+
+    fn here(&self) -> u64 {
+        self.base + self.at as u64
+    }
+
+    /// Records where the current file is, as of what has been decoded.
+    fn mark(&mut self) {
+        if !self.file.is_empty() {
+            let here = self.here();
+            self.positions.insert(Arc::clone(&self.file), here);
+        }
+    }
+
+    /// Returns the rows decoded before a `fail` error, keeping the error for the next call.
+    /// The position stays at the bad message, so a commit never records past it.
+    fn hold(&mut self, error: SourceError, message_start: u64) -> Result<Next, SourceError> {
+        if !self.file.is_empty() {
+            self.positions.insert(Arc::clone(&self.file), message_start);
+        }
+        match self.decoder.flush()? {
+            Some(b) => {
+                self.failed = Some(error);
+                Ok(Next::Batch(b))
+            }
+            None => Err(error),
+        }
+    }
+}
+
+impl PositionedReader for FileReader {
+    fn next(&mut self) -> Result<Next, SourceError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let framing = self.feed.framing();
+        loop {
+            while self.at < self.len {
+                let start = self.here();
+                match framing.frame(&self.buf[..self.len], self.at, true) {
+                    Frame::Message {
+                        start: m,
+                        end,
+                        next,
+                    } => {
+                        self.at = next;
+                        let pos = Position::File {
+                            file: &self.file,
+                            offset: start as i64,
+                        };
+                        if let Err(e) = self.decoder.message(&self.buf[m..end], &pos) {
+                            return self.hold(e, start);
+                        }
+                        if self.decoder.full() {
+                            self.mark();
+                            if let Some(b) = self.decoder.flush()? {
+                                return Ok(Next::Batch(b));
+                            }
+                        }
+                    }
+                    Frame::Empty { next } => self.at = next,
+                    // The feed hands out whole frames only.
+                    Frame::Partial { .. } | Frame::Corrupt(_) => {
+                        return Err(SourceError::new(
+                            &self.decoder.source().name,
+                            SourceErrorKind::Thread(format!(
+                                "a block of {} was cut inside a frame at byte {start}; this is \
+                                 a bug in weir",
+                                self.file
+                            )),
+                        ))
+                    }
+                }
+            }
+            let status = self
+                .feed
+                .next_block(&mut self.buf)
+                .map_err(|e| SourceError::new(&self.decoder.source().name, e))?;
+            match status {
+                BlockStatus::Block { file, offset, len } => {
+                    self.mark();
+                    self.file = file;
+                    self.base = offset;
+                    self.len = len;
+                    self.at = 0;
+                }
+                BlockStatus::Bad {
+                    file,
+                    offset,
+                    reason,
+                    bytes,
+                } => {
+                    // The feed moved past the rest of this file; a resumed read sees the bad
+                    // frame again and applies the policy again.
+                    self.mark();
+                    self.file = Arc::clone(&file);
+                    self.base = offset;
+                    self.len = 0;
+                    self.at = 0;
+                    let pos = Position::File {
+                        file: &file,
+                        offset: offset as i64,
+                    };
+                    if let Err(e) = self.decoder.bad_frame(&bytes, &pos, &reason) {
+                        return self.hold(e, offset);
+                    }
+                }
+                BlockStatus::Wait | BlockStatus::End => {
+                    let end = matches!(status, BlockStatus::End);
+                    self.base += self.len as u64;
+                    self.len = 0;
+                    self.at = 0;
+                    self.mark();
+                    let stopping = end || self.decoder.source().stop.load(Ordering::SeqCst);
+                    return Ok(match self.decoder.flush()? {
+                        Some(b) => Next::Batch(b),
+                        None if stopping => Next::End,
+                        None => Next::Idle,
+                    });
+                }
+            }
+        }
+    }
+
+    fn positions(&self) -> Vec<(String, i64)> {
+        self.positions
+            .iter()
+            .map(|(k, v)| (format!("{FILE_PREFIX}{k}"), *v as i64))
+            .collect()
+    }
+
+    fn idle_wait(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+}
+
+/// A Kafka consumer over a share of a topic's partitions, decoding each record value in place
+/// inside the consumer's handler (the value is a slice of the fetch response, never copied).
+/// Its batches carry the next offset of each partition as of their last row.
+pub(crate) struct KafkaReader {
+    consumer: Consumer,
+    decoder: SourceDecoder,
+    prefix: String,
+    bounded: bool,
+    /// Next offset by partition id (-1: not read), as of the last record decoded.
+    next: Vec<i64>,
+    /// As of the last batch returned.
+    current: Vec<i64>,
+    ready: VecDeque<(RecordBatch, Vec<i64>)>,
+    ended: bool,
+    failed: Option<SourceError>,
+}
+
+impl KafkaReader {
+    /// Connects a consumer for `config` (a share of the partitions, bounded or not), resuming
+    /// the partitions `checkpoint` names at their recorded offsets.
+    pub(crate) fn open(
+        mut config: ConsumerConfig,
+        decoder: SourceDecoder,
+        checkpoint: &[(String, i64)],
+    ) -> Result<Self, SourceError> {
+        let prefix = format!("kafka/{}/", config.topic);
+        let resume: Vec<(i32, i64)> = checkpoint
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.parse().ok()?, *v)))
+            .collect();
+        if !resume.is_empty() {
+            config.startup = StartupMode::Offsets(resume.clone());
+        }
+        let consumer =
+            Consumer::connect(&config).map_err(|e| SourceError::new(&decoder.source().name, e))?;
+        let mut next = Vec::new();
+        for (p, o) in resume {
+            set_next(&mut next, p, o);
+        }
+        Ok(Self {
+            consumer,
+            decoder,
+            prefix,
+            bounded: config.bounded,
+            current: next.clone(),
+            next,
+            ready: VecDeque::new(),
+            ended: false,
+            failed: None,
+        })
+    }
+
+    fn finish(&mut self) -> Result<(), SourceError> {
+        if let Some(b) = self.decoder.flush()? {
+            self.ready.push_back((b, self.next.clone()));
+        }
+        self.ended = true;
+        Ok(())
+    }
+}
+
+fn set_next(next: &mut Vec<i64>, partition: i32, offset: i64) {
+    let p = partition.max(0) as usize;
+    if next.len() <= p {
+        next.resize(p + 1, -1);
+    }
+    next[p] = offset;
+}
+
+impl PositionedReader for KafkaReader {
+    fn next(&mut self) -> Result<Next, SourceError> {
+        loop {
+            if let Some((b, pos)) = self.ready.pop_front() {
+                self.current = pos;
+                return Ok(Next::Batch(b));
+            }
+            if let Some(e) = self.failed.take() {
+                return Err(e);
+            }
+            if self.ended {
+                self.current = self.next.clone();
+                return Ok(Next::End);
+            }
+            if !self.bounded && self.decoder.source().stop.load(Ordering::SeqCst) {
+                self.finish()?;
+                continue;
+            }
+            let Self {
+                consumer,
+                decoder,
+                next,
+                ready,
+                failed,
+                ..
+            } = self;
+            let status = consumer.poll(Duration::from_millis(200), |rec: &Record<'_>| {
+                if let Err(e) = decoder.record(rec) {
+                    // The rows before the bad record go out first, positioned at it.
+                    set_next(next, rec.partition, rec.offset);
+                    *failed = Some(e);
+                    return Err("the source stopped on a bad message");
+                }
+                set_next(next, rec.partition, rec.offset + 1);
+                if decoder.full() {
+                    match decoder.flush() {
+                        Ok(Some(batch)) => ready.push_back((batch, next.clone())),
+                        Ok(None) => {}
+                        Err(e) => {
+                            *failed = Some(e);
+                            return Err("the source failed");
+                        }
+                    }
+                }
+                Ok(())
+            });
+            if self.failed.is_some() {
+                if let Some(b) = self.decoder.flush()? {
+                    self.ready.push_back((b, self.next.clone()));
+                }
+                continue;
+            }
+            let status = status.map_err(|e| SourceError::new(&self.decoder.source().name, e))?;
+            match status {
+                PollStatus::Records(_) => {}
+                // A quiet topic: hand over what is buffered rather than keep it back.
+                PollStatus::Idle => match self.decoder.flush()? {
+                    Some(b) => self.ready.push_back((b, self.next.clone())),
+                    None => {
+                        self.current = self.next.clone();
+                        return Ok(Next::Idle);
+                    }
+                },
+                PollStatus::End => self.finish()?,
+            }
+        }
+    }
+
+    fn positions(&self) -> Vec<(String, i64)> {
+        self.current
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| **o >= 0)
+            .map(|(p, o)| (format!("{}{p}", self.prefix), *o))
+            .collect()
+    }
+
+    fn idle_wait(&self) -> Duration {
+        // The poll itself waited for records.
+        Duration::ZERO
+    }
+}

@@ -1,0 +1,54 @@
+//! What the test modules share: collecting `SELECT` rows, writing generated quotes, the quote
+//! schema on disk.
+
+use std::path::{Path, PathBuf};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use weir::{ResultOutput, SinkError};
+use weir_testdata::{Framing, QuoteFormat, QuoteGenerator, STOCKS_PROTO};
+
+/// Collects the rows of every `SELECT`, and counts the statements that printed.
+#[derive(Default)]
+pub struct Collect {
+    pub batches: Vec<RecordBatch>,
+    pub statements: usize,
+}
+
+impl ResultOutput for Collect {
+    fn begin(&mut self, _schema: &SchemaRef) -> Result<(), SinkError> {
+        self.statements += 1;
+        Ok(())
+    }
+    fn batch(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        self.batches.push(batch.clone());
+        Ok(())
+    }
+    fn end(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// Writes `n` quotes of `seed` to `path`.
+pub fn write_quotes(path: &Path, n: u64, seed: u64, format: QuoteFormat, framing: Framing) {
+    let mut f = std::fs::File::create(path).unwrap();
+    QuoteGenerator::new(seed)
+        .write(&mut f, n, format, framing)
+        .unwrap();
+}
+
+/// Writes `stocks.proto` and its descriptor set `stocks.pb` into `dir`; returns the `.pb`.
+pub fn write_schema(dir: &Path) -> PathBuf {
+    std::fs::write(dir.join("stocks.proto"), STOCKS_PROTO).unwrap();
+    let set = weir_codec::ProtoSchema::load(dir.join("stocks.proto"), &[])
+        .unwrap()
+        .descriptor_set_bytes();
+    let pb = dir.join("stocks.pb");
+    std::fs::write(&pb, set).unwrap();
+    pb
+}
+
+/// The rows of some batches.
+pub fn rows(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.num_rows()).sum()
+}

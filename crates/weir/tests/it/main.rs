@@ -1,0 +1,12 @@
+//! The engine's integration tests, in one binary (each test binary links DataFusion and
+//! RocksDB, so fewer binaries mean far less linking): the engine on the file connector, sources
+//! with state, the Kafka connector against a real broker, the `weir` program, and the
+//! custom-decoder example.
+
+mod cli;
+mod common;
+mod custom_decoder;
+mod engine;
+mod kafka;
+mod readme;
+mod state;
