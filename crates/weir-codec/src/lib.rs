@@ -14,7 +14,7 @@
 //! error contract: one pass from bytes to typed columns, only the requested keys converted, every
 //! byte validated. See [`json`] for its type mapping and rules.
 
-mod bits;
+mod columns;
 pub mod error;
 pub mod factory;
 pub mod json;

@@ -165,8 +165,8 @@ impl Framing {
         match self {
             Self::Varint => put_varint(out, message.len() as u64),
             Self::U32Be => {
-                let len = u32::try_from(message.len())
-                    .map_err(|_| FrameError::TooLong(message.len()))?;
+                let len =
+                    u32::try_from(message.len()).map_err(|_| FrameError::TooLong(message.len()))?;
                 out.extend_from_slice(&len.to_be_bytes());
             }
             Self::Lines => {

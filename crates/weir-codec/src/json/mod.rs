@@ -58,7 +58,6 @@
 //! mismatches and out-of-range values become nulls instead (syntax errors still reject the
 //! message).
 
-mod columns;
 mod convert;
 mod decode;
 mod plan;
@@ -238,7 +237,7 @@ impl Decoder for JsonDecoder {
             .plan
             .top
             .iter()
-            .map(|&c| columns::finish(&mut self.state.cols, c))
+            .map(|&c| crate::columns::finish(&mut self.state.cols, c))
             .collect();
         self.state.rows = 0;
         Some(crate::batch_of(&self.plan.schema, arrays, rows))

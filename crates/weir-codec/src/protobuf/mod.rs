@@ -48,7 +48,6 @@
 //! sub-messages, groups and sub-messages rendered as JSON alike. A 10-byte varint that
 //! overflows 64 bits is rejected.
 
-mod columns;
 mod decode;
 mod plan;
 mod wire;
@@ -207,18 +206,18 @@ impl Decoder for ProtoDecoder {
         for &(follower, leader) in &self.plan.shared_validity {
             let (f, l) = (follower as usize, leader as usize);
             // Copied into the follower's own buffer (empty since its last batch was taken).
-            let bits = self.state.cols[l].validity.take();
-            match (&mut self.state.cols[f].validity, &bits) {
+            let bits = self.state.cols[l].nulls.take();
+            match (&mut self.state.cols[f].nulls, &bits) {
                 (Some(dst), Some(src)) => dst.copy_from(src),
                 (dst, src) => *dst = src.clone(),
             }
-            self.state.cols[l].validity = bits;
+            self.state.cols[l].nulls = bits;
         }
         let arrays = self
             .plan
             .top
             .iter()
-            .map(|&c| columns::finish(&mut self.state.cols, c))
+            .map(|&c| crate::columns::finish(&mut self.state.cols, c))
             .collect();
         self.state.rows = 0;
         self.state.filled = 0;

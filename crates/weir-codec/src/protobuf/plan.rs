@@ -17,9 +17,9 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use prost_reflect::{EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor, Syntax, Value};
 
-use super::columns::{Bits, Column, ColumnData};
-use super::wire::{WT_I32, WT_I64, WT_LEN, WT_VARINT};
+use super::wire::{WT_I32, WT_I64, WT_LEN, WT_SGROUP, WT_VARINT};
 use super::ColumnSpec;
+use crate::columns::{Bits, Column, Values};
 use crate::error::PlanError;
 
 /// "No slot": the value has no guard / is always present.
@@ -52,8 +52,11 @@ pub(crate) enum Op {
     Str,
     /// Singular bytes: (offset, length) into `slot`.
     Bytes,
-    /// Singular sub-message decoded with field table `target`; `slot` marks presence.
+    /// Singular sub-message decoded with field table `target`; `slot` marks presence (and
+    /// holds where the field's tag starts, for errors found at commit).
     SubMsg,
+    /// Singular proto2 group: as [`Op::SubMsg`], its body delimited by an end-group tag.
+    Group,
     /// Singular sub-message kept as JSON text: byte ranges recorded for `slot`; checked
     /// against descriptor `target`.
     Json,
@@ -71,6 +74,8 @@ pub(crate) enum Op {
     RepEnumName,
     /// Repeated message (or map entry) decoded as scope `target`.
     RepMsg,
+    /// Repeated proto2 group decoded as scope `target`.
+    RepGroup,
     /// Repeated message as JSON text: column `target`, descriptor `slot`.
     RepJson,
     // Direct writes: a singular scalar read by exactly one plain column overwrites that
@@ -193,8 +198,11 @@ pub(crate) enum CommitOp {
     },
     /// A struct row: valid when `presence` is NONE or set.
     Struct { col: u32, presence: u32 },
-    /// Closes a list/map row at the child's current length.
+    /// Closes a list row at the child's current length.
     ListEnd { col: u32 },
+    /// Closes a map row as [`CommitOp::ListEnd`] does, then keeps only the last entry of each
+    /// key in the row (`key`: the key column), as protobuf's merge rule says.
+    MapEnd { col: u32, key: u32 },
     /// google.protobuf.Timestamp / Duration from (seconds, nanos) slots.
     Time {
         col: u32,
@@ -730,28 +738,29 @@ fn repeated_op(kind: &Kind, enum_name: bool) -> (Op, u8) {
     }
 }
 
-/// Storage of a Utf8 column (JSON text).
-fn text_storage() -> ColumnData {
-    ColumnData::Bytes {
-        offsets: Vec::new(),
-        data: Vec::new(),
-    }
-}
-
-fn storage_for(dt: &DataType) -> Option<ColumnData> {
+fn storage_for(dt: &DataType) -> Option<Values> {
     Some(match dt {
-        DataType::Boolean => ColumnData::Bool(Bits::default()),
-        DataType::Int32 => ColumnData::I32(Vec::new()),
+        DataType::Boolean => Values::Bool(Bits::default()),
+        DataType::Int32 => Values::I32(Vec::new()),
         DataType::Int64 | DataType::Timestamp(_, _) | DataType::Duration(_) => {
-            ColumnData::I64(Vec::new())
+            Values::I64(Vec::new())
         }
-        DataType::UInt32 => ColumnData::U32(Vec::new()),
-        DataType::UInt64 => ColumnData::U64(Vec::new()),
-        DataType::Float32 => ColumnData::F32(Vec::new()),
-        DataType::Float64 => ColumnData::F64(Vec::new()),
-        DataType::Utf8 | DataType::Binary => text_storage(),
+        DataType::UInt32 => Values::U32(Vec::new()),
+        DataType::UInt64 => Values::U64(Vec::new()),
+        DataType::Float32 => Values::F32(Vec::new()),
+        DataType::Float64 => Values::F64(Vec::new()),
+        DataType::Utf8 | DataType::Binary => Values::bytes(),
         _ => return None,
     })
+}
+
+/// The wire type a message field arrives with: start-group for a proto2 group, else LEN.
+fn message_wire(fd: &FieldDescriptor) -> u8 {
+    if fd.is_group() {
+        WT_SGROUP
+    } else {
+        WT_LEN
+    }
 }
 
 /// Does the field have explicit presence (null when absent)?
@@ -824,8 +833,9 @@ impl Builder {
         self.oneof_keys.len() as u32
     }
 
-    fn column(&mut self, data: ColumnData, nullable: bool, dt: DataType, capacity: usize) -> usize {
-        self.columns.push(Column::new(data, nullable, dt, capacity));
+    fn column(&mut self, data: Values, nullable: bool, dt: DataType, capacity: usize) -> usize {
+        self.columns
+            .push(Column::with_validity(data, nullable, dt, capacity));
         self.columns.len() - 1
     }
 
@@ -862,17 +872,15 @@ impl Builder {
         };
         let l = &mut self.scopes[scope].leaves;
         // Leaves only ever get primitive or byte storage (`storage_for`).
-        let list = match &self.columns[col].data {
-            ColumnData::I32(_) => &mut l.i32,
-            ColumnData::I64(_) => &mut l.i64,
-            ColumnData::U32(_) => &mut l.u32,
-            ColumnData::U64(_) => &mut l.u64,
-            ColumnData::F32(_) => &mut l.f32,
-            ColumnData::F64(_) => &mut l.f64,
-            ColumnData::Bool(_) => &mut l.bool,
-            ColumnData::Bytes { .. } | ColumnData::Struct { .. } | ColumnData::List { .. } => {
-                &mut l.bytes
-            }
+        let list = match &self.columns[col].values {
+            Values::I32(_) => &mut l.i32,
+            Values::I64(_) => &mut l.i64,
+            Values::U32(_) => &mut l.u32,
+            Values::U64(_) => &mut l.u64,
+            Values::F32(_) => &mut l.f32,
+            Values::F64(_) => &mut l.f64,
+            Values::Bool(_) => &mut l.bool,
+            _ => &mut l.bytes,
         };
         list.push(leaf);
     }
@@ -895,7 +903,7 @@ impl Builder {
     ) -> Result<usize, PlanError> {
         let num = fd.number();
         if let Some(e) = self.msgs[msg].entries.get(&num) {
-            if e.op == Op::SubMsg {
+            if matches!(e.op, Op::SubMsg | Op::Group) {
                 return Ok(e.target as usize);
             }
             return Err(PlanError::Conflict {
@@ -914,12 +922,6 @@ impl Builder {
                 reason: "it is not a message".into(),
             });
         };
-        if fd.is_group() {
-            return Err(PlanError::Unsupported {
-                column: column.into(),
-                what: format!("proto2 group field {}", fd.full_name()),
-            });
-        }
         let child = self.msgs.len();
         let scope = self.msgs[msg].scope;
         self.msgs.push(MsgBuild {
@@ -939,8 +941,8 @@ impl Builder {
             num,
             Entry {
                 fast_tag: u64::MAX,
-                op: Op::SubMsg,
-                wire: WT_LEN,
+                op: if fd.is_group() { Op::Group } else { Op::SubMsg },
+                wire: message_wire(fd),
                 slot: presence,
                 target: child as u32,
                 name,
@@ -1096,7 +1098,7 @@ impl Builder {
                             let slot = self.alloc_slot(msg);
                             let desc = self.json.len() as u32;
                             self.json.push(m.clone());
-                            self.set_entry(msg, fd, Op::Json, WT_LEN, slot, desc);
+                            self.set_entry(msg, fd, Op::Json, message_wire(fd), slot, desc);
                             let oneof = self.oneof_id(msg, fd);
                             if let Some(e) = self.msgs[msg].entries.get_mut(&num) {
                                 e.oneof = oneof;
@@ -1104,7 +1106,7 @@ impl Builder {
                             (slot, desc)
                         }
                     };
-                    let col = self.column(text_storage(), true, dt.clone(), cap);
+                    let col = self.column(Values::bytes(), true, dt.clone(), cap);
                     self.op(
                         msg,
                         CommitOp::Json {
@@ -1168,7 +1170,7 @@ impl Builder {
                 let secs = self.scalar_slot(child, &s);
                 let nanos = self.scalar_slot(child, &n);
                 let name = self.name_id(fd);
-                let col = self.column(ColumnData::I64(Vec::new()), nullable, dt.clone(), cap);
+                let col = self.column(Values::I64(Vec::new()), nullable, dt.clone(), cap);
                 self.op(
                     child,
                     CommitOp::Time {
@@ -1219,7 +1221,7 @@ impl Builder {
                 }
                 let out = DataType::Struct(Fields::from(fields));
                 let col = self.column(
-                    ColumnData::Struct {
+                    Values::Struct {
                         children: ids,
                         len: 0,
                     },
@@ -1259,14 +1261,19 @@ impl Builder {
                 if *item_dt == DataType::Utf8 && wrapper_inner(&m).is_none() {
                     let desc = self.json.len() as u32;
                     self.json.push(m.clone());
-                    let c = self.column(text_storage(), false, item_dt.clone(), 0);
-                    self.set_entry(msg, fd, Op::RepJson, WT_LEN, desc, c as u32);
+                    let c = self.column(Values::bytes(), false, item_dt.clone(), 0);
+                    self.set_entry(msg, fd, Op::RepJson, message_wire(fd), desc, c as u32);
                     (c, item.as_ref().clone())
                 } else {
                     let scope = self.new_scope();
                     let root = self.scopes[scope].root;
                     let (c, f) = self.bind_message_value(root, &m, fd, &item_col, item_dt)?;
-                    self.set_entry(msg, fd, Op::RepMsg, WT_LEN, NONE, scope as u32);
+                    let op = if fd.is_group() {
+                        Op::RepGroup
+                    } else {
+                        Op::RepMsg
+                    };
+                    self.set_entry(msg, fd, op, message_wire(fd), NONE, scope as u32);
                     (
                         c,
                         f.with_name(item.name()).with_nullable(item.is_nullable()),
@@ -1291,7 +1298,7 @@ impl Builder {
         };
         let out = DataType::List(Arc::new(child_field));
         let col = self.column(
-            ColumnData::List {
+            Values::List {
                 offsets: Vec::new(),
                 child: child_col,
             },
@@ -1341,7 +1348,7 @@ impl Builder {
             vfield.with_name(kv[1].name()),
         ]));
         let ec = self.column(
-            ColumnData::Struct {
+            Values::Struct {
                 children: vec![kc, vc],
                 len: 0,
             },
@@ -1359,7 +1366,7 @@ impl Builder {
             *sorted,
         );
         let col = self.column(
-            ColumnData::List {
+            Values::List {
                 offsets: Vec::new(),
                 child: ec,
             },
@@ -1368,7 +1375,13 @@ impl Builder {
             cap,
         );
         self.note_list(msg, col);
-        self.op(msg, CommitOp::ListEnd { col: col as u32 });
+        self.op(
+            msg,
+            CommitOp::MapEnd {
+                col: col as u32,
+                key: kc as u32,
+            },
+        );
         Ok((col, Field::new(column, out, false)))
     }
 
@@ -1415,7 +1428,7 @@ impl Builder {
                         count(si, presence);
                     }
                     CommitOp::Json { slot, .. } => count(si, slot),
-                    CommitOp::ListEnd { .. } => {}
+                    CommitOp::ListEnd { .. } | CommitOp::MapEnd { .. } => {}
                 }
             }
         }
@@ -1430,7 +1443,7 @@ impl Builder {
         }
         for (mi, m) in self.msgs.iter().enumerate() {
             for e in m.entries.values() {
-                if e.op == Op::SubMsg && e.oneof != 0 {
+                if matches!(e.op, Op::SubMsg | Op::Group) && e.oneof != 0 {
                     for &slot in &self.msgs[e.target as usize].subtree {
                         count(self.msgs[mi].scope, slot);
                         count(self.msgs[mi].scope, slot);
@@ -1491,60 +1504,60 @@ impl Builder {
         let col = leaf.col;
         let d = leaf.default;
         let pf = &mut self.scopes[si].prefill;
-        let op = match (&e.op, &self.columns[col as usize].data) {
-            (Op::Varint(VarintConv::Raw), ColumnData::I32(_)) => {
+        let op = match (&e.op, &self.columns[col as usize].values) {
+            (Op::Varint(VarintConv::Raw), Values::I32(_)) => {
                 pf.i32.push((col, d as i32));
                 Op::DVarI32
             }
-            (Op::Varint(VarintConv::Raw), ColumnData::I64(_)) => {
+            (Op::Varint(VarintConv::Raw), Values::I64(_)) => {
                 pf.i64.push((col, d as i64));
                 Op::DVarI64
             }
-            (Op::Varint(VarintConv::Raw), ColumnData::U32(_)) => {
+            (Op::Varint(VarintConv::Raw), Values::U32(_)) => {
                 pf.u32.push((col, d as u32));
                 Op::DVarU32
             }
-            (Op::Varint(VarintConv::Raw), ColumnData::U64(_)) => {
+            (Op::Varint(VarintConv::Raw), Values::U64(_)) => {
                 pf.u64.push((col, d));
                 Op::DVarU64
             }
-            (Op::Varint(VarintConv::Raw), ColumnData::Bool(_)) => {
+            (Op::Varint(VarintConv::Raw), Values::Bool(_)) => {
                 pf.bool.push((col, d != 0));
                 Op::DVarBool
             }
-            (Op::Varint(VarintConv::Zigzag32), ColumnData::I32(_)) => {
+            (Op::Varint(VarintConv::Zigzag32), Values::I32(_)) => {
                 pf.i32.push((col, d as i32));
                 Op::DZig32
             }
-            (Op::Varint(VarintConv::Zigzag64), ColumnData::I64(_)) => {
+            (Op::Varint(VarintConv::Zigzag64), Values::I64(_)) => {
                 pf.i64.push((col, d as i64));
                 Op::DZig64
             }
-            (Op::Fixed32, ColumnData::F32(_)) => {
+            (Op::Fixed32, Values::F32(_)) => {
                 pf.f32.push((col, f32::from_bits(d as u32)));
                 Op::DF32
             }
-            (Op::Fixed32, ColumnData::U32(_)) => {
+            (Op::Fixed32, Values::U32(_)) => {
                 pf.u32.push((col, d as u32));
                 Op::DFixU32
             }
-            (Op::Fixed32, ColumnData::I32(_)) => {
+            (Op::Fixed32, Values::I32(_)) => {
                 pf.i32.push((col, d as i32));
                 Op::DFixI32
             }
-            (Op::Fixed64, ColumnData::F64(_)) => {
+            (Op::Fixed64, Values::F64(_)) => {
                 pf.f64.push((col, f64::from_bits(d)));
                 Op::DF64
             }
-            (Op::Fixed64, ColumnData::U64(_)) => {
+            (Op::Fixed64, Values::U64(_)) => {
                 pf.u64.push((col, d));
                 Op::DFixU64
             }
-            (Op::Fixed64, ColumnData::I64(_)) => {
+            (Op::Fixed64, Values::I64(_)) => {
                 pf.i64.push((col, d as i64));
                 Op::DFixI64
             }
-            (Op::Str | Op::Bytes, ColumnData::Bytes { .. }) => {
+            (Op::Str | Op::Bytes, Values::Bytes { .. }) => {
                 if leaf.str_default != NONE && !leaf.null_default {
                     pf.bytes.push((col, leaf.str_default));
                 }
@@ -1557,7 +1570,7 @@ impl Builder {
             }
             _ => return false,
         };
-        let nullable = self.columns[col as usize].validity.is_some();
+        let nullable = self.columns[col as usize].nulls.is_some();
         let guarded = nullable && leaf.guard != NONE && !leaf.null_default;
         if nullable {
             pf.invalid.push(col);
@@ -1590,7 +1603,7 @@ impl Builder {
                 if e.oneof == 0 {
                     continue;
                 }
-                let (slots, lists) = if e.op == Op::SubMsg {
+                let (slots, lists) = if matches!(e.op, Op::SubMsg | Op::Group) {
                     let child = &self.msgs[e.target as usize];
                     (child.subtree.clone(), child.subtree_lists.clone())
                 } else {
