@@ -1,6 +1,6 @@
-//! The protobuf fuzz harness, shared by the stable mutation fuzzer (`tests/fuzz.rs`, part of the
-//! test suite) and the coverage-guided cargo-fuzz target (`fuzz/fuzz_targets/protobuf.rs`,
-//! nightly). Each target is a decoder over one test schema plus a seeded corpus
+//! The protobuf fuzz harness, shared by the stable mutation fuzzer (`tests/fuzz/protobuf.rs`,
+//! part of the test suite) and the coverage-guided cargo-fuzz target
+//! (`fuzz/fuzz_targets/protobuf.rs`, nightly). Each target is a decoder over one test schema plus a seeded corpus
 //! (`fuzz/corpus/<message>/`: `.json` files are proto3 JSON encoded at start-up, `.bin` files
 //! are raw wire bytes).
 //!

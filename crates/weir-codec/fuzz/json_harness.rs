@@ -1,4 +1,4 @@
-//! The JSON fuzz harness, shared by the stable mutation fuzzer (`tests/json_fuzz.rs`, part of the
+//! The JSON fuzz harness, shared by the stable mutation fuzzer (`tests/fuzz/json.rs`, part of the
 //! test suite) and the coverage-guided cargo-fuzz target (`fuzz/fuzz_targets/json.rs`, nightly).
 //! Seeds are the files of `fuzz/corpus/json/` (one JSON object each).
 //!

@@ -7,7 +7,8 @@
 //! - `fuzz`: a short, deterministic mutation-fuzz run of the harnesses in `fuzz/`, which the
 //!   nightly cargo-fuzz targets share.
 //!
-//! Allocation counting installs a global allocator, so it is a binary of its own: `tests/alloc.rs`.
+//! Allocation counting installs a global allocator, so it is a binary of its own:
+//! `tests/alloc.rs`.
 
 mod common;
 mod fuzz;
