@@ -9,7 +9,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampNanosecondType, UInt32Type};
 use weir_codec::{
     ColumnSpec, DataType, Decoder, JsonDecoder, JsonDecoderOptions, ProtoDecoder,
-    ProtoDecoderOptions, ProtoSchema, TimeUnit,
+    ProtoDecoderOptions, ProtoSchema, RecordBatch, TimeUnit,
 };
 
 struct Counting;
@@ -49,6 +49,36 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
+
+/// Decodes `msgs`, cycled, as a million rows, spot-checks the first full batch with `check`
+/// (allocations there are per batch too), and asserts that decoding allocated per batch, not per
+/// message.
+fn per_batch_only(dec: &mut dyn Decoder, msgs: &[Vec<u8>], check: impl Fn(&RecordBatch)) {
+    const N: usize = 1_000_000;
+    let (mut batches, mut rows, mut checked) = (0usize, 0usize, false);
+    let before = allocs();
+    for i in 0..N {
+        dec.decode(&msgs[i % msgs.len()]).unwrap();
+        if let Some(batch) = dec.take_full_batch() {
+            batches += 1;
+            rows += batch.num_rows();
+            if !checked {
+                check(&batch);
+                checked = true;
+            }
+        }
+    }
+    if let Some(b) = dec.flush() {
+        batches += 1;
+        rows += b.num_rows();
+    }
+    let allocs = allocs() - before;
+    assert_eq!(rows, N);
+    assert!(checked);
+    let per_msg = allocs as f64 / N as f64;
+    eprintln!("{allocs} allocations for {N} messages in {batches} batches ({per_msg:.5}/message)");
+    assert!(per_msg < 0.01, "{per_msg} allocations per message");
+}
 
 // ---------------------------------------------------------------------------------------------
 // protobuf
@@ -107,47 +137,25 @@ fn a_million_messages_allocate_per_batch() {
     .unwrap();
 
     // 1000 distinct messages, cycled: the input is built before counting starts.
-    let mut bufs = Vec::new();
-    for i in 0..1000u64 {
-        let mut b = Vec::new();
-        proto_quote(i, &mut b);
-        bufs.push(b);
-    }
-    const N: usize = 1_000_000;
-    let mut batches = 0usize;
-    let mut rows = 0usize;
-    let mut checked = false;
-    let before = allocs();
-    for i in 0..N {
-        dec.decode(&bufs[i % 1000]).unwrap();
-        if let Some(batch) = dec.take_full_batch() {
-            batches += 1;
-            rows += batch.num_rows();
-            if !checked {
-                // Spot-check values once (allocations here are per batch too).
-                let t = batch.column(0).as_string::<i32>();
-                assert_eq!(t.value(5), "O:SPY250005C00000005");
-                assert_eq!(
-                    batch.column(1).as_primitive::<Int64Type>().value(7),
-                    1_790_000_000_000_000_007
-                );
-                assert_eq!(batch.column(2).as_primitive::<Int64Type>().value(9), 9);
-                assert_eq!(batch.column(3).as_primitive::<Float64Type>().value(3), 1.03);
-                assert_eq!(batch.column(4).as_primitive::<UInt32Type>().value(3), 4);
-                assert_eq!(batch.column(6).as_primitive::<Int32Type>().value(2), -2);
-                checked = true;
-            }
-        }
-    }
-    if let Some(b) = dec.flush() {
-        batches += 1;
-        rows += b.num_rows();
-    }
-    let allocs = allocs() - before;
-    assert_eq!(rows, N);
-    let per_msg = allocs as f64 / N as f64;
-    eprintln!("{allocs} allocations for {N} messages in {batches} batches ({per_msg:.5}/message)");
-    assert!(per_msg < 0.01, "{per_msg} allocations per message");
+    let msgs: Vec<Vec<u8>> = (0..1000u64)
+        .map(|i| {
+            let mut b = Vec::new();
+            proto_quote(i, &mut b);
+            b
+        })
+        .collect();
+    per_batch_only(&mut dec, &msgs, |batch| {
+        let t = batch.column(0).as_string::<i32>();
+        assert_eq!(t.value(5), "O:SPY250005C00000005");
+        assert_eq!(
+            batch.column(1).as_primitive::<Int64Type>().value(7),
+            1_790_000_000_000_000_007
+        );
+        assert_eq!(batch.column(2).as_primitive::<Int64Type>().value(9), 9);
+        assert_eq!(batch.column(3).as_primitive::<Float64Type>().value(3), 1.03);
+        assert_eq!(batch.column(4).as_primitive::<UInt32Type>().value(3), 4);
+        assert_eq!(batch.column(6).as_primitive::<Int32Type>().value(2), -2);
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -184,46 +192,24 @@ fn a_million_json_messages_allocate_per_batch() {
     let mut dec = JsonDecoder::new(&cols, JsonDecoderOptions::default()).unwrap();
 
     // 1000 distinct messages, cycled: the input is built before counting starts.
-    let msgs: Vec<String> = (0..1000u64).map(json_quote).collect();
-    const N: usize = 1_000_000;
-    let (mut batches, mut rows, mut checked) = (0usize, 0usize, false);
-    let before = allocs();
-    for i in 0..N {
-        dec.decode(msgs[i % 1000].as_bytes()).unwrap();
-        if let Some(batch) = dec.take_full_batch() {
-            batches += 1;
-            rows += batch.num_rows();
-            if !checked {
-                // Spot-check values once (allocations here are per batch too).
-                let t = batch.column(0).as_string::<i32>();
-                assert_eq!(t.value(5), "O:SPY250005C00000005");
-                assert_eq!(
-                    batch
-                        .column(1)
-                        .as_primitive::<TimestampNanosecondType>()
-                        .value(7),
-                    1_790_000_000_000_000_007
-                );
-                assert_eq!(batch.column(2).as_primitive::<Int64Type>().value(9), 9);
-                assert_eq!(batch.column(3).as_primitive::<Float64Type>().value(3), 1.03);
-                assert_eq!(batch.column(4).as_primitive::<UInt32Type>().value(3), 4);
-                assert_eq!(
-                    batch.column(5).as_string::<i32>().value(2),
-                    "caf\u{e9} \"2\""
-                );
-                assert_eq!(batch.column(7).as_primitive::<Int64Type>().value(2), -2);
-                checked = true;
-            }
-        }
-    }
-    if let Some(b) = dec.flush() {
-        batches += 1;
-        rows += b.num_rows();
-    }
-    let allocs = allocs() - before;
-    assert_eq!(rows, N);
-    assert!(checked);
-    let per_msg = allocs as f64 / N as f64;
-    eprintln!("{allocs} allocations for {N} messages in {batches} batches ({per_msg:.5}/message)");
-    assert!(per_msg < 0.01, "{per_msg} allocations per message");
+    let msgs: Vec<Vec<u8>> = (0..1000u64).map(|i| json_quote(i).into_bytes()).collect();
+    per_batch_only(&mut dec, &msgs, |batch| {
+        let t = batch.column(0).as_string::<i32>();
+        assert_eq!(t.value(5), "O:SPY250005C00000005");
+        assert_eq!(
+            batch
+                .column(1)
+                .as_primitive::<TimestampNanosecondType>()
+                .value(7),
+            1_790_000_000_000_000_007
+        );
+        assert_eq!(batch.column(2).as_primitive::<Int64Type>().value(9), 9);
+        assert_eq!(batch.column(3).as_primitive::<Float64Type>().value(3), 1.03);
+        assert_eq!(batch.column(4).as_primitive::<UInt32Type>().value(3), 4);
+        assert_eq!(
+            batch.column(5).as_string::<i32>().value(2),
+            "caf\u{e9} \"2\""
+        );
+        assert_eq!(batch.column(7).as_primitive::<Int64Type>().value(2), -2);
+    });
 }

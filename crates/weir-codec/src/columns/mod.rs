@@ -112,6 +112,30 @@ impl Values {
     }
 }
 
+/// A fixed-width value type and the [`Values`] variant that stores it, so code generic over the
+/// type reaches its vector without a `match` written per type.
+pub(crate) trait Native: Copy + Default {
+    /// The vector of `values` if it stores `Self`.
+    fn vec(values: &mut Values) -> Option<&mut Vec<Self>>;
+}
+
+macro_rules! native {
+    ($($t:ty => $variant:ident),*) => {
+        $(impl Native for $t {
+            #[inline(always)]
+            fn vec(values: &mut Values) -> Option<&mut Vec<Self>> {
+                match values {
+                    Values::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        })*
+    };
+}
+
+native!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32,
+    u64 => U64, f32 => F32, f64 => F64, i128 => I128);
+
 /// One column: values, validity, and the Arrow type it becomes.
 #[derive(Debug)]
 pub(crate) struct Column {

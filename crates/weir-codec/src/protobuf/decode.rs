@@ -11,7 +11,7 @@ use super::wire::{
     skip_field_at, skip_varint, split_tag, zigzag32, zigzag64, WT_I32, WT_I64, WT_LEN, WT_SGROUP,
     WT_VARINT,
 };
-use crate::columns::{push_offset, retain_rows, truncate, Column, Values};
+use crate::columns::{push_offset, retain_rows, truncate, Column, Native, Values};
 use crate::error::{DecodeError, DecodeErrorKind};
 use arrow_schema::TimeUnit;
 
@@ -249,6 +249,47 @@ impl State {
         self.filled = self.rows;
     }
 
+    /// Keeps, in every row of every map column, only the last entry of each key (protobuf's
+    /// merge rule: a later entry replaces an earlier one). Once per batch, before it is taken:
+    /// doing it per row, in the commit, cost every message time even without a map (it changed
+    /// how the field loop was compiled). A row is checked by comparing keys (see
+    /// [`last_of_each_key`]); only a batch with a repeated key is compacted.
+    pub(crate) fn keep_last_map_entries(&mut self, plan: &Plan) {
+        for &(map, key) in &plan.maps {
+            let (map, key) = (map as usize, key as usize);
+            let Values::List { offsets, child } = &self.cols[map].values else {
+                continue;
+            };
+            let entries = *child;
+            let mut keep: Option<Vec<bool>> = None;
+            for w in offsets.windows(2) {
+                let (first, end) = (w[0] as usize, w[1] as usize);
+                if end - first < 2 {
+                    continue;
+                }
+                if let Some(k) = last_of_each_key(&self.cols[key], first, end) {
+                    let total = offsets.last().copied().unwrap_or(0) as usize;
+                    keep.get_or_insert_with(|| vec![true; total])[first..end].copy_from_slice(&k);
+                }
+            }
+            let Some(keep) = keep else {
+                continue;
+            };
+            // The rows' new ends, then the entries themselves.
+            if let Values::List { offsets, .. } = &mut self.cols[map].values {
+                let mut kept = 0i32;
+                let mut prev = 0usize;
+                for o in offsets.iter_mut().skip(1) {
+                    let end = *o as usize;
+                    kept += keep[prev..end].iter().filter(|k| **k).count() as i32;
+                    prev = end;
+                    *o = kept;
+                }
+            }
+            retain_rows(&mut self.cols, entries, 0, &keep);
+        }
+    }
+
     /// Decodes one top-level message as one row, or rolls the row back.
     pub(crate) fn decode_row(&mut self, plan: &Plan, buf: &[u8]) -> Result<(), DecodeError> {
         if buf.len() > u32::MAX as usize {
@@ -358,7 +399,7 @@ impl State {
                 }
                 // A wire type other than the expected one, or a oneof member: out of line.
                 if let Some(p) =
-                    self.checked_entry(plan, e, sc, field, wt, tag_at, buf, pos, end)?
+                    self.checked_entry(plan, e, sc, field, wt, tag_at, buf, pos, end, depth, row)?
                 {
                     pos = p;
                     continue;
@@ -398,24 +439,8 @@ impl State {
                     self.decode_fields(plan, e.target, sc, buf, pos, vend, depth + 1, row)?;
                     pos = vend;
                 }
-                Op::Group => {
-                    let (body, vend) =
-                        self.group_bounds(plan, buf, &mut pos, end, tag, tag_at, depth)?;
-                    sc.put(e.slot, tag_at as u64);
-                    self.decode_fields(plan, e.target, sc, buf, body, vend, depth + 1, row)?;
-                }
-                Op::Json => {
-                    let (body, vend) = if e.wire == WT_SGROUP {
-                        self.group_bounds(plan, buf, &mut pos, end, tag, tag_at, depth)?
-                    } else {
-                        let vend = read_len(buf, &mut pos, end)?;
-                        let body = pos;
-                        pos = vend;
-                        (body, vend)
-                    };
-                    check_json_subtree(plan, e.target, buf, body, vend, tag_at, depth)?;
-                    sc.put(e.slot, tag_at as u64);
-                    sc.json.push((e.slot, body as u32, vend as u32));
+                Op::Json | Op::RepJson | Op::RepEnumName => {
+                    pos = self.rare_op(plan, e, sc, buf, pos, end, tag_at, depth)?;
                 }
                 Op::RepVarint(conv) => {
                     let v = read_varint(buf, &mut pos, end)?;
@@ -437,11 +462,6 @@ impl State {
                     push_wire_bytes(&mut self.cols[e.target as usize], buf, pos, vend)?;
                     pos = vend;
                 }
-                Op::RepEnumName => {
-                    let at = pos;
-                    let v = read_varint(buf, &mut pos, end)?;
-                    self.push_enum_name(plan, e.target, e.slot, v as i32, at)?;
-                }
                 Op::RepMsg => {
                     let vend = read_len(buf, &mut pos, end)?;
                     if depth >= plan.max_depth {
@@ -457,34 +477,6 @@ impl State {
                     self.scopes[t] = Some(inner);
                     r?;
                     pos = vend;
-                }
-                Op::RepGroup => {
-                    let (body, vend) =
-                        self.group_bounds(plan, buf, &mut pos, end, tag, tag_at, depth)?;
-                    let t = e.target as usize;
-                    let mut inner = ScopeState::take(&mut self.scopes, plan, t);
-                    let r =
-                        self.decode_scope(plan, t, &mut inner, buf, body, vend, depth + 1, ELEMENT);
-                    self.scopes[t] = Some(inner);
-                    r?;
-                }
-                Op::RepJson => {
-                    let (body, vend) = if e.wire == WT_SGROUP {
-                        self.group_bounds(plan, buf, &mut pos, end, tag, tag_at, depth)?
-                    } else {
-                        let vend = read_len(buf, &mut pos, end)?;
-                        let body = pos;
-                        pos = vend;
-                        (body, vend)
-                    };
-                    check_json_subtree(plan, e.slot, buf, body, vend, tag_at, depth)?;
-                    let col = &mut self.cols[e.target as usize];
-                    if let Values::Bytes { offsets, data } = &mut col.values {
-                        rendered_json(plan, e.slot, buf, std::iter::once((body, vend)), data)?;
-                        if !push_offset(offsets, data.len()) {
-                            return Err(DecodeError::new(body, DecodeErrorKind::TooLarge));
-                        }
-                    }
                 }
                 Op::DVarI32 => {
                     let v = read_varint(buf, &mut pos, end)?;
@@ -582,16 +574,65 @@ impl State {
                     });
                     pos = vend;
                 }
-                Op::Skip => {}
+                // Groups come through the checked path (`checked_entry`).
+                Op::Skip | Op::Group | Op::RepGroup => {}
             }
         }
         Ok(())
     }
 
+    /// The ops no common message needs at speed: sub-messages kept as JSON text and repeated
+    /// enums by name. Out of line, so that their many arguments do not crowd the field loop's
+    /// registers. Returns the position after the field.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn rare_op(
+        &mut self,
+        plan: &Plan,
+        e: &Entry,
+        sc: &mut ScopeState,
+        buf: &[u8],
+        mut pos: usize,
+        end: usize,
+        tag_at: usize,
+        depth: usize,
+    ) -> Result<usize, DecodeError> {
+        match e.op {
+            Op::Json => {
+                let vend = read_len(buf, &mut pos, end)?;
+                check_json_subtree(plan, e.target, buf, pos, vend, tag_at, depth)?;
+                // Presence, and where the field starts (for errors found at commit).
+                sc.put(e.slot, tag_at as u64);
+                sc.json.push((e.slot, pos as u32, vend as u32));
+                Ok(vend)
+            }
+            Op::RepJson => {
+                let vend = read_len(buf, &mut pos, end)?;
+                check_json_subtree(plan, e.slot, buf, pos, vend, tag_at, depth)?;
+                let col = &mut self.cols[e.target as usize];
+                if let Values::Bytes { offsets, data } = &mut col.values {
+                    rendered_json(plan, e.slot, buf, std::iter::once((pos, vend)), data)?;
+                    if !push_offset(offsets, data.len()) {
+                        return Err(DecodeError::new(pos, DecodeErrorKind::TooLarge));
+                    }
+                }
+                Ok(vend)
+            }
+            Op::RepEnumName => {
+                let at = pos;
+                let v = read_varint(buf, &mut pos, end)?;
+                self.push_enum_name(plan, e.target, e.slot, v as i32, at)?;
+                Ok(pos)
+            }
+            _ => Ok(pos),
+        }
+    }
+
     /// The checked path of a requested field whose tag is not its fast tag: a packed repeated
     /// scalar (decoded here; returns the position after it), a wire-type mismatch (an error),
-    /// or a oneof member (clears the others; returns `None` to go on with the field's op).
-    /// Out of line so the hot loop stays small enough to keep its state in registers.
+    /// a proto2 group (decoded here, see [`Self::decode_group`]), or a oneof member (clears the
+    /// others; returns `None` to go on with the field's op). Out of line so the hot loop stays
+    /// small enough to keep its state in registers.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn checked_entry(
@@ -605,6 +646,8 @@ impl State {
         buf: &[u8],
         pos: usize,
         end: usize,
+        depth: usize,
+        row: usize,
     ) -> Result<Option<usize>, DecodeError> {
         if wt != e.wire {
             let packable = matches!(
@@ -626,24 +669,33 @@ impl State {
         if e.oneof != 0 {
             self.clear_oneof(plan, sc, e.oneof - 1, field);
         }
+        if e.wire == WT_SGROUP {
+            let mut pos = pos;
+            self.decode_group(plan, e, sc, field, buf, &mut pos, end, tag_at, depth, row)?;
+            return Ok(Some(pos));
+        }
         Ok(None)
     }
 
-    /// A requested proto2 group whose start tag `tag` (at `tag_at`) ends at `pos`: checks the
-    /// depth and finds the body, `(body start, body end)`, moving `pos` past the end-group tag.
-    /// Out of line: groups are a legacy encoding, rarely on a hot path.
-    #[inline(never)]
+    /// A requested proto2 group (its start tag at `tag_at` ends at `pos`), read as its entry
+    /// says: a sub-message ([`Op::Group`]), an element of a repeated one ([`Op::RepGroup`]),
+    /// or JSON text. Groups never take the fast path (their entries have no fast tag): the body
+    /// is found first ([`group_body`]), then decoded like a sub-message's. Moves `pos` past the
+    /// end-group tag.
     #[allow(clippy::too_many_arguments)]
-    fn group_bounds(
-        &self,
+    fn decode_group(
+        &mut self,
         plan: &Plan,
+        e: &Entry,
+        sc: &mut ScopeState,
+        field: u32,
         buf: &[u8],
         pos: &mut usize,
         end: usize,
-        tag: u64,
         tag_at: usize,
         depth: usize,
-    ) -> Result<(usize, usize), DecodeError> {
+        row: usize,
+    ) -> Result<(), DecodeError> {
         if depth >= plan.max_depth {
             return Err(DecodeError::new(
                 tag_at,
@@ -651,16 +703,40 @@ impl State {
             ));
         }
         let body = *pos;
-        let body_end = group_body(
-            buf,
-            pos,
-            end,
-            (tag >> 3) as u32,
-            tag_at,
-            depth,
-            plan.max_depth,
-        )?;
-        Ok((body, body_end))
+        let body_end = group_body(buf, pos, end, field, tag_at, depth, plan.max_depth)?;
+        match e.op {
+            Op::Group => {
+                sc.put(e.slot, tag_at as u64);
+                self.decode_fields(plan, e.target, sc, buf, body, body_end, depth + 1, row)
+            }
+            Op::RepGroup => {
+                let t = e.target as usize;
+                let mut inner = ScopeState::take(&mut self.scopes, plan, t);
+                let r =
+                    self.decode_scope(plan, t, &mut inner, buf, body, body_end, depth + 1, ELEMENT);
+                self.scopes[t] = Some(inner);
+                r
+            }
+            Op::Json => {
+                check_json_subtree(plan, e.target, buf, body, body_end, tag_at, depth)?;
+                sc.put(e.slot, tag_at as u64);
+                sc.json.push((e.slot, body as u32, body_end as u32));
+                Ok(())
+            }
+            Op::RepJson => {
+                check_json_subtree(plan, e.slot, buf, body, body_end, tag_at, depth)?;
+                let col = &mut self.cols[e.target as usize];
+                if let Values::Bytes { offsets, data } = &mut col.values {
+                    let range = std::iter::once((body, body_end));
+                    rendered_json(plan, e.slot, buf, range, data)?;
+                    if !push_offset(offsets, data.len()) {
+                        return Err(DecodeError::new(body, DecodeErrorKind::TooLarge));
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Writes into the current row of a direct column, and marks the row valid when `e.slot` is
@@ -681,14 +757,9 @@ impl State {
     #[inline(always)]
     fn prefill_values(&mut self, p: &Prefill, n: usize) {
         let cols = &mut self.cols;
-        fn each<T: Copy>(
-            list: &[(u32, T)],
-            cols: &mut [Column],
-            n: usize,
-            values: impl Fn(&mut Values) -> Option<&mut Vec<T>>,
-        ) {
+        fn each<T: Native>(list: &[(u32, T)], cols: &mut [Column], n: usize) {
             for &(c, d) in list {
-                if let Some(v) = values(&mut cols[c as usize].values) {
+                if let Some(v) = T::vec(&mut cols[c as usize].values) {
                     if n == 1 {
                         v.push(d);
                     } else {
@@ -697,30 +768,12 @@ impl State {
                 }
             }
         }
-        each(&p.f64, cols, n, |d| match d {
-            Values::F64(v) => Some(v),
-            _ => None,
-        });
-        each(&p.i64, cols, n, |d| match d {
-            Values::I64(v) => Some(v),
-            _ => None,
-        });
-        each(&p.u32, cols, n, |d| match d {
-            Values::U32(v) => Some(v),
-            _ => None,
-        });
-        each(&p.i32, cols, n, |d| match d {
-            Values::I32(v) => Some(v),
-            _ => None,
-        });
-        each(&p.u64, cols, n, |d| match d {
-            Values::U64(v) => Some(v),
-            _ => None,
-        });
-        each(&p.f32, cols, n, |d| match d {
-            Values::F32(v) => Some(v),
-            _ => None,
-        });
+        each(&p.f64, cols, n);
+        each(&p.i64, cols, n);
+        each(&p.u32, cols, n);
+        each(&p.i32, cols, n);
+        each(&p.u64, cols, n);
+        each(&p.f32, cols, n);
         for &(c, d) in &p.bool {
             if let Values::Bool(v) = &mut cols[c as usize].values {
                 v.extend_constant(n, d);
@@ -917,66 +970,12 @@ impl State {
         let s = sc;
         let cols = &mut self.cols;
         let l = &sp.leaves;
-        commit_leaves(
-            &l.f64,
-            cols,
-            s,
-            |d| match d {
-                Values::F64(v) => Some(v),
-                _ => None,
-            },
-            f64::from_bits,
-        );
-        commit_leaves(
-            &l.i64,
-            cols,
-            s,
-            |d| match d {
-                Values::I64(v) => Some(v),
-                _ => None,
-            },
-            |b| b as i64,
-        );
-        commit_leaves(
-            &l.u32,
-            cols,
-            s,
-            |d| match d {
-                Values::U32(v) => Some(v),
-                _ => None,
-            },
-            |b| b as u32,
-        );
-        commit_leaves(
-            &l.i32,
-            cols,
-            s,
-            |d| match d {
-                Values::I32(v) => Some(v),
-                _ => None,
-            },
-            |b| b as i32,
-        );
-        commit_leaves(
-            &l.u64,
-            cols,
-            s,
-            |d| match d {
-                Values::U64(v) => Some(v),
-                _ => None,
-            },
-            |b| b,
-        );
-        commit_leaves(
-            &l.f32,
-            cols,
-            s,
-            |d| match d {
-                Values::F32(v) => Some(v),
-                _ => None,
-            },
-            |b| f32::from_bits(b as u32),
-        );
+        commit_leaves(&l.f64, cols, s, f64::from_bits);
+        commit_leaves(&l.i64, cols, s, |b| b as i64);
+        commit_leaves(&l.u32, cols, s, |b| b as u32);
+        commit_leaves(&l.i32, cols, s, |b| b as i32);
+        commit_leaves(&l.u64, cols, s, |b| b);
+        commit_leaves(&l.f32, cols, s, |b| f32::from_bits(b as u32));
         for leaf in &l.bool {
             let (bits, present) = leaf_value(leaf, s);
             let c = &mut cols[leaf.col as usize];
@@ -1022,27 +1021,6 @@ impl State {
                         v.push(valid);
                     }
                 }
-                CommitOp::MapEnd { col, key } => {
-                    let (child, first) = match &self.cols[col as usize].values {
-                        Values::List { child, offsets } => {
-                            (*child, offsets.last().copied().unwrap_or(0) as usize)
-                        }
-                        _ => continue,
-                    };
-                    let n = self.cols[child].len();
-                    if n - first > 1 {
-                        if let Some(keep) = last_of_each_key(&self.cols[key as usize], first, n) {
-                            retain_rows(&mut self.cols, child, first, &keep);
-                        }
-                    }
-                    let n = self.cols[child].len();
-                    let c = &mut self.cols[col as usize];
-                    if let Values::List { offsets, .. } = &mut c.values {
-                        if !push_offset(offsets, n) {
-                            return Err(DecodeError::new(start, DecodeErrorKind::TooLarge));
-                        }
-                    }
-                }
                 CommitOp::ListEnd { col } => {
                     let child = match &self.cols[col as usize].values {
                         Values::List { child, .. } => *child,
@@ -1055,9 +1033,7 @@ impl State {
                             return Err(DecodeError::new(start, DecodeErrorKind::TooLarge));
                         }
                     }
-                    if let Some(v) = &mut c.nulls {
-                        v.push(true);
-                    }
+                    c.valid();
                 }
                 CommitOp::Time {
                     col,
@@ -1326,17 +1302,16 @@ fn leaf_value(l: &LeafPlan, s: &ScopeState) -> (u64, bool) {
 
 /// Commits the leaves of one primitive type: one push per column, no indirect jump.
 #[inline(always)]
-fn commit_leaves<T>(
+fn commit_leaves<T: Native>(
     leaves: &[LeafPlan],
     cols: &mut [Column],
     s: &ScopeState,
-    values: impl Fn(&mut Values) -> Option<&mut Vec<T>>,
     conv: impl Fn(u64) -> T,
 ) {
     for leaf in leaves {
         let (bits, present) = leaf_value(leaf, s);
         let c = &mut cols[leaf.col as usize];
-        if let Some(v) = values(&mut c.values) {
+        if let Some(v) = T::vec(&mut c.values) {
             v.push(conv(bits));
         }
         if let Some(v) = &mut c.nulls {

@@ -229,6 +229,7 @@ impl Decoder for ProtoDecoder {
             return None;
         }
         self.state.trim(&self.plan);
+        self.state.keep_last_map_entries(&self.plan);
         for &(follower, leader) in &self.plan.shared_validity {
             let (f, l) = (follower as usize, leader as usize);
             // Copied into the follower's own buffer (empty since its last batch was taken).

@@ -51,6 +51,8 @@ pub(super) struct Builder {
     /// (message build id, oneof full name) -> oneof index.
     pub(super) oneof_keys: Vec<(usize, String)>,
     pub(super) capacity: usize,
+    /// (map column, key column) of every map column.
+    pub(super) maps: Vec<(u32, u32)>,
 }
 
 /// Builds the plan for `root` and `columns`.
@@ -71,6 +73,7 @@ pub(crate) fn build(
         names: Vec::new(),
         oneof_keys: Vec::new(),
         capacity: batch_size,
+        maps: Vec::new(),
     };
     let scope = b.new_scope();
     let root_msg = b.scopes[scope].root;
@@ -804,13 +807,8 @@ impl Builder {
             cap,
         );
         self.note_list(msg, col);
-        self.op(
-            msg,
-            CommitOp::MapEnd {
-                col: col as u32,
-                key: kc as u32,
-            },
-        );
+        self.op(msg, CommitOp::ListEnd { col: col as u32 });
+        self.maps.push((col as u32, kc as u32));
         Ok((col, Field::new(column, out, false)))
     }
 }

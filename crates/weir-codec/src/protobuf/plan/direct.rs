@@ -13,6 +13,7 @@ use super::{
     DENSE_LIMIT, NONE, SKIP,
 };
 use crate::columns::Values;
+use crate::protobuf::wire::WT_SGROUP;
 
 impl Builder {
     /// Turns every leaf whose slot nothing else reads into a direct write (see [`Op::DVarI32`]).
@@ -58,7 +59,7 @@ impl Builder {
                         count(si, presence);
                     }
                     CommitOp::Json { slot, .. } => count(si, slot),
-                    CommitOp::ListEnd { .. } | CommitOp::MapEnd { .. } => {}
+                    CommitOp::ListEnd { .. } => {}
                 }
             }
         }
@@ -261,7 +262,8 @@ impl Builder {
                 let mut sparse = Vec::new();
                 for (num, e) in &m.entries {
                     let mut e = *e;
-                    if e.op != Op::Skip && e.oneof == 0 {
+                    // Groups and oneof members always take the checked path.
+                    if e.op != Op::Skip && e.oneof == 0 && e.wire != WT_SGROUP {
                         e.fast_tag = ((*num as u64) << 3) | e.wire as u64;
                     }
                     if *num < DENSE_LIMIT {
@@ -314,6 +316,7 @@ impl Builder {
             max_depth,
             batch_capacity: self.capacity,
             shared_validity,
+            maps: self.maps,
         }
     }
 

@@ -58,8 +58,6 @@ pub(crate) enum Op {
     /// Singular sub-message decoded with field table `target`; `slot` marks presence (and
     /// holds where the field's tag starts, for errors found at commit).
     SubMsg,
-    /// Singular proto2 group: as [`Op::SubMsg`], its body delimited by an end-group tag.
-    Group,
     /// Singular sub-message kept as JSON text: byte ranges recorded for `slot`; checked
     /// against descriptor `target`.
     Json,
@@ -77,8 +75,6 @@ pub(crate) enum Op {
     RepEnumName,
     /// Repeated message (or map entry) decoded as scope `target`.
     RepMsg,
-    /// Repeated proto2 group decoded as scope `target`.
-    RepGroup,
     /// Repeated message as JSON text: column `target`, descriptor `slot`.
     RepJson,
     // Direct writes: a singular scalar read by exactly one plain column overwrites that
@@ -117,6 +113,13 @@ pub(crate) enum Op {
     DStr,
     /// bytes -> Binary.
     DBytes,
+    // proto2 groups: decoded on the checked path (a group entry has no fast tag), so they come
+    // last, out of the way of the field loop's dispatch.
+    /// Singular proto2 group: as [`Op::SubMsg`], its body delimited by an end-group tag
+    /// (decoded on the checked path: a group entry has no fast tag).
+    Group,
+    /// Repeated proto2 group decoded as scope `target`.
+    RepGroup,
 }
 
 /// One field-table entry.
@@ -201,11 +204,9 @@ pub(crate) enum CommitOp {
     },
     /// A struct row: valid when `presence` is NONE or set.
     Struct { col: u32, presence: u32 },
-    /// Closes a list row at the child's current length.
+    /// Closes a list or map row at the child's current length (a map's repeated keys are
+    /// settled when the batch is taken: [`Plan::maps`]).
     ListEnd { col: u32 },
-    /// Closes a map row as [`CommitOp::ListEnd`] does, then keeps only the last entry of each
-    /// key in the row (`key`: the key column), as protobuf's merge rule says.
-    MapEnd { col: u32, key: u32 },
     /// google.protobuf.Timestamp / Duration from (seconds, nanos) slots.
     Time {
         col: u32,
@@ -375,4 +376,7 @@ pub(crate) struct Plan {
     /// the batch is taken (rows / 8 bytes per column per batch, about 1 KiB at 8192 rows,
     /// instead of a bit written per row).
     pub(crate) shared_validity: Vec<(u32, u32)>,
+    /// (map column, its key column) of every map column: before a batch is taken, each row
+    /// keeps only the last entry of each key.
+    pub(crate) maps: Vec<(u32, u32)>,
 }
