@@ -1,4 +1,4 @@
-//! Criterion benchmarks: `quote_nbbo` (seed 002's 12-column quote, four decoders) and `wide`
+//! Criterion benchmarks: `quote_nbbo` (the options quote, 12 columns, four decoders) and `wide`
 //! (a 50-field message, weir with all columns vs 5 columns, and ptars). Every iteration
 //! decodes the whole corpus into 8192-row RecordBatches and drops them.
 //!

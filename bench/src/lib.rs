@@ -3,10 +3,10 @@
 //! Peer comparison for weir's protobuf decoder. Every contender turns the same encoded
 //! messages (a [`Corpus`]) into Arrow [`RecordBatch`]es of [`BATCH_SIZE`] rows:
 //!
-//! * `a_prost_reflect`: the "before" decoder of seed 002, `DynamicMessage::decode` then a
+//! * `a_prost_reflect`: the reflection "before" decoder (reflection per field), `DynamicMessage::decode` then a
 //!   by-name field lookup, a `Cow<Value>` match and a downcast `Box<dyn ArrayBuilder>` per field
 //!   ([`peers::ReflectDecoder`]).
-//! * `b_prost_derive`: the "after" decoder of seed 002, a `#[derive(prost::Message)]` struct and
+//! * `b_prost_derive`: the generated-code "after" decoder, a `#[derive(prost::Message)]` struct and
 //!   concrete builders written by hand for one message type ([`quote::StocksQuoteNbboDecoder`]).
 //! * `c_ptars`: the `ptars` crate, which decodes the wire format straight into its own arrow
 //!   (imported here through the C Data Interface, as its README shows) ([`peers::PtarsDecoder`]).
@@ -21,7 +21,6 @@ pub mod corpus;
 pub mod json;
 pub mod peers;
 pub mod quote;
-pub mod rng;
 pub mod timing;
 pub mod wide;
 
@@ -70,9 +69,10 @@ pub fn proto_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("proto")
 }
 
-/// The directory holding seed 002's `stocks.proto`, the one weir's own tests use.
+/// The directory holding `stocks.proto` (the options-quotes workload's schema, in
+/// weir-testdata, which weir's own tests use too).
 pub fn stocks_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/weir-codec/testdata")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/weir-testdata/src")
 }
 
 /// Compiles `file` (found in [`proto_dir`] or [`stocks_dir`]) with protox into an encoded

@@ -1,4 +1,4 @@
-//! Workload 1: seed 002's `stocks.QuoteNBBO` (OPRA NBBO option quotes), 12 columns.
+//! Workload 1: the options-quotes workload's `stocks.QuoteNBBO` (OPRA NBBO option quotes), 12 columns.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use prost_reflect::DescriptorPool;
 use weir_codec::{ColumnSpec, ProtoSchema};
 
 use crate::peers::{PtarsDecoder, ReflectDecoder, WeirDecoder};
-use crate::rng::SplitMix64;
 use crate::{descriptor_set, stocks_dir, Contender, Corpus, Result, BATCH_SIZE};
+use weir_testdata::Rng;
 
 /// Fully qualified message name.
 pub const MESSAGE: &str = "stocks.QuoteNBBO";
@@ -103,7 +103,7 @@ const EXPIRIES: &[&str] = &[
 ];
 
 /// `n` distinct OPRA option symbols (`O:SPY251219C00650000`, 18 to 21 characters).
-pub fn tickers(rng: &mut SplitMix64, n: usize) -> Vec<String> {
+pub fn tickers(rng: &mut Rng, n: usize) -> Vec<String> {
     let mut seen = HashSet::with_capacity(n);
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
@@ -131,7 +131,7 @@ pub fn tickers(rng: &mut SplitMix64, n: usize) -> Vec<String> {
 /// `n` quotes over [`TICKERS`] symbols: nanosecond timestamps from 2026-03-02 14:30 UTC, a
 /// feed sequence number, two-decimal prices with ask > bid, sizes 1..=500, exchanges 1..=20.
 pub fn generate(n: usize, seed: u64) -> Corpus {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = Rng::new(seed);
     let tickers = tickers(&mut rng, TICKERS);
     // Per-symbol mid price in cents, log-uniform from 5 cents to $80.
     let mut mids: Vec<i64> = (0..TICKERS)
@@ -224,7 +224,7 @@ pub fn weir_columns() -> Vec<ColumnSpec> {
 // b. "after": prost-derive struct + concrete builders
 // ---------------------------------------------------------------------------------------------
 
-/// Seed 002's static decoder: `QuoteNbbo::decode` (prost-derive) and one concrete builder per
+/// The generated-code decoder: `QuoteNbbo::decode` (prost-derive) and one concrete builder per
 /// column, nulls for the three `base` columns when `base` is absent.
 pub struct StocksQuoteNbboDecoder {
     schema: SchemaRef,
@@ -372,7 +372,7 @@ impl QuoteWorkload {
         })
     }
 
-    /// a. seed 002's "before" decoder.
+    /// a. the reflection "before" decoder.
     pub fn before(&self) -> Result<ReflectDecoder> {
         let pool = DescriptorPool::decode(self.descriptor_set.as_slice())?;
         let base = Some("base".to_string());
@@ -381,7 +381,7 @@ impl QuoteWorkload {
         ReflectDecoder::new("a_prost_reflect", &pool, MESSAGE, arrow_schema(), parents)
     }
 
-    /// b. seed 002's "after" decoder.
+    /// b. the generated-code "after" decoder.
     pub fn after(&self) -> StocksQuoteNbboDecoder {
         StocksQuoteNbboDecoder::new()
     }

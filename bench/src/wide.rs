@@ -4,8 +4,8 @@ use arrow_schema::DataType;
 use weir_codec::{default_columns, ColumnSpec, ProtoSchema};
 
 use crate::peers::{PtarsDecoder, WeirDecoder};
-use crate::rng::SplitMix64;
 use crate::{descriptor_set, proto_dir, Contender, Corpus, Result};
+use weir_testdata::Rng;
 
 /// Fully qualified message name.
 pub const MESSAGE: &str = "bench.Wide";
@@ -166,7 +166,7 @@ const DESKS: &[&str] = &[
 const REGIONS: &[&str] = &["us-east-1", "us-west-2", "eu-west-1", "ap-northeast-1"];
 const CURRENCIES: &[&str] = &["USD", "EUR", "GBP", "JPY", "CAD"];
 
-fn signed(rng: &mut SplitMix64, magnitude: u64) -> i64 {
+fn signed(rng: &mut Rng, magnitude: u64) -> i64 {
     let v = rng.range(1, magnitude) as i64;
     if rng.chance(0.5) {
         -v
@@ -178,7 +178,7 @@ fn signed(rng: &mut SplitMix64, magnitude: u64) -> i64 {
 /// `n` order events with every field set to a non-default value (except the bools, which are
 /// false about half the time and then, as proto3 does, absent from the wire).
 pub fn generate(n: usize, seed: u64) -> Corpus {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = Rng::new(seed);
     let mut corpus = Corpus::with_capacity(n, 520);
     let mut event_id: u64 = 90_000_000_000_000;
     let mut event_time: i64 = 1_772_461_800_000_000_000; // 2026-03-02T14:30:00Z

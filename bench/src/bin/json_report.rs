@@ -15,7 +15,7 @@ use weir_bench::{quote, Contender, Corpus, RecordBatch, Result, BATCH_SIZE};
 
 fn describe(name: &str) -> &'static str {
     match name {
-        "a_serde_value" => "serde_json `Value`, then a walk into `Box<dyn ArrayBuilder>`s (seed 001's parse-twice pattern)",
+        "a_serde_value" => "serde_json `Value`, then a walk into `Box<dyn ArrayBuilder>`s (the parse-into-a-tree-then-convert pattern, which parses twice)",
         "b_serde_derive" => "serde derive into a typed struct + concrete builders (hand-written per document)",
         "c_arrow_json" => "arrow-json 59.3 `ReaderBuilder::build_decoder` (nested paths as struct columns)",
         "d_weir" => "weir `JsonDecoder`",

@@ -1,5 +1,5 @@
 //! What one dedup key costs in memory traffic on this machine, without weir: the floor under
-//! `StateStore::dedup` (issue 6).
+//! `StateStore::dedup`.
 //!
 //! A new key reads and updates one random 64-byte block of the key filter (about 2 bytes a key
 //! of state, so tens of MiB) and one random slot of the recent-key set (hundreds of MiB). This

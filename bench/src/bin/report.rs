@@ -26,8 +26,8 @@ impl PerMessage for Timing {
 
 fn describe(name: &str) -> &'static str {
     match name {
-        "a_prost_reflect" => "seed 002 \"before\": DynamicMessage + by-name lookups + Box<dyn ArrayBuilder>",
-        "b_prost_derive" => "seed 002 \"after\": prost-derive struct + concrete builders (hand-written per message)",
+        "a_prost_reflect" => "reflection \"before\": DynamicMessage + by-name lookups + Box<dyn ArrayBuilder>",
+        "b_prost_derive" => "generated \"after\": prost-derive struct + concrete builders (hand-written per message)",
         "c_ptars" => "ptars 0.0.26 Handler::decode_bytes (all fields, base as a struct) + C Data Interface import",
         "d_weir" => "weir ProtoDecoder, 12 columns, planned from the runtime schema",
         "weir_all_50" => "weir ProtoDecoder, all 50 top-level fields (default_columns)",
@@ -176,7 +176,7 @@ fn main() -> Result<()> {
         "quote_nbbo: generated in {:.1} s",
         start.elapsed().as_secs_f64()
     );
-    println!("## quote_nbbo: `stocks.QuoteNBBO` (seed 002), 12 columns\n");
+    println!("## quote_nbbo: `stocks.QuoteNBBO` (the options-quotes workload), 12 columns\n");
     println!(
         "{} messages over {} option symbols, {} bytes, {:.1} bytes/message on average.\n",
         w.corpus.len(),

@@ -1,7 +1,7 @@
-//! The JSON decoder race (issue 3): three inputs, four contenders.
+//! The JSON decoder race: three inputs, four contenders.
 //!
 //! * `a_serde_value`: `serde_json::from_slice::<Value>`, then a walk of each column's path into
-//!   `Box<dyn ArrayBuilder>`s (seed 001's parse-twice pattern) ([`peers::ValueWalkDecoder`]).
+//!   `Box<dyn ArrayBuilder>`s (the parse-into-a-tree-then-convert pattern, which parses twice) ([`peers::ValueWalkDecoder`]).
 //! * `b_serde_derive`: serde derive into a typed struct (strings borrowed when unescaped), then
 //!   concrete builders, hand-written per document type ([`derive`]).
 //! * `c_arrow_json`: arrow-json 59.3's `ReaderBuilder::build_decoder`, the state of the art for
@@ -24,10 +24,10 @@ use prost::Message as _;
 use weir_codec::{ColumnSpec, JsonDecoderOptions};
 
 use crate::quote::{self, QuoteNbbo};
-use crate::rng::SplitMix64;
 use crate::{Contender, Corpus, Result};
 use derive::{OrderDeriveDecoder, QuoteDeriveDecoder};
 use peers::{ArrowJsonDecoder, ValueWalkDecoder, WeirJsonDecoder};
+use weir_testdata::Rng;
 
 /// A JSON string literal (escaped as serde_json escapes it).
 fn js(s: &str) -> String {
@@ -182,7 +182,7 @@ const TAGS: &[&str] = &[
     "eu",
 ];
 
-fn order_json(rng: &mut SplitMix64, i: usize, out: &mut String) {
+fn order_json(rng: &mut Rng, i: usize, out: &mut String) {
     out.clear();
     let ts = 1_772_461_800_000i64 + i as i64 * 37;
     let (city, country) = *rng.pick(CITIES);
@@ -331,7 +331,7 @@ fn utf8_list() -> DataType {
 impl OrderWorkload {
     /// Generates `messages` events with a fixed seed.
     pub fn new(messages: usize) -> Self {
-        let mut rng = SplitMix64::new(0x5EED_0003);
+        let mut rng = Rng::new(0x5EED_0003);
         let mut corpus = Corpus::with_capacity(messages, 2100);
         let mut text = String::with_capacity(4096);
         for i in 0..messages {
@@ -485,7 +485,7 @@ fn wide_type(i: usize) -> DataType {
 /// The 5 requested keys: one of each kind, scattered.
 pub const WIDE_FIVE: [usize; 5] = [3, 14, 22, 34, 44];
 
-fn wide_json(rng: &mut SplitMix64, keys: &[String], out: &mut String) {
+fn wide_json(rng: &mut Rng, keys: &[String], out: &mut String) {
     out.clear();
     out.push('{');
     for (i, k) in keys.iter().enumerate() {
@@ -544,7 +544,7 @@ impl WideJsonWorkload {
     /// Generates `messages` objects with a fixed seed.
     pub fn new(messages: usize) -> Self {
         let keys = wide_keys();
-        let mut rng = SplitMix64::new(0x5EED_0050);
+        let mut rng = Rng::new(0x5EED_0050);
         let mut corpus = Corpus::with_capacity(messages, 1400);
         let mut text = String::with_capacity(2048);
         for _ in 0..messages {

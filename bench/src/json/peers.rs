@@ -17,12 +17,12 @@ use weir_codec::{ColumnSpec, Decoder, JsonDecoder, JsonDecoderOptions};
 use crate::{Contender, Corpus, Result, BATCH_SIZE};
 
 // ---------------------------------------------------------------------------------------------
-// a. serde_json::Value, then a walk into Arrow builders (seed 001's double parse)
+// a. serde_json::Value, then a walk into Arrow builders (parse into a tree, then convert: a double parse)
 // ---------------------------------------------------------------------------------------------
 
 /// Parses each message into a `serde_json::Value` tree, then walks each column's path in the
 /// tree and appends what it finds to a `Box<dyn ArrayBuilder>` found by downcasting: the
-/// "parse into a tree, then convert" pattern seed 001 found in Pinot.
+/// "parse into a tree, then convert" pattern of general-purpose ingestion systems.
 pub struct ValueWalkDecoder {
     name: String,
     schema: SchemaRef,

@@ -1,6 +1,6 @@
-//! The protobuf fuzz harness, shared by the stable mutation fuzzer (`tests/fuzz.rs`, part of the
-//! test suite) and the coverage-guided cargo-fuzz target (`fuzz/fuzz_targets/protobuf.rs`,
-//! nightly). Each target is a decoder over one test schema plus a seeded corpus
+//! The protobuf fuzz harness, shared by the stable mutation fuzzer (`tests/fuzz/protobuf.rs`,
+//! part of the test suite) and the coverage-guided cargo-fuzz target
+//! (`fuzz/fuzz_targets/protobuf.rs`, nightly). Each target is a decoder over one test schema plus a seeded corpus
 //! (`fuzz/corpus/<message>/`: `.json` files are proto3 JSON encoded at start-up, `.bin` files
 //! are raw wire bytes).
 //!
@@ -83,14 +83,17 @@ fn target(name: &str, schema: &ProtoSchema, message: &str, cols: Vec<ColumnSpec>
     }
 }
 
-/// The decoders the fuzzer drives: every column of the all-types schema, the seed 002 quote with
+/// The decoders the fuzzer drives: every column of the all-types schema, the options quote with
 /// nested paths, a small schema with every column, and a 3-column projection of it.
 pub fn targets() -> Vec<FuzzTarget> {
     let tests = root().join("tests/proto");
     let all = ProtoSchema::from_proto_file(tests.join("all_types.proto"), &[]).expect("schema");
     let wire = ProtoSchema::from_proto_file(tests.join("wire.proto"), &[]).expect("schema");
-    let stocks =
-        ProtoSchema::from_proto_file(root().join("testdata/stocks.proto"), &[]).expect("schema");
+    let stocks = ProtoSchema::from_sources(
+        &[("stocks.proto", weir_testdata::STOCKS_PROTO)],
+        "stocks.proto",
+    )
+    .expect("schema");
     let quote_cols = vec![
         ColumnSpec::new("ticker", DataType::Utf8).with_path("base.ticker"),
         ColumnSpec::new("timestamp", DataType::Int64),
@@ -186,31 +189,29 @@ pub fn verify_batch(t: &mut FuzzTarget) {
     t.anchor_rows.clear();
 }
 
-#[path = "rng.rs"]
-mod rng;
-pub use rng::Rng;
+pub use weir_testdata::Rng;
 
 const INTERESTING: [u8; 10] = [0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x07, 0x7f, 0x80, 0xff];
 
 /// Mutates `input` in place: bit flips, interesting bytes, inserted tags and varints, deletions,
 /// duplications, splices with another seed and truncation.
 pub fn mutate(rng: &mut Rng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
-    let rounds = 1 + rng.below(4);
+    let rounds = 1 + rng.index(4);
     for _ in 0..rounds {
         let len = input.len();
-        match rng.below(9) {
+        match rng.index(9) {
             0 if len > 0 => {
-                let i = rng.below(len);
-                input[i] ^= 1 << rng.below(8);
+                let i = rng.index(len);
+                input[i] ^= 1 << rng.index(8);
             }
             1 if len > 0 => {
-                let i = rng.below(len);
-                input[i] = INTERESTING[rng.below(INTERESTING.len())];
+                let i = rng.index(len);
+                input[i] = INTERESTING[rng.index(INTERESTING.len())];
             }
             2 => {
                 // A tag with a random field number and wire type.
-                let field = [1u64, 2, 3, 9, 15, 50, 100000, 536870911][rng.below(8)];
-                let tag = (field << 3) | rng.below(8) as u64;
+                let field = [1u64, 2, 3, 9, 15, 50, 100000, 536870911][rng.index(8)];
+                let tag = (field << 3) | rng.index(8) as u64;
                 let mut enc = Vec::new();
                 let mut v = tag;
                 while v >= 0x80 {
@@ -218,40 +219,40 @@ pub fn mutate(rng: &mut Rng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
                     v >>= 7;
                 }
                 enc.push(v as u8);
-                let at = rng.below(len + 1);
+                let at = rng.index(len + 1);
                 input.splice(at..at, enc);
             }
             3 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(8)).min(len);
+                let a = rng.index(len);
+                let b = (a + 1 + rng.index(8)).min(len);
                 input.drain(a..b);
             }
             4 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(16)).min(len);
+                let a = rng.index(len);
+                let b = (a + 1 + rng.index(16)).min(len);
                 let chunk = input[a..b].to_vec();
-                let at = rng.below(input.len() + 1);
+                let at = rng.index(input.len() + 1);
                 input.splice(at..at, chunk);
             }
             5 => {
-                let other = &seeds[rng.below(seeds.len())];
+                let other = &seeds[rng.index(seeds.len())];
                 if !other.is_empty() {
-                    let a = rng.below(other.len());
-                    let b = (a + 1 + rng.below(32)).min(other.len());
-                    let at = rng.below(len + 1);
+                    let a = rng.index(other.len());
+                    let b = (a + 1 + rng.index(32)).min(other.len());
+                    let at = rng.index(len + 1);
                     input.splice(at..at, other[a..b].iter().copied());
                 }
             }
-            6 if len > 0 => input.truncate(rng.below(len)),
+            6 if len > 0 => input.truncate(rng.index(len)),
             7 => {
                 // A run of continuation bytes: overlong and unterminated varints.
-                let at = rng.below(len + 1);
-                let n = 1 + rng.below(11);
+                let at = rng.index(len + 1);
+                let n = 1 + rng.index(11);
                 input.splice(at..at, std::iter::repeat_n(0x80u8, n));
             }
             _ => {
-                let at = rng.below(len + 1);
-                input.insert(at, rng.next() as u8);
+                let at = rng.index(len + 1);
+                input.insert(at, rng.next_u64() as u8);
             }
         }
     }

@@ -1,4 +1,4 @@
-//! The JSON fuzz harness, shared by the stable mutation fuzzer (`tests/json_fuzz.rs`, part of the
+//! The JSON fuzz harness, shared by the stable mutation fuzzer (`tests/fuzz/json.rs`, part of the
 //! test suite) and the coverage-guided cargo-fuzz target (`fuzz/fuzz_targets/json.rs`, nightly).
 //! Seeds are the files of `fuzz/corpus/json/` (one JSON object each).
 //!
@@ -265,9 +265,7 @@ pub fn verify_batch(t: &mut FuzzTarget) {
     t.anchor_rows.clear();
 }
 
-#[path = "rng.rs"]
-mod rng;
-pub use rng::Rng;
+pub use weir_testdata::Rng;
 
 /// Bytes and snippets that hit the scanner's edge cases.
 const TOKENS: &[&[u8]] = &[
@@ -322,44 +320,44 @@ const TOKENS: &[&[u8]] = &[
 /// Mutates `input` in place: bit flips, structural tokens, deletions, duplications, splices with
 /// another seed and truncation.
 pub fn mutate(rng: &mut Rng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
-    let rounds = 1 + rng.below(3);
+    let rounds = 1 + rng.index(3);
     for _ in 0..rounds {
         let len = input.len();
-        match rng.below(7) {
+        match rng.index(7) {
             0 if len > 0 => {
-                let i = rng.below(len);
-                input[i] ^= 1 << rng.below(8);
+                let i = rng.index(len);
+                input[i] ^= 1 << rng.index(8);
             }
             1 if len > 0 => {
-                let i = rng.below(len);
-                let t = TOKENS[rng.below(TOKENS.len())];
-                input[i] = t[rng.below(t.len())];
+                let i = rng.index(len);
+                let t = TOKENS[rng.index(TOKENS.len())];
+                input[i] = t[rng.index(t.len())];
             }
             2 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(8)).min(len);
+                let a = rng.index(len);
+                let b = (a + 1 + rng.index(8)).min(len);
                 input.drain(a..b);
             }
             3 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(24)).min(len);
+                let a = rng.index(len);
+                let b = (a + 1 + rng.index(24)).min(len);
                 let chunk = input[a..b].to_vec();
-                let at = rng.below(input.len() + 1);
+                let at = rng.index(input.len() + 1);
                 input.splice(at..at, chunk);
             }
             4 => {
-                let other = &seeds[rng.below(seeds.len())];
+                let other = &seeds[rng.index(seeds.len())];
                 if !other.is_empty() {
-                    let a = rng.below(other.len());
-                    let b = (a + 1 + rng.below(48)).min(other.len());
-                    let at = rng.below(len + 1);
+                    let a = rng.index(other.len());
+                    let b = (a + 1 + rng.index(48)).min(other.len());
+                    let at = rng.index(len + 1);
                     input.splice(at..at, other[a..b].iter().copied());
                 }
             }
-            5 if len > 0 => input.truncate(rng.below(len)),
+            5 if len > 0 => input.truncate(rng.index(len)),
             _ => {
-                let t = TOKENS[rng.below(TOKENS.len())];
-                let at = rng.below(len + 1);
+                let t = TOKENS[rng.index(TOKENS.len())];
+                let at = rng.index(len + 1);
                 input.splice(at..at, t.iter().copied());
             }
         }

@@ -8,19 +8,19 @@
 //! with `protox`, or a `FileDescriptorSet`) and the columns the caller asks for. Every question
 //! about the schema is answered once, when the decode plan is built; the per-message loop only
 //! reads a tag, indexes a table by field number and appends to a typed column buffer.
-//! See [`protobuf`] for the type mapping and the presence rules.
+//! See [`ProtoDecoder`] for the type mapping and the presence rules.
 //!
 //! The JSON decoder ([`JsonDecoder`]) takes the same column declarations and follows the same
 //! error contract: one pass from bytes to typed columns, only the requested keys converted, every
-//! byte validated. See [`json`] for its type mapping and rules.
+//! byte validated. See [`JsonDecoder`] for its type mapping and rules.
 
-mod bits;
-pub mod error;
-pub mod factory;
-pub mod json;
+mod columns;
+mod error;
+mod factory;
+mod json;
 mod options;
-pub mod protobuf;
-pub mod schema;
+mod protobuf;
+mod schema;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};

@@ -57,6 +57,43 @@ impl ProtoSchema {
         })
     }
 
+    /// Compiles `.proto` sources held in memory, as a schema registry hands them out: `files`
+    /// are (import name, text) pairs (the name is what `import` statements spell, like
+    /// `"stocks/base.proto"`), and `root` names the file whose types are wanted. Imports are
+    /// resolved among `files`, then from the well-known types built in
+    /// (`google/protobuf/timestamp.proto` and the others); nothing is read from disk.
+    ///
+    /// ```
+    /// # use weir_codec::ProtoSchema;
+    /// let base = "syntax = \"proto3\"; package ex; message Base { string id = 1; }";
+    /// let quote = "syntax = \"proto3\"; package ex; import \"base.proto\";
+    ///              message Quote { Base base = 1; double price = 2; }";
+    /// let schema = ProtoSchema::from_sources(&[("base.proto", base), ("quote.proto", quote)],
+    ///                                        "quote.proto")?;
+    /// assert!(schema.pool().get_message_by_name("ex.Quote").is_some());
+    /// # Ok::<(), weir_codec::SchemaError>(())
+    /// ```
+    pub fn from_sources(files: &[(&str, &str)], root: &str) -> Result<Self, SchemaError> {
+        let compile_err = |e: protox::Error| SchemaError::Compile {
+            path: PathBuf::from(root),
+            message: e.to_string(),
+        };
+        let mut resolver = protox::file::ChainFileResolver::new();
+        resolver.add(Sources(
+            files
+                .iter()
+                .map(|(n, t)| ((*n).to_string(), (*t).to_string()))
+                .collect(),
+        ));
+        resolver.add(protox::file::GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.include_imports(true).include_source_info(false);
+        compiler.open_file(root).map_err(compile_err)?;
+        Ok(Self {
+            pool: compiler.descriptor_pool(),
+        })
+    }
+
     /// Reads a `FileDescriptorSet` file.
     pub fn from_descriptor_set_file(path: impl AsRef<Path>) -> Result<Self, SchemaError> {
         let path = path.as_ref();
@@ -94,5 +131,17 @@ impl ProtoSchema {
     /// The descriptors.
     pub fn pool(&self) -> &DescriptorPool {
         &self.pool
+    }
+}
+
+/// `.proto` sources held in memory, by import name (for [`ProtoSchema::from_sources`]).
+struct Sources(Vec<(String, String)>);
+
+impl protox::file::FileResolver for Sources {
+    fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+        match self.0.iter().find(|(n, _)| n == name) {
+            Some((n, text)) => protox::file::File::from_source(n, text),
+            None => Err(protox::Error::file_not_found(name)),
+        }
     }
 }

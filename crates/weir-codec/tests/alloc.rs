@@ -1,25 +1,48 @@
-//! Decoding allocates per batch, not per message: counted with a global allocator.
+//! Decoding allocates per batch, not per message: counted with a global allocator, for the
+//! protobuf and the JSON decoder. A binary of its own, since it installs the allocator; the count
+//! is kept per thread, so the two tests may run at once.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int64Type, UInt32Type};
-use weir_codec::{ColumnSpec, DataType, Decoder, ProtoDecoder, ProtoDecoderOptions, ProtoSchema};
+use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampNanosecondType, UInt32Type};
+use weir_codec::{
+    ColumnSpec, DataType, Decoder, JsonDecoder, JsonDecoderOptions, ProtoDecoder,
+    ProtoDecoderOptions, ProtoSchema, RecordBatch, TimeUnit,
+};
 
 struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    /// Allocations (and reallocations) made by this thread.
+    static ALLOCS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count() {
+    // `try_with`: a thread being torn down has no counter left; it is not one of the tests'.
+    let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+}
+
+fn allocs() -> usize {
+    ALLOCS.with(Cell::get)
+}
+
+// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged;
+// the counter is a const-initialised thread local, which allocates nothing.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        count();
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which `System` shares.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` was allocated by `System` with layout `l` (every allocation goes there).
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        count();
+        // SAFETY: as for `dealloc`; `n` is the caller's valid new size.
         unsafe { System.realloc(p, l, n) }
     }
 }
@@ -27,6 +50,39 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// Decodes `msgs`, cycled, as a million rows, spot-checks the first full batch with `check`
+/// (allocations there are per batch too), and asserts that decoding allocated per batch, not per
+/// message.
+fn per_batch_only(dec: &mut dyn Decoder, msgs: &[Vec<u8>], check: impl Fn(&RecordBatch)) {
+    const N: usize = 1_000_000;
+    let (mut batches, mut rows, mut checked) = (0usize, 0usize, false);
+    let before = allocs();
+    for i in 0..N {
+        dec.decode(&msgs[i % msgs.len()]).unwrap();
+        if let Some(batch) = dec.take_full_batch() {
+            batches += 1;
+            rows += batch.num_rows();
+            if !checked {
+                check(&batch);
+                checked = true;
+            }
+        }
+    }
+    if let Some(b) = dec.flush() {
+        batches += 1;
+        rows += b.num_rows();
+    }
+    let allocs = allocs() - before;
+    assert_eq!(rows, N);
+    assert!(checked);
+    let per_msg = allocs as f64 / N as f64;
+    eprintln!("{allocs} allocations for {N} messages in {batches} batches ({per_msg:.5}/message)");
+    assert!(per_msg < 0.01, "{per_msg} allocations per message");
+}
+
+// ---------------------------------------------------------------------------------------------
+// protobuf
+// ---------------------------------------------------------------------------------------------
 fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -36,7 +92,7 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// One QuoteNBBO, encoded by hand so the test needs no generated code.
-fn quote(i: u64, out: &mut Vec<u8>) {
+fn proto_quote(i: u64, out: &mut Vec<u8>) {
     let mut base = Vec::new();
     let ticker = format!("O:SPY{:06}C{:08}", 250000 + i % 10_000, i % 977);
     base.push(0x0a);
@@ -61,9 +117,8 @@ fn quote(i: u64, out: &mut Vec<u8>) {
 
 #[test]
 fn a_million_messages_allocate_per_batch() {
-    let dir = std::env::var("CARGO_MANIFEST_DIR")
-        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
-    let schema = ProtoSchema::from_proto_file(format!("{dir}/testdata/stocks.proto"), &[]).unwrap();
+    let stocks = [("stocks.proto", weir_testdata::STOCKS_PROTO)];
+    let schema = ProtoSchema::from_sources(&stocks, "stocks.proto").unwrap();
     let cols = vec![
         ColumnSpec::new("ticker", DataType::Utf8).with_path("base.ticker"),
         ColumnSpec::new("timestamp", DataType::Int64).with_path("base.timestamp"),
@@ -82,51 +137,79 @@ fn a_million_messages_allocate_per_batch() {
     .unwrap();
 
     // 1000 distinct messages, cycled: the input is built before counting starts.
-    let mut bufs = Vec::new();
-    for i in 0..1000u64 {
-        let mut b = Vec::new();
-        quote(i, &mut b);
-        bufs.push(b);
-    }
-    const N: usize = 1_000_000;
-    let mut batches = 0usize;
-    let mut rows = 0usize;
-    let mut checked = false;
-    let before = ALLOCS.load(Ordering::Relaxed);
-    for i in 0..N {
-        dec.decode(&bufs[i % 1000]).unwrap();
-        if let Some(batch) = dec.take_full_batch() {
-            batches += 1;
-            rows += batch.num_rows();
-            if !checked {
-                // Spot-check values once (allocations here are per batch too).
-                let t = batch.column(0).as_string::<i32>();
-                assert_eq!(t.value(5), "O:SPY250005C00000005");
-                assert_eq!(
-                    batch.column(1).as_primitive::<Int64Type>().value(7),
-                    1_790_000_000_000_000_007
-                );
-                assert_eq!(batch.column(2).as_primitive::<Int64Type>().value(9), 9);
-                assert_eq!(batch.column(3).as_primitive::<Float64Type>().value(3), 1.03);
-                assert_eq!(batch.column(4).as_primitive::<UInt32Type>().value(3), 4);
-                assert_eq!(
-                    batch
-                        .column(6)
-                        .as_primitive::<arrow_array::types::Int32Type>()
-                        .value(2),
-                    -2
-                );
-                checked = true;
-            }
-        }
-    }
-    if let Some(b) = dec.flush() {
-        batches += 1;
-        rows += b.num_rows();
-    }
-    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
-    assert_eq!(rows, N);
-    let per_msg = allocs as f64 / N as f64;
-    eprintln!("{allocs} allocations for {N} messages in {batches} batches ({per_msg:.5}/message)");
-    assert!(per_msg < 0.01, "{per_msg} allocations per message");
+    let msgs: Vec<Vec<u8>> = (0..1000u64)
+        .map(|i| {
+            let mut b = Vec::new();
+            proto_quote(i, &mut b);
+            b
+        })
+        .collect();
+    per_batch_only(&mut dec, &msgs, |batch| {
+        let t = batch.column(0).as_string::<i32>();
+        assert_eq!(t.value(5), "O:SPY250005C00000005");
+        assert_eq!(
+            batch.column(1).as_primitive::<Int64Type>().value(7),
+            1_790_000_000_000_000_007
+        );
+        assert_eq!(batch.column(2).as_primitive::<Int64Type>().value(9), 9);
+        assert_eq!(batch.column(3).as_primitive::<Float64Type>().value(3), 1.03);
+        assert_eq!(batch.column(4).as_primitive::<UInt32Type>().value(3), 4);
+        assert_eq!(batch.column(6).as_primitive::<Int32Type>().value(2), -2);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON
+// ---------------------------------------------------------------------------------------------
+
+/// One quote as JSON, with an escaped string and keys nobody asked for.
+fn json_quote(i: u64) -> String {
+    format!(
+        r#"{{"base": {{"ticker": "O:SPY{:06}C{:08}", "timestamp": {}, "sequence_number": {i}}}, "bid_price": {}, "bid_size": {}, "note": "caf\u00e9 \"{i}\"", "ask_price": {}, "extra": [1, {{"x": null}}], "conditions": -{}}}"#,
+        250000 + i % 10_000,
+        i % 977,
+        1_790_000_000_000_000_000 + i,
+        1.0 + i as f64 / 100.0,
+        i % 500 + 1,
+        2.0 + i as f64 / 100.0,
+        i % 3
+    )
+}
+
+#[test]
+fn a_million_json_messages_allocate_per_batch() {
+    let cols = vec![
+        ColumnSpec::new("ticker", DataType::Utf8).with_path("base.ticker"),
+        ColumnSpec::new("timestamp", DataType::Timestamp(TimeUnit::Nanosecond, None))
+            .with_path("base.timestamp"),
+        ColumnSpec::new("sequence_number", DataType::Int64).with_path("base.sequence_number"),
+        ColumnSpec::new("bid_price", DataType::Float64),
+        ColumnSpec::new("bid_size", DataType::UInt32),
+        ColumnSpec::new("note", DataType::Utf8),
+        ColumnSpec::new("ask_price", DataType::Float64),
+        ColumnSpec::new("conditions", DataType::Int64),
+    ];
+    let mut dec = JsonDecoder::new(&cols, JsonDecoderOptions::default()).unwrap();
+
+    // 1000 distinct messages, cycled: the input is built before counting starts.
+    let msgs: Vec<Vec<u8>> = (0..1000u64).map(|i| json_quote(i).into_bytes()).collect();
+    per_batch_only(&mut dec, &msgs, |batch| {
+        let t = batch.column(0).as_string::<i32>();
+        assert_eq!(t.value(5), "O:SPY250005C00000005");
+        assert_eq!(
+            batch
+                .column(1)
+                .as_primitive::<TimestampNanosecondType>()
+                .value(7),
+            1_790_000_000_000_000_007
+        );
+        assert_eq!(batch.column(2).as_primitive::<Int64Type>().value(9), 9);
+        assert_eq!(batch.column(3).as_primitive::<Float64Type>().value(3), 1.03);
+        assert_eq!(batch.column(4).as_primitive::<UInt32Type>().value(3), 4);
+        assert_eq!(
+            batch.column(5).as_string::<i32>().value(2),
+            "caf\u{e9} \"2\""
+        );
+        assert_eq!(batch.column(7).as_primitive::<Int64Type>().value(2), -2);
+    });
 }

@@ -67,6 +67,13 @@ impl Rng {
         &items[self.index(items.len())]
     }
 
+    /// Puts `items` in a random order (Fisher-Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.index(i + 1));
+        }
+    }
+
     /// `len` random bytes.
     pub fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.next_u64() as u8).collect()

@@ -3,7 +3,6 @@
 //! column buffers grow per batch), no String hashing, and `Kind`/`Values` are plain enums matched
 //! per value, not trait objects.
 
-use super::columns::{push_null, push_offset, truncate, Column, Values};
 use super::convert::{
     date_days, decimal128, epoch_number, exact_decimal, exact_int, rfc3339, secs_to_unit, to_f32,
     to_f64, DecimalError,
@@ -12,6 +11,7 @@ use super::plan::{Entry, Kind, Plan, ROOT};
 use super::scan::{kind_name, syntax, unescape, Scanner};
 use super::shape::{KeyOrder, UNREQUESTED};
 use super::JsonMismatch;
+use crate::columns::{push_null, push_offset, truncate, Column, Values};
 use crate::error::{DecodeError, DecodeErrorKind};
 
 /// Everything a decoder mutates.

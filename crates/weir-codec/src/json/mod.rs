@@ -1,64 +1,14 @@
 //! The JSON decoder: one pass from message bytes to Arrow columns, reading only the requested
-//! keys.
+//! keys. The type mapping and the rules are documented on [`JsonDecoder`] (where `cargo doc`
+//! shows them). A newcomer's map of this module:
 //!
-//! Each message is one JSON object (a Kafka message value, or one line of a JSON-lines file).
-//! The decoder scans it once: keys are looked up in a matcher built at start-up for the requested
-//! names (a multiplicative hash of length and first/last bytes, then a byte comparison; never a
-//! `String` hash), requested values are converted straight into typed column buffers, and every
-//! other value is skipped by a validating skipper that builds nothing (no allocation, no number
-//! parsing, no unescaping). Column buffers grow per batch, not per message.
-//!
-//! # Columns
-//!
-//! A [`ColumnSpec`] without a path reads the top-level key equal to its name (a name with dots is
-//! one key). With a path (`order.customer.id`) it reads through nested objects; a path segment
-//! that is absent or `null` makes the column null. Two columns may not overlap (one reading
-//! `order` and another `order.id`): read the enclosing object as one Struct or Utf8 column.
-//!
-//! # Type mapping
-//!
-//! | Arrow column type | JSON value accepted |
-//! |---|---|
-//! | Int8 .. Int64, UInt8 .. UInt64 | an integer literal (no fraction, no exponent) within the type's range |
-//! | Float32, Float64 | any number, correctly rounded to the type (no `NaN`/`Infinity`; overflow is out of range) |
-//! | Decimal128(p, s) | a number, or a string holding a number, read exactly; more than `s` fraction digits (other than trailing zeros) or more than `p` digits is out of range |
-//! | Timestamp(unit, tz) | RFC 3339 text (`2026-11-22T10:15:30.5+01:00`; fractions below `unit` truncated), or a number of epoch units (per-column [`EpochUnit`], default: the column's unit; fractions allowed, rounded down) |
-//! | Date32, Date64 | a `YYYY-MM-DD` string |
-//! | Boolean | `true` / `false` |
-//! | Utf8 | a string, unescaped (every escape, `\uXXXX` surrogate pairs included); any other value as its raw JSON text (`12.50`, `{"a": [1]}`) |
-//! | Struct(fields) | an object; fields read the keys of the same name (any subset) |
-//! | List(item) | an array; each element read as `item` |
-//! | Map(entries(key: Utf8, value), unsorted) | an object, one entry per key in input order |
-//!
-//! `null` is a null of any column, and a missing key is null. Every field the decoder outputs is
-//! nullable (list items and struct children included), except map keys.
-//!
-//! # Duplicate keys
-//!
-//! When a requested key appears twice in one object, the last one wins: the earlier value is
-//! dropped (for a key on a column path, everything the earlier object gave is dropped). Map
-//! columns are the exception: they keep every entry, in input order, duplicates included (an
-//! Arrow map is a list of entries).
-//!
-//! # Validation
-//!
-//! Input is checked against RFC 8259 everywhere, inside skipped values too: trailing commas,
-//! leading zeros, `NaN`/`Infinity`, unescaped control characters, invalid escapes, lone
-//! surrogates, invalid UTF-8, unterminated input and anything after the top-level object are
-//! rejected. Nesting is limited to [`JsonDecoderOptions::max_depth`] (128) containers, the
-//! top-level object included. A top-level array is rejected (it is not split into rows).
-//!
-//! # Errors
-//!
-//! A rejected message returns a [`DecodeError`] with the byte offset and a
-//! [`DecodeErrorKind`](crate::DecodeErrorKind): `JsonSyntax` (what was wrong or expected),
-//! `JsonNotAnObject`, `JsonTypeMismatch` (the key path, the expected Arrow type and the JSON type
-//! found), `JsonOutOfRange` (the key path and type), `TooDeep`, `TooLarge`. Its partial row is
-//! rolled back; rows before and after it are intact. With [`JsonMismatch::Null`], type
-//! mismatches and out-of-range values become nulls instead (syntax errors still reject the
-//! message).
+//! - `plan.rs`: compiling the requested columns into key matchers and a column arena;
+//! - `decode.rs`: the per-message loop (objects, arrays, values into columns);
+//! - `convert.rs`: one JSON value into one column type (numbers, timestamps, decimals);
+//! - `scan/`: scanning JSON text (`lanes.rs`: the SIMD lanes; `skip.rs`: the validating
+//!   skipper; `strings.rs`: strings and escapes);
+//! - `shape.rs`: predicting each object's key order, to skip runs of unrequested keys.
 
-mod columns;
 mod convert;
 mod decode;
 mod plan;
@@ -75,7 +25,7 @@ use crate::error::{DecodeError, PlanError};
 use crate::{ColumnSpec, Decoder, DEFAULT_BATCH_SIZE};
 
 /// The largest [`JsonDecoderOptions::max_depth`] accepted (the decoder recurses per level).
-pub const MAX_DEPTH_LIMIT: usize = 1024;
+pub(crate) const MAX_DEPTH_LIMIT: usize = 1024;
 
 /// What a value of the wrong type (or out of range) does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,7 +110,7 @@ pub struct JsonDecoderOptions {
     /// Rows per batch for [`Decoder::take_full_batch`] (default 8192).
     pub batch_size: usize,
     /// Deepest nesting of objects and arrays accepted, the top-level object counting as 1
-    /// (default 128, at most [`MAX_DEPTH_LIMIT`]).
+    /// (default 128, at most 1024).
     pub max_depth: usize,
     /// Type mismatches and out-of-range values: an error (default) or a null.
     pub mismatch: JsonMismatch,
@@ -181,7 +131,64 @@ impl Default for JsonDecoderOptions {
 }
 
 /// Decodes JSON objects into Arrow record batches, reading only the requested keys. Built once
-/// per source; see the [module docs](self) for the mapping and the rules.
+/// per source.
+///
+/// Each message is one JSON object (a Kafka message value, or one line of a JSON-lines file).
+/// The decoder scans it once: keys are looked up in a matcher built at start-up for the requested
+/// names (a multiplicative hash of length and first/last bytes, then a byte comparison; never a
+/// `String` hash), requested values are converted straight into typed column buffers, and every
+/// other value is skipped by a validating skipper that builds nothing (no allocation, no number
+/// parsing, no unescaping). Column buffers grow per batch, not per message.
+///
+/// # Columns
+///
+/// A [`ColumnSpec`] without a path reads the top-level key equal to its name (a name with dots is
+/// one key). With a path (`order.customer.id`) it reads through nested objects; a path segment
+/// that is absent or `null` makes the column null. Two columns may not overlap (one reading
+/// `order` and another `order.id`): read the enclosing object as one Struct or Utf8 column.
+///
+/// # Type mapping
+///
+/// | Arrow column type | JSON value accepted |
+/// |---|---|
+/// | Int8 .. Int64, UInt8 .. UInt64 | an integer literal (no fraction, no exponent) within the type's range |
+/// | Float32, Float64 | any number, correctly rounded to the type (no `NaN`/`Infinity`; overflow is out of range) |
+/// | Decimal128(p, s) | a number, or a string holding a number, read exactly; more than `s` fraction digits (other than trailing zeros) or more than `p` digits is out of range |
+/// | Timestamp(unit, tz) | RFC 3339 text (`2026-11-22T10:15:30.5+01:00`; fractions below `unit` truncated), or a number of epoch units (per-column [`EpochUnit`], default: the column's unit; fractions allowed, rounded down) |
+/// | Date32, Date64 | a `YYYY-MM-DD` string |
+/// | Boolean | `true` / `false` |
+/// | Utf8 | a string, unescaped (every escape, `\uXXXX` surrogate pairs included); any other value as its raw JSON text (`12.50`, `{"a": [1]}`) |
+/// | Struct(fields) | an object; fields read the keys of the same name (any subset) |
+/// | List(item) | an array; each element read as `item` |
+/// | Map(entries(key: Utf8, value), unsorted) | an object, one entry per key in input order |
+///
+/// `null` is a null of any column, and a missing key is null. Every field the decoder outputs is
+/// nullable (list items and struct children included), except map keys.
+///
+/// # Duplicate keys
+///
+/// When a requested key appears twice in one object, the last one wins: the earlier value is
+/// dropped (for a key on a column path, everything the earlier object gave is dropped). Map
+/// columns are the exception: they keep every entry, in input order, duplicates included (an
+/// Arrow map is a list of entries).
+///
+/// # Validation
+///
+/// Input is checked against RFC 8259 everywhere, inside skipped values too: trailing commas,
+/// leading zeros, `NaN`/`Infinity`, unescaped control characters, invalid escapes, lone
+/// surrogates, invalid UTF-8, unterminated input and anything after the top-level object are
+/// rejected. Nesting is limited to [`JsonDecoderOptions::max_depth`] (128) containers, the
+/// top-level object included. A top-level array is rejected (it is not split into rows).
+///
+/// # Errors
+///
+/// A rejected message returns a [`DecodeError`] with the byte offset and a
+/// [`DecodeErrorKind`](crate::DecodeErrorKind): `JsonSyntax` (what was wrong or expected),
+/// `JsonNotAnObject`, `JsonTypeMismatch` (the key path, the expected Arrow type and the JSON type
+/// found), `JsonOutOfRange` (the key path and type), `TooDeep`, `TooLarge`. Its partial row is
+/// rolled back; rows before and after it are intact. With [`JsonMismatch::Null`], type
+/// mismatches and out-of-range values become nulls instead (syntax errors still reject the
+/// message).
 #[derive(Debug)]
 pub struct JsonDecoder {
     plan: Arc<plan::Plan>,
@@ -238,7 +245,7 @@ impl Decoder for JsonDecoder {
             .plan
             .top
             .iter()
-            .map(|&c| columns::finish(&mut self.state.cols, c))
+            .map(|&c| crate::columns::finish(&mut self.state.cols, c))
             .collect();
         self.state.rows = 0;
         Some(crate::batch_of(&self.plan.schema, arrays, rows))

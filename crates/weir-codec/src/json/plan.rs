@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
-use super::columns::{Column, Values};
 use super::{EpochUnit, JsonDecoderOptions, JsonMismatch};
+use crate::columns::{Column, Values};
 use crate::error::PlanError;
 use crate::ColumnSpec;
 

@@ -125,8 +125,9 @@ unsafe fn skip_run_with<L: Lanes>(
         _ => return (pos, 0),
     };
     let start = buf.as_ptr();
-    // SAFETY (both): `pos <= limit < buf.len()`.
+    // SAFETY: `limit < buf.len()`, so the pointer stays inside `buf`.
     let last = unsafe { start.add(limit) };
+    // SAFETY: `pos <= limit < buf.len()`, so the pointer stays inside `buf`.
     let mut at = unsafe { start.add(pos) };
     let mut skipped = 0;
     for p in preds {
@@ -185,9 +186,10 @@ impl KeyOrder {
             return None;
         }
         let p = self.slots.get(scope * MAX_ORDINALS + ordinal)?;
-        // SAFETY (both): the baseline lanes run on every CPU.
         let hit = match buf.get(pos..).and_then(|s| s.first_chunk::<KEY_WINDOW>()) {
+            // SAFETY: the baseline lanes run on every CPU.
             Some(w) => unsafe { matches(Baseline, w, p) },
+            // SAFETY: the baseline lanes run on every CPU.
             None => unsafe { matches(Baseline, &window_near_end(buf, pos), p) },
         };
         hit.then_some((p.len as usize, p.entry))

@@ -1,16 +1,17 @@
 //! The per-message loop: read a tag, index the field table, convert, write a slot or append to
 //! a column. No hashing, no string comparison, no allocation (outside JSON-text columns) and no
-//! dynamic dispatch per field: `Op` and `ColumnData` are matched as plain enums.
+//! dynamic dispatch per field: `Op` and `Values` are matched as plain enums.
 
 use prost::Message as _;
 use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, SerializeOptions};
 
-use super::columns::{column_len, push_offset, truncate, Column, ColumnData};
 use super::plan::{CommitOp, DefaultVal, Entry, LeafPlan, Op, Plan, Prefill, VarintConv, NONE};
 use super::wire::{
-    read_fixed32, read_fixed64, read_len, read_tag, read_varint, skip_field, skip_field_at,
-    skip_varint, split_tag, zigzag32, zigzag64, WT_I32, WT_I64, WT_LEN, WT_VARINT,
+    group_body, read_fixed32, read_fixed64, read_len, read_tag, read_varint, skip_field,
+    skip_field_at, skip_varint, split_tag, zigzag32, zigzag64, WT_I32, WT_I64, WT_LEN, WT_SGROUP,
+    WT_VARINT,
 };
+use crate::columns::{push_offset, retain_rows, truncate, Column, Native, Values};
 use crate::error::{DecodeError, DecodeErrorKind};
 use arrow_schema::TimeUnit;
 
@@ -124,33 +125,33 @@ fn apply(conv: VarintConv, v: u64) -> u64 {
 
 /// Appends a decoded varint to a repeated column; the column type decides the truncation.
 #[inline(always)]
-fn push_varint(data: &mut ColumnData, v: u64) {
+fn push_varint(data: &mut Values, v: u64) {
     match data {
-        ColumnData::I32(x) => x.push(v as i32),
-        ColumnData::I64(x) => x.push(v as i64),
-        ColumnData::U32(x) => x.push(v as u32),
-        ColumnData::U64(x) => x.push(v),
-        ColumnData::Bool(x) => x.push(v != 0),
+        Values::I32(x) => x.push(v as i32),
+        Values::I64(x) => x.push(v as i64),
+        Values::U32(x) => x.push(v as u32),
+        Values::U64(x) => x.push(v),
+        Values::Bool(x) => x.push(v != 0),
         _ => {}
     }
 }
 
 #[inline(always)]
-fn push_fixed32(data: &mut ColumnData, v: u32) {
+fn push_fixed32(data: &mut Values, v: u32) {
     match data {
-        ColumnData::F32(x) => x.push(f32::from_bits(v)),
-        ColumnData::U32(x) => x.push(v),
-        ColumnData::I32(x) => x.push(v as i32),
+        Values::F32(x) => x.push(f32::from_bits(v)),
+        Values::U32(x) => x.push(v),
+        Values::I32(x) => x.push(v as i32),
         _ => {}
     }
 }
 
 #[inline(always)]
-fn push_fixed64(data: &mut ColumnData, v: u64) {
+fn push_fixed64(data: &mut Values, v: u64) {
     match data {
-        ColumnData::F64(x) => x.push(f64::from_bits(v)),
-        ColumnData::U64(x) => x.push(v),
-        ColumnData::I64(x) => x.push(v as i64),
+        Values::F64(x) => x.push(f64::from_bits(v)),
+        Values::U64(x) => x.push(v),
+        Values::I64(x) => x.push(v as i64),
         _ => {}
     }
 }
@@ -158,13 +159,13 @@ fn push_fixed64(data: &mut ColumnData, v: u64) {
 /// Appends bytes as one row of a Utf8/Binary column.
 #[inline(always)]
 fn push_bytes(col: &mut Column, bytes: &[u8], at: usize) -> Result<(), DecodeError> {
-    if let ColumnData::Bytes { offsets, data } = &mut col.data {
+    if let Values::Bytes { offsets, data } = &mut col.values {
         data.extend_from_slice(bytes);
         if !push_offset(offsets, data.len()) {
             return Err(DecodeError::new(at, DecodeErrorKind::TooLarge));
         }
     }
-    if let Some(v) = &mut col.validity {
+    if let Some(v) = &mut col.nulls {
         v.push(true);
     }
     Ok(())
@@ -178,13 +179,13 @@ fn push_wire_bytes(
     start: usize,
     end: usize,
 ) -> Result<(), DecodeError> {
-    if let ColumnData::Bytes { offsets, data } = &mut col.data {
+    if let Values::Bytes { offsets, data } = &mut col.values {
         append_bytes(data, buf, start, end);
         if !push_offset(offsets, data.len()) {
             return Err(DecodeError::new(start, DecodeErrorKind::TooLarge));
         }
     }
-    if let Some(v) = &mut col.validity {
+    if let Some(v) = &mut col.nulls {
         v.push(true);
     }
     Ok(())
@@ -202,31 +203,6 @@ fn append_bytes(data: &mut Vec<u8>, buf: &[u8], start: usize, end: usize) {
             data.truncate(data.len() - (SHORT - len));
         }
         None => data.extend_from_slice(&buf[start..end]),
-    }
-}
-
-/// Appends a null (a zero value under a cleared validity bit).
-fn push_null(col: &mut Column) {
-    match &mut col.data {
-        ColumnData::Bool(x) => x.push(false),
-        ColumnData::I32(x) => x.push(0),
-        ColumnData::I64(x) => x.push(0),
-        ColumnData::U32(x) => x.push(0),
-        ColumnData::U64(x) => x.push(0),
-        ColumnData::F32(x) => x.push(0.0),
-        ColumnData::F64(x) => x.push(0.0),
-        ColumnData::Bytes { offsets, data } => {
-            let end = data.len();
-            push_offset(offsets, end);
-        }
-        ColumnData::Struct { len, .. } => *len += 1,
-        ColumnData::List { offsets, .. } => {
-            let last = offsets.last().copied().unwrap_or(0);
-            offsets.push(last);
-        }
-    }
-    if let Some(v) = &mut col.validity {
-        v.push(false);
     }
 }
 
@@ -258,7 +234,7 @@ impl State {
             .collect();
         Self {
             scopes,
-            cols: super::columns::clone_empty(&plan.columns),
+            cols: plan.columns.iter().map(Column::clone_empty).collect(),
             rows: 0,
             filled: 0,
         }
@@ -271,6 +247,47 @@ impl State {
             truncate(&mut self.cols, c, self.rows);
         }
         self.filled = self.rows;
+    }
+
+    /// Keeps, in every row of every map column, only the last entry of each key (protobuf's
+    /// merge rule: a later entry replaces an earlier one). Once per batch, before it is taken:
+    /// doing it per row, in the commit, cost every message time even without a map (it changed
+    /// how the field loop was compiled). A row is checked by comparing keys (see
+    /// [`last_of_each_key`]); only a batch with a repeated key is compacted.
+    pub(crate) fn keep_last_map_entries(&mut self, plan: &Plan) {
+        for &(map, key) in &plan.maps {
+            let (map, key) = (map as usize, key as usize);
+            let Values::List { offsets, child } = &self.cols[map].values else {
+                continue;
+            };
+            let entries = *child;
+            let mut keep: Option<Vec<bool>> = None;
+            for w in offsets.windows(2) {
+                let (first, end) = (w[0] as usize, w[1] as usize);
+                if end - first < 2 {
+                    continue;
+                }
+                if let Some(k) = last_of_each_key(&self.cols[key], first, end) {
+                    let total = offsets.last().copied().unwrap_or(0) as usize;
+                    keep.get_or_insert_with(|| vec![true; total])[first..end].copy_from_slice(&k);
+                }
+            }
+            let Some(keep) = keep else {
+                continue;
+            };
+            // The rows' new ends, then the entries themselves.
+            if let Values::List { offsets, .. } = &mut self.cols[map].values {
+                let mut kept = 0i32;
+                let mut prev = 0usize;
+                for o in offsets.iter_mut().skip(1) {
+                    let end = *o as usize;
+                    kept += keep[prev..end].iter().filter(|k| **k).count() as i32;
+                    prev = end;
+                    *o = kept;
+                }
+            }
+            retain_rows(&mut self.cols, entries, 0, &keep);
+        }
     }
 
     /// Decodes one top-level message as one row, or rolls the row back.
@@ -334,7 +351,7 @@ impl State {
         self.prefill_strings(p, plan);
         let root = plan.scopes[scope].root;
         self.decode_fields(plan, root, sc, buf, start, end, depth, row)?;
-        self.commit(plan, scope, sc, buf, row)
+        self.commit(plan, scope, sc, buf, start, row)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -382,7 +399,7 @@ impl State {
                 }
                 // A wire type other than the expected one, or a oneof member: out of line.
                 if let Some(p) =
-                    self.checked_entry(plan, e, sc, field, wt, tag_at, buf, pos, end)?
+                    self.checked_entry(plan, e, sc, field, wt, tag_at, buf, pos, end, depth, row)?
                 {
                     pos = p;
                     continue;
@@ -417,28 +434,25 @@ impl State {
                             DecodeErrorKind::TooDeep(plan.max_depth),
                         ));
                     }
-                    sc.put(e.slot, 1);
+                    // Presence, and where the field starts (for errors found at commit).
+                    sc.put(e.slot, tag_at as u64);
                     self.decode_fields(plan, e.target, sc, buf, pos, vend, depth + 1, row)?;
                     pos = vend;
                 }
-                Op::Json => {
-                    let vend = read_len(buf, &mut pos, end)?;
-                    check_json_subtree(plan, e.target, buf, pos, vend, tag_at, depth)?;
-                    sc.put(e.slot, 1);
-                    sc.json.push((e.slot, pos as u32, vend as u32));
-                    pos = vend;
+                Op::Json | Op::RepJson | Op::RepEnumName => {
+                    pos = self.rare_op(plan, e, sc, buf, pos, end, tag_at, depth)?;
                 }
                 Op::RepVarint(conv) => {
                     let v = read_varint(buf, &mut pos, end)?;
-                    push_varint(&mut self.cols[e.target as usize].data, apply(conv, v));
+                    push_varint(&mut self.cols[e.target as usize].values, apply(conv, v));
                 }
                 Op::RepFixed32 => {
                     let v = read_fixed32(buf, &mut pos, end)?;
-                    push_fixed32(&mut self.cols[e.target as usize].data, v);
+                    push_fixed32(&mut self.cols[e.target as usize].values, v);
                 }
                 Op::RepFixed64 => {
                     let v = read_fixed64(buf, &mut pos, end)?;
-                    push_fixed64(&mut self.cols[e.target as usize].data, v);
+                    push_fixed64(&mut self.cols[e.target as usize].values, v);
                 }
                 Op::RepStr | Op::RepBytes => {
                     let vend = read_len(buf, &mut pos, end)?;
@@ -447,11 +461,6 @@ impl State {
                     }
                     push_wire_bytes(&mut self.cols[e.target as usize], buf, pos, vend)?;
                     pos = vend;
-                }
-                Op::RepEnumName => {
-                    let at = pos;
-                    let v = read_varint(buf, &mut pos, end)?;
-                    self.push_enum_name(plan, e.target, e.slot, v as i32, at)?;
                 }
                 Op::RepMsg => {
                     let vend = read_len(buf, &mut pos, end)?;
@@ -469,22 +478,10 @@ impl State {
                     r?;
                     pos = vend;
                 }
-                Op::RepJson => {
-                    let vend = read_len(buf, &mut pos, end)?;
-                    check_json_subtree(plan, e.slot, buf, pos, vend, tag_at, depth)?;
-                    let col = &mut self.cols[e.target as usize];
-                    if let ColumnData::Bytes { offsets, data } = &mut col.data {
-                        rendered_json(plan, e.slot, buf, std::iter::once((pos, vend)), data)?;
-                        if !push_offset(offsets, data.len()) {
-                            return Err(DecodeError::new(pos, DecodeErrorKind::TooLarge));
-                        }
-                    }
-                    pos = vend;
-                }
                 Op::DVarI32 => {
                     let v = read_varint(buf, &mut pos, end)?;
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::I32(x) = d {
+                        if let Values::I32(x) = d {
                             set_row(x, row, v as i32);
                         }
                     });
@@ -492,7 +489,7 @@ impl State {
                 Op::DVarI64 => {
                     let v = read_varint(buf, &mut pos, end)?;
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::I64(x) = d {
+                        if let Values::I64(x) = d {
                             set_row(x, row, v as i64);
                         }
                     });
@@ -500,7 +497,7 @@ impl State {
                 Op::DVarU32 => {
                     let v = read_varint(buf, &mut pos, end)?;
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::U32(x) = d {
+                        if let Values::U32(x) = d {
                             set_row(x, row, v as u32);
                         }
                     });
@@ -508,7 +505,7 @@ impl State {
                 Op::DVarU64 => {
                     let v = read_varint(buf, &mut pos, end)?;
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::U64(x) = d {
+                        if let Values::U64(x) = d {
                             set_row(x, row, v);
                         }
                     });
@@ -516,7 +513,7 @@ impl State {
                 Op::DVarBool => {
                     let v = read_varint(buf, &mut pos, end)?;
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::Bool(x) = d {
+                        if let Values::Bool(x) = d {
                             x.set(row_index(x.len(), row), v != 0);
                         }
                     });
@@ -524,7 +521,7 @@ impl State {
                 Op::DZig32 => {
                     let v = zigzag32(read_varint(buf, &mut pos, end)?);
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::I32(x) = d {
+                        if let Values::I32(x) = d {
                             set_row(x, row, v);
                         }
                     });
@@ -532,7 +529,7 @@ impl State {
                 Op::DZig64 => {
                     let v = zigzag64(read_varint(buf, &mut pos, end)?);
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::I64(x) = d {
+                        if let Values::I64(x) = d {
                             set_row(x, row, v);
                         }
                     });
@@ -540,16 +537,16 @@ impl State {
                 Op::DF32 | Op::DFixU32 | Op::DFixI32 => {
                     let v = read_fixed32(buf, &mut pos, end)?;
                     self.put_direct(e, row, |d| match d {
-                        ColumnData::F32(x) => set_row(x, row, f32::from_bits(v)),
-                        ColumnData::U32(x) => set_row(x, row, v),
-                        ColumnData::I32(x) => set_row(x, row, v as i32),
+                        Values::F32(x) => set_row(x, row, f32::from_bits(v)),
+                        Values::U32(x) => set_row(x, row, v),
+                        Values::I32(x) => set_row(x, row, v as i32),
                         _ => {}
                     });
                 }
                 Op::DF64 => {
                     let v = read_fixed64(buf, &mut pos, end)?;
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::F64(x) = d {
+                        if let Values::F64(x) = d {
                             set_row(x, row, f64::from_bits(v));
                         }
                     });
@@ -557,8 +554,8 @@ impl State {
                 Op::DFixU64 | Op::DFixI64 => {
                     let v = read_fixed64(buf, &mut pos, end)?;
                     self.put_direct(e, row, |d| match d {
-                        ColumnData::U64(x) => set_row(x, row, v),
-                        ColumnData::I64(x) => set_row(x, row, v as i64),
+                        Values::U64(x) => set_row(x, row, v),
+                        Values::I64(x) => set_row(x, row, v as i64),
                         _ => {}
                     });
                 }
@@ -568,7 +565,7 @@ impl State {
                         check_utf8(plan, e, buf, pos, vend)?;
                     }
                     self.put_direct(e, row, |d| {
-                        if let ColumnData::Bytes { offsets, data } = d {
+                        if let Values::Bytes { offsets, data } = d {
                             // Last occurrence wins: drop what this row held so far.
                             let start = offsets.last().copied().unwrap_or(0) as usize;
                             data.truncate(start);
@@ -577,16 +574,65 @@ impl State {
                     });
                     pos = vend;
                 }
-                Op::Skip => {}
+                // Groups come through the checked path (`checked_entry`).
+                Op::Skip | Op::Group | Op::RepGroup => {}
             }
         }
         Ok(())
     }
 
+    /// The ops no common message needs at speed: sub-messages kept as JSON text and repeated
+    /// enums by name. Out of line, so that their many arguments do not crowd the field loop's
+    /// registers. Returns the position after the field.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn rare_op(
+        &mut self,
+        plan: &Plan,
+        e: &Entry,
+        sc: &mut ScopeState,
+        buf: &[u8],
+        mut pos: usize,
+        end: usize,
+        tag_at: usize,
+        depth: usize,
+    ) -> Result<usize, DecodeError> {
+        match e.op {
+            Op::Json => {
+                let vend = read_len(buf, &mut pos, end)?;
+                check_json_subtree(plan, e.target, buf, pos, vend, tag_at, depth)?;
+                // Presence, and where the field starts (for errors found at commit).
+                sc.put(e.slot, tag_at as u64);
+                sc.json.push((e.slot, pos as u32, vend as u32));
+                Ok(vend)
+            }
+            Op::RepJson => {
+                let vend = read_len(buf, &mut pos, end)?;
+                check_json_subtree(plan, e.slot, buf, pos, vend, tag_at, depth)?;
+                let col = &mut self.cols[e.target as usize];
+                if let Values::Bytes { offsets, data } = &mut col.values {
+                    rendered_json(plan, e.slot, buf, std::iter::once((pos, vend)), data)?;
+                    if !push_offset(offsets, data.len()) {
+                        return Err(DecodeError::new(pos, DecodeErrorKind::TooLarge));
+                    }
+                }
+                Ok(vend)
+            }
+            Op::RepEnumName => {
+                let at = pos;
+                let v = read_varint(buf, &mut pos, end)?;
+                self.push_enum_name(plan, e.target, e.slot, v as i32, at)?;
+                Ok(pos)
+            }
+            _ => Ok(pos),
+        }
+    }
+
     /// The checked path of a requested field whose tag is not its fast tag: a packed repeated
     /// scalar (decoded here; returns the position after it), a wire-type mismatch (an error),
-    /// or a oneof member (clears the others; returns `None` to go on with the field's op).
-    /// Out of line so the hot loop stays small enough to keep its state in registers.
+    /// a proto2 group (decoded here, see [`Self::decode_group`]), or a oneof member (clears the
+    /// others; returns `None` to go on with the field's op). Out of line so the hot loop stays
+    /// small enough to keep its state in registers.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn checked_entry(
@@ -600,6 +646,8 @@ impl State {
         buf: &[u8],
         pos: usize,
         end: usize,
+        depth: usize,
+        row: usize,
     ) -> Result<Option<usize>, DecodeError> {
         if wt != e.wire {
             let packable = matches!(
@@ -621,17 +669,84 @@ impl State {
         if e.oneof != 0 {
             self.clear_oneof(plan, sc, e.oneof - 1, field);
         }
+        if e.wire == WT_SGROUP {
+            let mut pos = pos;
+            self.decode_group(plan, e, sc, field, buf, &mut pos, end, tag_at, depth, row)?;
+            return Ok(Some(pos));
+        }
         Ok(None)
+    }
+
+    /// A requested proto2 group (its start tag at `tag_at` ends at `pos`), read as its entry
+    /// says: a sub-message ([`Op::Group`]), an element of a repeated one ([`Op::RepGroup`]),
+    /// or JSON text. Groups never take the fast path (their entries have no fast tag): the body
+    /// is found first ([`group_body`]), then decoded like a sub-message's. Moves `pos` past the
+    /// end-group tag.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_group(
+        &mut self,
+        plan: &Plan,
+        e: &Entry,
+        sc: &mut ScopeState,
+        field: u32,
+        buf: &[u8],
+        pos: &mut usize,
+        end: usize,
+        tag_at: usize,
+        depth: usize,
+        row: usize,
+    ) -> Result<(), DecodeError> {
+        if depth >= plan.max_depth {
+            return Err(DecodeError::new(
+                tag_at,
+                DecodeErrorKind::TooDeep(plan.max_depth),
+            ));
+        }
+        let body = *pos;
+        let body_end = group_body(buf, pos, end, field, tag_at, depth, plan.max_depth)?;
+        match e.op {
+            Op::Group => {
+                sc.put(e.slot, tag_at as u64);
+                self.decode_fields(plan, e.target, sc, buf, body, body_end, depth + 1, row)
+            }
+            Op::RepGroup => {
+                let t = e.target as usize;
+                let mut inner = ScopeState::take(&mut self.scopes, plan, t);
+                let r =
+                    self.decode_scope(plan, t, &mut inner, buf, body, body_end, depth + 1, ELEMENT);
+                self.scopes[t] = Some(inner);
+                r
+            }
+            Op::Json => {
+                check_json_subtree(plan, e.target, buf, body, body_end, tag_at, depth)?;
+                sc.put(e.slot, tag_at as u64);
+                sc.json.push((e.slot, body as u32, body_end as u32));
+                Ok(())
+            }
+            Op::RepJson => {
+                check_json_subtree(plan, e.slot, buf, body, body_end, tag_at, depth)?;
+                let col = &mut self.cols[e.target as usize];
+                if let Values::Bytes { offsets, data } = &mut col.values {
+                    let range = std::iter::once((body, body_end));
+                    rendered_json(plan, e.slot, buf, range, data)?;
+                    if !push_offset(offsets, data.len()) {
+                        return Err(DecodeError::new(body, DecodeErrorKind::TooLarge));
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Writes into the current row of a direct column, and marks the row valid when `e.slot` is
     /// 1 (nullable and not guarded: see [`Op::DVarI32`]).
     #[inline(always)]
-    fn put_direct(&mut self, e: &Entry, row: usize, write: impl FnOnce(&mut ColumnData)) {
+    fn put_direct(&mut self, e: &Entry, row: usize, write: impl FnOnce(&mut Values)) {
         let c = &mut self.cols[e.target as usize];
-        write(&mut c.data);
+        write(&mut c.values);
         if e.slot != 0 {
-            if let Some(v) = &mut c.validity {
+            if let Some(v) = &mut c.nulls {
                 v.set(row_index(v.len(), row), true);
             }
         }
@@ -642,14 +757,9 @@ impl State {
     #[inline(always)]
     fn prefill_values(&mut self, p: &Prefill, n: usize) {
         let cols = &mut self.cols;
-        fn each<T: Copy>(
-            list: &[(u32, T)],
-            cols: &mut [Column],
-            n: usize,
-            values: impl Fn(&mut ColumnData) -> Option<&mut Vec<T>>,
-        ) {
+        fn each<T: Native>(list: &[(u32, T)], cols: &mut [Column], n: usize) {
             for &(c, d) in list {
-                if let Some(v) = values(&mut cols[c as usize].data) {
+                if let Some(v) = T::vec(&mut cols[c as usize].values) {
                     if n == 1 {
                         v.push(d);
                     } else {
@@ -658,37 +768,19 @@ impl State {
                 }
             }
         }
-        each(&p.f64, cols, n, |d| match d {
-            ColumnData::F64(v) => Some(v),
-            _ => None,
-        });
-        each(&p.i64, cols, n, |d| match d {
-            ColumnData::I64(v) => Some(v),
-            _ => None,
-        });
-        each(&p.u32, cols, n, |d| match d {
-            ColumnData::U32(v) => Some(v),
-            _ => None,
-        });
-        each(&p.i32, cols, n, |d| match d {
-            ColumnData::I32(v) => Some(v),
-            _ => None,
-        });
-        each(&p.u64, cols, n, |d| match d {
-            ColumnData::U64(v) => Some(v),
-            _ => None,
-        });
-        each(&p.f32, cols, n, |d| match d {
-            ColumnData::F32(v) => Some(v),
-            _ => None,
-        });
+        each(&p.f64, cols, n);
+        each(&p.i64, cols, n);
+        each(&p.u32, cols, n);
+        each(&p.i32, cols, n);
+        each(&p.u64, cols, n);
+        each(&p.f32, cols, n);
         for &(c, d) in &p.bool {
-            if let ColumnData::Bool(v) = &mut cols[c as usize].data {
+            if let Values::Bool(v) = &mut cols[c as usize].values {
                 v.extend_constant(n, d);
             }
         }
         for &c in &p.invalid {
-            if let Some(v) = &mut cols[c as usize].validity {
+            if let Some(v) = &mut cols[c as usize].nulls {
                 v.extend_constant(n, false);
             }
         }
@@ -699,7 +791,7 @@ impl State {
     #[inline(always)]
     fn prefill_strings(&mut self, p: &Prefill, plan: &Plan) {
         for &(c, i) in &p.bytes {
-            if let ColumnData::Bytes { data, .. } = &mut self.cols[c as usize].data {
+            if let Values::Bytes { data, .. } = &mut self.cols[c as usize].values {
                 data.extend_from_slice(&plan.str_defaults[i as usize]);
             }
         }
@@ -730,7 +822,7 @@ impl State {
                 if bytes.len() % 4 != 0 {
                     return Err(bad_len());
                 }
-                let data = &mut self.cols[e.target as usize].data;
+                let data = &mut self.cols[e.target as usize].values;
                 for c in bytes.chunks_exact(4) {
                     push_fixed32(data, u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
                 }
@@ -740,7 +832,7 @@ impl State {
                 if bytes.len() % 8 != 0 {
                     return Err(bad_len());
                 }
-                let data = &mut self.cols[e.target as usize].data;
+                let data = &mut self.cols[e.target as usize].values;
                 for c in bytes.chunks_exact(8) {
                     let mut b = [0u8; 8];
                     b.copy_from_slice(c);
@@ -748,7 +840,7 @@ impl State {
                 }
             }
             Op::RepVarint(conv) => {
-                let data = &mut self.cols[e.target as usize].data;
+                let data = &mut self.cols[e.target as usize].values;
                 while pos < vend {
                     let v = read_varint(buf, &mut pos, vend)?;
                     push_varint(data, apply(conv, v));
@@ -798,7 +890,7 @@ impl State {
             }
             for &list in &m.lists {
                 // This row's elements sit after the list's last committed offset.
-                if let ColumnData::List { offsets, child } = &self.cols[list as usize].data {
+                if let Values::List { offsets, child } = &self.cols[list as usize].values {
                     let (child, keep) = (*child, offsets.last().copied().unwrap_or(0) as usize);
                     truncate(&mut self.cols, child, keep);
                 }
@@ -827,13 +919,15 @@ impl State {
         }
     }
 
-    /// Appends one value to every column of `scope` from its slots.
+    /// Appends one value to every column of `scope` from its slots. `start` is where the
+    /// scope's bytes start (for errors).
     fn commit(
         &mut self,
         plan: &Plan,
         scope: usize,
         sc: &ScopeState,
         buf: &[u8],
+        start: usize,
         row: usize,
     ) -> Result<(), DecodeError> {
         let sp = &plan.scopes[scope];
@@ -841,21 +935,21 @@ impl State {
         let cols = &mut self.cols;
         let p = &sp.prefill;
         for &c in &p.string_ends {
-            if let ColumnData::Bytes { offsets, data } = &mut cols[c as usize].data {
+            if let Values::Bytes { offsets, data } = &mut cols[c as usize].values {
                 if !push_offset(offsets, data.len()) {
-                    return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
+                    return Err(DecodeError::new(start, DecodeErrorKind::TooLarge));
                 }
             }
         }
         for &(c, guard) in &p.guards {
             if s.has(guard) {
-                if let Some(v) = &mut cols[c as usize].validity {
+                if let Some(v) = &mut cols[c as usize].nulls {
                     v.set(row_index(v.len(), row), true);
                 }
             }
         }
         if sp.has_slots {
-            self.commit_slots(plan, scope, sc, buf)?;
+            self.commit_slots(plan, scope, sc, buf, start)?;
         }
         Ok(())
     }
@@ -870,78 +964,25 @@ impl State {
         scope: usize,
         sc: &ScopeState,
         buf: &[u8],
+        start: usize,
     ) -> Result<(), DecodeError> {
         let sp = &plan.scopes[scope];
         let s = sc;
         let cols = &mut self.cols;
         let l = &sp.leaves;
-        commit_leaves(
-            &l.f64,
-            cols,
-            s,
-            |d| match d {
-                ColumnData::F64(v) => Some(v),
-                _ => None,
-            },
-            f64::from_bits,
-        );
-        commit_leaves(
-            &l.i64,
-            cols,
-            s,
-            |d| match d {
-                ColumnData::I64(v) => Some(v),
-                _ => None,
-            },
-            |b| b as i64,
-        );
-        commit_leaves(
-            &l.u32,
-            cols,
-            s,
-            |d| match d {
-                ColumnData::U32(v) => Some(v),
-                _ => None,
-            },
-            |b| b as u32,
-        );
-        commit_leaves(
-            &l.i32,
-            cols,
-            s,
-            |d| match d {
-                ColumnData::I32(v) => Some(v),
-                _ => None,
-            },
-            |b| b as i32,
-        );
-        commit_leaves(
-            &l.u64,
-            cols,
-            s,
-            |d| match d {
-                ColumnData::U64(v) => Some(v),
-                _ => None,
-            },
-            |b| b,
-        );
-        commit_leaves(
-            &l.f32,
-            cols,
-            s,
-            |d| match d {
-                ColumnData::F32(v) => Some(v),
-                _ => None,
-            },
-            |b| f32::from_bits(b as u32),
-        );
+        commit_leaves(&l.f64, cols, s, f64::from_bits);
+        commit_leaves(&l.i64, cols, s, |b| b as i64);
+        commit_leaves(&l.u32, cols, s, |b| b as u32);
+        commit_leaves(&l.i32, cols, s, |b| b as i32);
+        commit_leaves(&l.u64, cols, s, |b| b);
+        commit_leaves(&l.f32, cols, s, |b| f32::from_bits(b as u32));
         for leaf in &l.bool {
             let (bits, present) = leaf_value(leaf, s);
             let c = &mut cols[leaf.col as usize];
-            if let ColumnData::Bool(v) = &mut c.data {
+            if let Values::Bool(v) = &mut c.values {
                 v.push(bits != 0);
             }
-            if let Some(v) = &mut c.validity {
+            if let Some(v) = &mut c.nulls {
                 v.push(present);
             }
         }
@@ -949,13 +990,13 @@ impl State {
             let (bits, present) = leaf_value(leaf, s);
             let c = &mut cols[leaf.col as usize];
             if present && leaf.str_default != NONE && !s.has(leaf.slot) {
-                push_bytes(c, &plan.str_defaults[leaf.str_default as usize], 0)?;
+                push_bytes(c, &plan.str_defaults[leaf.str_default as usize], start)?;
             } else if present {
                 let start = (bits >> 32) as usize;
                 let len = (bits & 0xffff_ffff) as usize;
                 push_wire_bytes(c, buf, start, start + len)?;
             } else {
-                push_null(c);
+                c.push_null();
             }
         }
         for op in &sp.ops {
@@ -967,34 +1008,32 @@ impl State {
                     default,
                     table,
                 } => match Self::value(sc, slot, guard, default) {
-                    Some(n) => self.push_enum_name(plan, col, table, n as i32, 0)?,
-                    None => push_null(&mut self.cols[col as usize]),
+                    Some(n) => self.push_enum_name(plan, col, table, n as i32, start)?,
+                    None => self.cols[col as usize].push_null(),
                 },
                 CommitOp::Struct { col, presence } => {
                     let valid = presence == NONE || sc.has(presence);
                     let c = &mut self.cols[col as usize];
-                    if let ColumnData::Struct { len, .. } = &mut c.data {
+                    if let Values::Struct { len, .. } = &mut c.values {
                         *len += 1;
                     }
-                    if let Some(v) = &mut c.validity {
+                    if let Some(v) = &mut c.nulls {
                         v.push(valid);
                     }
                 }
                 CommitOp::ListEnd { col } => {
-                    let child = match &self.cols[col as usize].data {
-                        ColumnData::List { child, .. } => *child,
+                    let child = match &self.cols[col as usize].values {
+                        Values::List { child, .. } => *child,
                         _ => continue,
                     };
-                    let n = column_len(&self.cols, child);
+                    let n = self.cols[child].len();
                     let c = &mut self.cols[col as usize];
-                    if let ColumnData::List { offsets, .. } = &mut c.data {
+                    if let Values::List { offsets, .. } = &mut c.values {
                         if !push_offset(offsets, n) {
-                            return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
+                            return Err(DecodeError::new(start, DecodeErrorKind::TooLarge));
                         }
                     }
-                    if let Some(v) = &mut c.validity {
-                        v.push(true);
-                    }
+                    c.valid();
                 }
                 CommitOp::Time {
                     col,
@@ -1005,7 +1044,7 @@ impl State {
                     name,
                 } => {
                     if presence != NONE && !sc.has(presence) {
-                        push_null(&mut self.cols[col as usize]);
+                        self.cols[col as usize].push_null();
                         continue;
                     }
                     let get = |slot| Self::value(sc, slot, NONE, DefaultVal::Bits(0)).unwrap_or(0);
@@ -1024,29 +1063,36 @@ impl State {
                         }
                     };
                     let Some(v) = v else {
+                        // Where the Timestamp / Duration field starts: its tag's offset, kept
+                        // in its presence slot; an element of a repeated field starts the scope.
+                        let at = if presence == NONE {
+                            start
+                        } else {
+                            sc.vals[presence as usize] as usize
+                        };
                         return Err(DecodeError::new(
-                            0,
+                            at,
                             DecodeErrorKind::OutOfRange {
                                 field: plan.names[name as usize].clone(),
                             },
                         ));
                     };
                     let c = &mut self.cols[col as usize];
-                    if let ColumnData::I64(x) = &mut c.data {
+                    if let Values::I64(x) = &mut c.values {
                         x.push(v);
                     }
-                    if let Some(val) = &mut c.validity {
+                    if let Some(val) = &mut c.nulls {
                         val.push(true);
                     }
                 }
                 CommitOp::Json { col, slot, desc } => {
                     if !sc.has(slot) {
-                        push_null(&mut self.cols[col as usize]);
+                        self.cols[col as usize].push_null();
                         continue;
                     }
                     let s = sc;
                     let c = &mut self.cols[col as usize];
-                    if let ColumnData::Bytes { offsets, data } = &mut c.data {
+                    if let Values::Bytes { offsets, data } = &mut c.values {
                         let ranges = s
                             .json
                             .iter()
@@ -1054,10 +1100,10 @@ impl State {
                             .map(|r| (r.1 as usize, r.2 as usize));
                         rendered_json(plan, desc, buf, ranges, data)?;
                         if !push_offset(offsets, data.len()) {
-                            return Err(DecodeError::new(0, DecodeErrorKind::TooLarge));
+                            return Err(DecodeError::new(start, DecodeErrorKind::TooLarge));
                         }
                     }
-                    if let Some(v) = &mut c.validity {
+                    if let Some(v) = &mut c.nulls {
                         v.push(true);
                     }
                 }
@@ -1256,21 +1302,68 @@ fn leaf_value(l: &LeafPlan, s: &ScopeState) -> (u64, bool) {
 
 /// Commits the leaves of one primitive type: one push per column, no indirect jump.
 #[inline(always)]
-fn commit_leaves<T>(
+fn commit_leaves<T: Native>(
     leaves: &[LeafPlan],
     cols: &mut [Column],
     s: &ScopeState,
-    values: impl Fn(&mut ColumnData) -> Option<&mut Vec<T>>,
     conv: impl Fn(u64) -> T,
 ) {
     for leaf in leaves {
         let (bits, present) = leaf_value(leaf, s);
         let c = &mut cols[leaf.col as usize];
-        if let Some(v) = values(&mut c.data) {
+        if let Some(v) = T::vec(&mut c.values) {
             v.push(conv(bits));
         }
-        if let Some(v) = &mut c.validity {
+        if let Some(v) = &mut c.nulls {
             v.push(present);
         }
+    }
+}
+
+/// Map rows up to this many entries look for a repeated key by comparing each key with the ones
+/// before it; larger rows sort the keys' positions instead.
+const SCAN_KEYS: usize = 16;
+
+/// Which of the map entries `first..end` of the current row to keep when a key repeats: the
+/// last entry of each key (protobuf's merge rule: a later entry replaces an earlier one).
+/// `None` when every key is distinct, the usual case, which costs a scan of the earlier keys
+/// for small rows and no allocation.
+fn last_of_each_key(keys: &Column, first: usize, end: usize) -> Option<Vec<bool>> {
+    fn keep_last<K: Ord>(n: usize, key: impl Fn(usize) -> K) -> Option<Vec<bool>> {
+        if n <= SCAN_KEYS {
+            // Is any key the same as one before it?
+            if !(1..n).any(|j| (0..j).any(|i| key(i) == key(j))) {
+                return None;
+            }
+            return Some(
+                (0..n)
+                    .map(|i| !(i + 1..n).any(|j| key(i) == key(j)))
+                    .collect(),
+            );
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
+        let mut keep = vec![true; n];
+        let mut dup = false;
+        for w in order.windows(2) {
+            if key(w[0]) == key(w[1]) {
+                keep[w[0]] = false;
+                dup = true;
+            }
+        }
+        dup.then_some(keep)
+    }
+    let n = end - first;
+    match &keys.values {
+        Values::Bytes { offsets, data } => keep_last(n, |i| {
+            let i = first + i;
+            &data[offsets[i] as usize..offsets[i + 1] as usize]
+        }),
+        Values::I32(v) => keep_last(n, |i| v[first + i]),
+        Values::I64(v) => keep_last(n, |i| v[first + i]),
+        Values::U32(v) => keep_last(n, |i| v[first + i]),
+        Values::U64(v) => keep_last(n, |i| v[first + i]),
+        Values::Bool(b) => keep_last(n, |i| b.get(first + i)),
+        _ => None,
     }
 }

@@ -1,54 +1,13 @@
 //! The protobuf decoder: wire bytes straight into Arrow columns, compiled from a runtime schema.
+//! The type mapping and the rules are documented on [`ProtoDecoder`] (where `cargo doc` shows
+//! them). A newcomer's map of this module:
 //!
-//! # Type mapping
-//!
-//! | protobuf | Arrow (default) | also accepted |
-//! |---|---|---|
-//! | double / float | Float64 / Float32 | |
-//! | int32, sint32, sfixed32 | Int32 | |
-//! | int64, sint64, sfixed64 | Int64 | Timestamp(unit, tz): the raw value in that unit |
-//! | uint32, fixed32 / uint64, fixed64 | UInt32 / UInt64 | |
-//! | bool | Boolean | |
-//! | string | Utf8 (UTF-8 validated) | |
-//! | bytes | Binary | |
-//! | enum | Utf8: the value's name (an unknown number: its decimal text) | Int32: the number |
-//! | message | Struct of the declared children (matched by name; any subset) | Utf8: JSON text |
-//! | repeated T | List(T) (packed and unpacked both read) | |
-//! | map<K, V> | Map(entries: Struct(key, value)), entries in wire order | |
-//! | google.protobuf.Timestamp | Timestamp(Nanosecond, "UTC") | Timestamp(any unit, any tz) |
-//! | google.protobuf.Duration | Duration(Nanosecond) | Duration(any unit) |
-//! | wrapper types (Int32Value, StringValue, ...) | the wrapped primitive, nullable | |
-//! | Struct, Value, ListValue, Any, recursive messages | Utf8: canonical proto3 JSON | |
-//!
-//! # Presence
-//!
-//! Fields without presence (proto3 scalars, enums, strings, bytes) are never null: an absent one
-//! reads as its default. Fields with presence (sub-messages, proto3 `optional`, proto2
-//! `optional`/`required`, oneof members, wrappers, Timestamp, Duration) are null when absent,
-//! except a proto2 field with a declared `[default = ...]`, which reads as that default. A column
-//! bound to a nested path (`base.ticker`) is null when a message on the path is absent. Repeated
-//! and map columns are never null (absent is empty). weir decides the nullability of every Arrow
-//! field it outputs from these rules; declared nullability is ignored, except for list items.
-//!
-//! # Semantics
-//!
-//! A singular field seen twice keeps the last value; a singular sub-message seen twice is merged;
-//! repeated fields append; a later oneof member clears the earlier one, including what a
-//! displaced message member had appended to its lists. Fields not
-//! requested and unknown fields (groups included) are skipped without being decoded. A known
-//! field with the wrong wire type is an error rather than a silent drop. Map entries are kept in
-//! wire order, duplicates included. proto2 groups cannot be requested as columns (they are
-//! skipped correctly when not requested).
-//!
-//! # Errors
-//!
-//! A message that is malformed is rejected with a [`DecodeError`] naming the problem and the byte
-//! offset; its partial row is rolled back, and rows before and after it are intact. Nesting is
-//! limited to [`ProtoDecoderOptions::max_depth`] (100), counted from the root, through
-//! sub-messages, groups and sub-messages rendered as JSON alike. A 10-byte varint that
-//! overflows 64 bits is rejected.
+//! - `plan/`: compiling a message descriptor and the requested columns into a decode plan, once
+//!   (`mod.rs`: the plan's data; `types.rs`: the type mapping; `bind.rs`: binding columns to
+//!   fields; `direct.rs`: the two optimisation passes);
+//! - `decode.rs`: the per-message loop, and the commit of a row;
+//! - `wire.rs`: varints, tags, lengths, skipping.
 
-mod columns;
 mod decode;
 mod plan;
 mod wire;
@@ -141,7 +100,73 @@ fn find_message(
 }
 
 /// Decodes protobuf messages of one type into Arrow record batches, reading only the requested
-/// columns. Built once per source; see the [module docs](self) for the mapping.
+/// columns. Built once per source.
+///
+/// The plan is compiled at start-up from a runtime schema ([`ProtoSchema`]) and the columns the
+/// caller asks for: every question about the schema is answered then, and the per-message loop
+/// only reads a tag, indexes a table by field number and appends to a typed column buffer.
+///
+/// # Type mapping
+///
+/// | protobuf | Arrow (default) | also accepted |
+/// |---|---|---|
+/// | double / float | Float64 / Float32 | |
+/// | int32, sint32, sfixed32 | Int32 | |
+/// | int64, sint64, sfixed64 | Int64 | Timestamp(unit, tz): the raw value in that unit |
+/// | uint32, fixed32 / uint64, fixed64 | UInt32 / UInt64 | |
+/// | bool | Boolean | |
+/// | string | Utf8 (UTF-8 validated) | |
+/// | bytes | Binary | |
+/// | enum | Utf8: the value's name (an unknown number: its decimal text) | Int32: the number |
+/// | message, proto2 group | Struct of the declared children (matched by name; any subset) | Utf8: JSON text |
+/// | repeated T | List(T) (packed and unpacked both read) | |
+/// | map<K, V> | Map(entries: Struct(key, value)), one entry per key | |
+/// | google.protobuf.Timestamp | Timestamp(Nanosecond, "UTC") | Timestamp(any unit, any tz) |
+/// | google.protobuf.Duration | Duration(Nanosecond) | Duration(any unit) |
+/// | wrapper types (Int32Value, StringValue, ...) | the wrapped primitive, nullable | |
+/// | Struct, Value, ListValue, Any, recursive messages | Utf8: canonical proto3 JSON | |
+///
+/// # Timestamp and Duration units
+///
+/// A Timestamp or Duration column holds an i64 count of its unit; a value is floored to the unit
+/// (-0.5 s is -1 s in seconds). What each unit holds of protobuf's range (a Timestamp is valid
+/// from 0001-01-01 to 9999-12-31, a Duration within +-10,000 years):
+///
+/// | unit | Timestamp | Duration |
+/// |---|---|---|
+/// | Second, Millisecond, Microsecond | the whole range | the whole range |
+/// | Nanosecond (the default) | 1677-09-21T00:12:43.145224192Z to 2262-04-11T23:47:16.854775807Z | +-292 years |
+///
+/// A value its column cannot hold rejects the message (`OutOfRange`, at the field's offset):
+/// declare a coarser unit (`TIMESTAMP(6)`, `TIMESTAMP(3)`) to read protobuf's whole range.
+///
+/// # Presence
+///
+/// Fields without presence (proto3 scalars, enums, strings, bytes) are never null: an absent one
+/// reads as its default. Fields with presence (sub-messages, groups, proto3 `optional`, proto2
+/// `optional`/`required`, oneof members, wrappers, Timestamp, Duration) are null when absent,
+/// except a proto2 field with a declared `[default = ...]`, which reads as that default. A column
+/// bound to a nested path (`base.ticker`) is null when a message on the path is absent. Repeated
+/// and map columns are never null (absent is empty). weir decides the nullability of every Arrow
+/// field it outputs from these rules; declared nullability is ignored, except for list items.
+///
+/// # Semantics
+///
+/// As Google's parser: a singular field seen twice keeps the last value; a singular sub-message
+/// (or group) seen twice is merged; repeated fields append; a later oneof member clears the
+/// earlier one, including what a displaced message member had appended to its lists; a map keeps
+/// the last entry of a key that repeats (in one message, or across messages concatenated), in
+/// the place of that last entry, and otherwise keeps wire order. Two messages concatenated are
+/// one message. Fields not requested and unknown fields (groups included) are skipped without
+/// being decoded. A known field with the wrong wire type is an error rather than a silent drop.
+///
+/// # Errors
+///
+/// A message that is malformed is rejected with a [`DecodeError`] naming the problem and the byte
+/// offset; its partial row is rolled back, and rows before and after it are intact. Nesting is
+/// limited to [`ProtoDecoderOptions::max_depth`] (100), counted from the root, through
+/// sub-messages, groups and sub-messages rendered as JSON alike. A 10-byte varint that
+/// overflows 64 bits is rejected.
 #[derive(Debug)]
 pub struct ProtoDecoder {
     plan: Arc<plan::Plan>,
@@ -204,21 +229,22 @@ impl Decoder for ProtoDecoder {
             return None;
         }
         self.state.trim(&self.plan);
+        self.state.keep_last_map_entries(&self.plan);
         for &(follower, leader) in &self.plan.shared_validity {
             let (f, l) = (follower as usize, leader as usize);
             // Copied into the follower's own buffer (empty since its last batch was taken).
-            let bits = self.state.cols[l].validity.take();
-            match (&mut self.state.cols[f].validity, &bits) {
+            let bits = self.state.cols[l].nulls.take();
+            match (&mut self.state.cols[f].nulls, &bits) {
                 (Some(dst), Some(src)) => dst.copy_from(src),
                 (dst, src) => *dst = src.clone(),
             }
-            self.state.cols[l].validity = bits;
+            self.state.cols[l].nulls = bits;
         }
         let arrays = self
             .plan
             .top
             .iter()
-            .map(|&c| columns::finish(&mut self.state.cols, c))
+            .map(|&c| crate::columns::finish(&mut self.state.cols, c))
             .collect();
         self.state.rows = 0;
         self.state.filled = 0;

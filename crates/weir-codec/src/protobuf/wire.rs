@@ -286,7 +286,9 @@ pub(crate) fn skip_field(
         WT_LEN => {
             *pos = read_len(buf, pos, end)?;
         }
-        WT_SGROUP => skip_group(buf, pos, end, field, tag_at, depth + 1, max_depth)?,
+        WT_SGROUP => {
+            skip_group(buf, pos, end, field, tag_at, depth + 1, max_depth)?;
+        }
         WT_EGROUP => {
             return Err(DecodeError::new(
                 tag_at,
@@ -303,7 +305,23 @@ pub(crate) fn skip_field(
     Ok(())
 }
 
-/// Skips a group body up to and including its end-group tag.
+/// The body of a group whose start tag (at `tag_at`) ends at `pos`: returns where its end-group
+/// tag starts (the body is `pos..that`) and moves `pos` past the end-group tag. The body is
+/// checked as [`skip_field`] checks an unrequested group; `depth` is the group's parent's.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn group_body(
+    buf: &[u8],
+    pos: &mut usize,
+    end: usize,
+    field: u32,
+    tag_at: usize,
+    depth: usize,
+    max_depth: usize,
+) -> Result<usize, DecodeError> {
+    skip_group(buf, pos, end, field, tag_at, depth + 1, max_depth)
+}
+
+/// Skips a group body up to and including its end-group tag; returns where that tag starts.
 fn skip_group(
     buf: &[u8],
     pos: &mut usize,
@@ -312,7 +330,7 @@ fn skip_group(
     group_at: usize,
     depth: usize,
     max_depth: usize,
-) -> Result<(), DecodeError> {
+) -> Result<usize, DecodeError> {
     if depth > max_depth {
         return Err(DecodeError::new(
             group_at,
@@ -333,7 +351,7 @@ fn skip_group(
                     },
                 ));
             }
-            return Ok(());
+            return Ok(tag_at);
         }
         skip_field(buf, pos, end, field, wt, tag_at, depth, max_depth)?;
     }

@@ -58,54 +58,7 @@ pub fn message_desc(schema: &ProtoSchema, name: &str) -> MessageDescriptor {
 // RNG
 // ---------------------------------------------------------------------------------------------
 
-// The splitmix64 generator the fuzz harnesses and JSON tests use.
-#[path = "../../fuzz/rng.rs"]
-mod splitmix;
-
-/// splitmix64 (the fuzz harnesses' generator) with the draws these tests use.
-#[derive(Debug, Clone)]
-pub struct Rng(splitmix::Rng);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(splitmix::Rng(seed))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.next()
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        assert!(n > 0);
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range_i64(&mut self, lo: i64, hi: i64) -> i64 {
-        let span = (hi as i128 - lo as i128 + 1) as u128;
-        if span > u64::MAX as u128 {
-            return self.next_u64() as i64;
-        }
-        (lo as i128 + self.below(span as u64) as i128) as i64
-    }
-
-    /// True with probability `num / den`.
-    pub fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.below(den) < num
-    }
-
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            items.swap(i, j);
-        }
-    }
-}
+pub use weir_testdata::Rng;
 
 // ---------------------------------------------------------------------------------------------
 // Wire encoder
@@ -581,7 +534,6 @@ fn field_exp(
         let vf = entry.map_entry_value_field();
         let value = msg.get_field(field);
         let map = value.as_map().expect("map value");
-        // Iteration order of this very HashMap is the order prost-reflect encoded it in.
         let entries = map
             .iter()
             .map(|(k, v)| (map_key_exp(&kf.kind(), k), value_exp(&vf.kind(), v, path)))
@@ -744,9 +696,20 @@ pub fn diff(exp: &Exp, act: &Exp, at: &str, out: &mut Vec<String>) {
                 ));
                 return;
             }
-            for (i, ((ek, ev), (ak, av))) in e.iter().zip(a).enumerate() {
-                diff(ek, ak, &format!("{at}{{{i}}}.key"), out);
-                diff(ev, av, &format!("{at}{{{i}}}.value"), out);
+            // A map's order means nothing (prost-reflect keeps a hash map; weir keeps wire
+            // order, the last entry of a repeated key in its place): entries match by key, and
+            // each key must appear once.
+            for (ek, ev) in e {
+                let key = format!("{ek:?}");
+                let found: Vec<&(Exp, Exp)> = a
+                    .iter()
+                    .filter(|(ak, _)| format!("{ak:?}") == key)
+                    .collect();
+                match found.as_slice() {
+                    [(_, av)] => diff(ev, av, &format!("{at}{{{key}}}"), out),
+                    [] => out.push(format!("{at}: no entry for key {key}: got {act:?}")),
+                    _ => out.push(format!("{at}: key {key} appears {} times", found.len())),
+                }
             }
         }
         _ => {

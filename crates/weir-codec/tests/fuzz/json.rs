@@ -1,25 +1,20 @@
 //! A short, deterministic mutation-fuzz run of the JSON decoder over the seeded corpus
 //! (`fuzz/corpus/json/`; stable Rust; part of the test suite). Longer runs:
-//! `WEIR_FUZZ_ITERS=1000000 WEIR_FUZZ_SEED=7 cargo test --release -p weir-codec --test json_fuzz
+//! `WEIR_FUZZ_ITERS=1000000 WEIR_FUZZ_SEED=7 cargo test --release -p weir-codec --test main fuzz::json
 //! -- --nocapture`. Coverage-guided runs on nightly: see `fuzz/README.md`.
 
-#[path = "../fuzz/json_harness.rs"]
+#[path = "../../fuzz/json_harness.rs"]
 mod harness;
 
 use harness::{check, mutate, seeds, targets, verify_batch, Rng};
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use super::env_u64;
 
 #[test]
 fn mutated_json_never_breaks_the_decoder() {
     let iters = env_u64("WEIR_FUZZ_ITERS", 4000);
     let seed = env_u64("WEIR_FUZZ_SEED", 0x5eed);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let corpus = seeds();
     let mut all = targets();
     let (mut accepted, mut rejected) = (0u64, 0u64);
@@ -29,7 +24,7 @@ fn mutated_json_never_breaks_the_decoder() {
             assert!(check(t, s), "{}: a seed was rejected", t.name);
         }
         for i in 0..iters {
-            let mut input = corpus[rng.below(corpus.len())].clone();
+            let mut input = corpus[rng.index(corpus.len())].clone();
             mutate(&mut rng, &mut input, &corpus);
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(t, &input)));

@@ -2,8 +2,6 @@
 //! decoded with weir; every cell of every row is compared with the value the documented mapping
 //! gives for the `DynamicMessage` (see `common`).
 
-mod common;
-
 use std::collections::HashMap;
 
 use prost::Message;
@@ -16,7 +14,7 @@ use weir_codec::{
     RecordBatch,
 };
 
-use common::*;
+use crate::common::*;
 
 /// Messages nested deeper than this (below the root) are not generated.
 const MAX_GEN_DEPTH: usize = 4;
@@ -99,7 +97,7 @@ impl Gen {
             _ => {
                 let shift = self.rng.below(64);
                 let v = (self.rng.next_u64() >> shift) as i64;
-                if self.rng.chance(1, 2) {
+                if self.rng.below(2) < 1 {
                     v.wrapping_neg()
                 } else {
                     v
@@ -118,7 +116,7 @@ impl Gen {
             _ => {
                 let shift = self.rng.below(32);
                 let v = ((self.rng.next_u64() as u32) >> shift) as i32;
-                if self.rng.chance(1, 2) {
+                if self.rng.below(2) < 1 {
                     v.wrapping_neg()
                 } else {
                     v
@@ -216,7 +214,7 @@ impl Gen {
     fn enum_number(&mut self, e: &EnumDescriptor) -> i32 {
         // Unknown numbers for open (proto3) and closed (proto2) enums alike: prost-reflect, the
         // reference, keeps both as numbers, and the mapping renders them as decimal text.
-        if self.rng.chance(1, 6) {
+        if self.rng.below(6) < 1 {
             loop {
                 let n = self.i32v();
                 if e.get_value(n).is_none() {
@@ -236,7 +234,7 @@ impl Gen {
             Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => Value::I64(self.i64v()),
             Kind::Uint32 | Kind::Fixed32 => Value::U32(self.u32v()),
             Kind::Uint64 | Kind::Fixed64 => Value::U64(self.u64v()),
-            Kind::Bool => Value::Bool(self.rng.chance(1, 2)),
+            Kind::Bool => Value::Bool(self.rng.below(2) < 1),
             Kind::String => Value::String(self.string()),
             Kind::Bytes => Value::Bytes(self.bytes().into()),
             Kind::Enum(e) => Value::EnumNumber(self.enum_number(e)),
@@ -258,7 +256,7 @@ impl Gen {
             Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => MapKey::I64(self.i64v()),
             Kind::Uint32 | Kind::Fixed32 => MapKey::U32(self.u32v()),
             Kind::Uint64 | Kind::Fixed64 => MapKey::U64(self.u64v()),
-            Kind::Bool => MapKey::Bool(self.rng.chance(1, 2)),
+            Kind::Bool => MapKey::Bool(self.rng.below(2) < 1),
             k => panic!("not a map key kind: {k:?}"),
         }
     }
@@ -351,7 +349,7 @@ impl Gen {
         }
         let mut msg = DynamicMessage::new(desc.clone());
         for oneof in desc.oneofs().filter(|o| !o.is_synthetic()) {
-            if self.rng.chance(2, 3) {
+            if self.rng.below(3) < 2 {
                 let members: Vec<FieldDescriptor> = oneof.fields().collect();
                 let f = self.rng.pick(&members).clone();
                 if let Some(v) = self.field_value(&f, depth) {
@@ -364,7 +362,7 @@ impl Gen {
                 continue;
             }
             let required = field.cardinality() == Cardinality::Required;
-            if !required && !self.rng.chance(3, 5) {
+            if !required && self.rng.below(5) >= 3 {
                 continue;
             }
             if let Some(v) = self.field_value(&field, depth) {
@@ -384,7 +382,7 @@ impl Gen {
             0 => *self.rng.pick(&[0, 1, 999_999_999, 500_000_000]),
             _ => self.rng.below(1_000_000_000) as i32,
         };
-        if signed_nanos && (secs < 0 || (secs == 0 && self.rng.chance(1, 2))) {
+        if signed_nanos && (secs < 0 || (secs == 0 && self.rng.below(2) < 1)) {
             nanos = -nanos;
         }
         (secs, nanos)
@@ -408,7 +406,7 @@ impl Gen {
             1 => Some(K::NullValue(0)),
             2 => Some(K::NumberValue(self.json_number())),
             3 => Some(K::StringValue(self.string())),
-            4 => Some(K::BoolValue(self.rng.chance(1, 2))),
+            4 => Some(K::BoolValue(self.rng.below(2) < 1)),
             5 => Some(K::StructValue(self.pb_struct(depth + 1))),
             _ => Some(K::ListValue(self.pb_list(depth + 1))),
         };
@@ -687,7 +685,7 @@ fn all_types_random_projections() {
     let all = default_cols(&s, "test.AllTypes");
     let mut rng = Rng::new(0x9e0_1ec7);
     for round in 0..30 {
-        let mut cols: Vec<ColumnSpec> = all.iter().filter(|_| rng.chance(1, 4)).cloned().collect();
+        let mut cols: Vec<ColumnSpec> = all.iter().filter(|_| rng.below(4) < 1).cloned().collect();
         if cols.is_empty() {
             cols.push(all[rng.below(all.len() as u64) as usize].clone());
         }
@@ -695,7 +693,7 @@ fn all_types_random_projections() {
         // Singular enum columns may be declared Int32 to get the number.
         for c in cols.iter_mut() {
             let f = desc.get_field_by_name(&c.name).unwrap();
-            if matches!(f.kind(), Kind::Enum(_)) && !f.is_list() && rng.chance(1, 2) {
+            if matches!(f.kind(), Kind::Enum(_)) && !f.is_list() && rng.below(2) < 1 {
                 c.data_type = DataType::Int32;
             }
         }
@@ -939,4 +937,38 @@ fn comparison_harness_detects_differences() {
         &mut out,
     );
     assert_eq!(out.len(), 3, "{out:?}");
+}
+
+/// Two encodings back to back are one message to protobuf (the merge rule): singular fields
+/// take the later value, sub-messages merge, repeated fields append, and a map keeps the later
+/// entry of a repeated key. A message followed by itself repeats every map key.
+#[test]
+fn concatenated_messages_merge_as_google_does() {
+    for (file, root, seed) in [
+        ("all_types.proto", "test.AllTypes", 0xc0_ca7),
+        ("proto2.proto", "test2.P2", 0xc0_ca8),
+    ] {
+        let schema = load_schema(file);
+        let desc = message_desc(&schema, root);
+        let single = generate(&schema, root, seed, 200);
+        let msgs: Vec<(DynamicMessage, Vec<u8>)> = single
+            .iter()
+            .enumerate()
+            .map(|(i, (_, a))| {
+                // Even rows: the message twice; odd rows: it and the next one.
+                let b = if i % 2 == 0 {
+                    a
+                } else {
+                    &single[(i + 1) % single.len()].1
+                };
+                let bytes = [a.as_slice(), b.as_slice()].concat();
+                let merged = DynamicMessage::decode(desc.clone(), bytes.as_slice())
+                    .expect("prost-reflect reads the concatenation");
+                (merged, bytes)
+            })
+            .collect();
+        let cols = default_cols(&schema, root);
+        let batches = decode_all(&schema, root, &cols, 64, &msgs);
+        check_rows(&batches, &msgs, &format!("{root} concatenated"));
+    }
 }

@@ -101,6 +101,12 @@ impl Bits {
         }
     }
 
+    /// Bit `i` (false past the end).
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> bool {
+        i < self.len && self.bytes[i / 8] >> (i % 8) & 1 != 0
+    }
+
     /// Drops the bits from `len` on (a rolled-back row).
     pub(crate) fn truncate(&mut self, len: usize) {
         if len >= self.len {

@@ -1,24 +1,19 @@
 //! A short, deterministic mutation-fuzz run over the seeded corpus (stable Rust; part of the test
 //! suite). Longer runs: `WEIR_FUZZ_ITERS=1000000 WEIR_FUZZ_SEED=7 cargo test --release -p
-//! weir-codec --test fuzz -- --nocapture`. Coverage-guided runs on nightly: see `fuzz/README.md`.
+//! weir-codec --test main fuzz::protobuf -- --nocapture`. Coverage-guided runs on nightly: see `fuzz/README.md`.
 
-#[path = "../fuzz/harness.rs"]
+#[path = "../../fuzz/harness.rs"]
 mod harness;
 
 use harness::{check, mutate, targets, verify_batch, Rng};
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use super::env_u64;
 
 #[test]
 fn mutated_messages_never_break_the_decoder() {
     let iters = env_u64("WEIR_FUZZ_ITERS", 4000);
     let seed = env_u64("WEIR_FUZZ_SEED", 0x5eed);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut all = targets();
     let mut rejected = 0u64;
     for t in all.iter_mut() {
@@ -27,7 +22,7 @@ fn mutated_messages_never_break_the_decoder() {
             assert!(check(t, &s), "{}: a seed was rejected", t.name);
         }
         for i in 0..iters {
-            let mut input = t.seeds[rng.below(t.seeds.len())].clone();
+            let mut input = t.seeds[rng.index(t.seeds.len())].clone();
             mutate(&mut rng, &mut input, &t.seeds);
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(t, &input)));

@@ -11,9 +11,7 @@ use arrow_schema::{DataType, Field, Fields};
 use serde_json::Value;
 use weir_codec::{ColumnSpec, Decoder, JsonDecoder, JsonDecoderOptions};
 
-#[path = "../fuzz/rng.rs"]
-mod rng;
-use rng::Rng;
+use weir_testdata::Rng;
 
 const CHARS: &[char] = &[
     'a',
@@ -50,18 +48,18 @@ const CHARS: &[char] = &[
 ];
 
 fn random_string(rng: &mut Rng) -> String {
-    let longest = if rng.chance(10) { 40 } else { 12 };
-    let n = rng.below(longest);
-    (0..n).map(|_| CHARS[rng.below(CHARS.len())]).collect()
+    let longest = if rng.percent(10) { 40 } else { 12 };
+    let n = rng.index(longest);
+    (0..n).map(|_| CHARS[rng.index(CHARS.len())]).collect()
 }
 
 fn random_f64(rng: &mut Rng) -> f64 {
     loop {
-        let v = match rng.below(4) {
-            0 => f64::from_bits(rng.next()),
-            1 => (rng.next() as i64 as f64) / 1e6,
-            2 => rng.below(100_000) as f64 / 100.0,
-            _ => (rng.next() % 1000) as f64 * 10f64.powi(rng.below(40) as i32 - 20),
+        let v = match rng.index(4) {
+            0 => f64::from_bits(rng.next_u64()),
+            1 => (rng.next_u64() as i64 as f64) / 1e6,
+            2 => rng.index(100_000) as f64 / 100.0,
+            _ => (rng.next_u64() % 1000) as f64 * 10f64.powi(rng.index(40) as i32 - 20),
         };
         if v.is_finite() {
             return v;
@@ -71,23 +69,23 @@ fn random_f64(rng: &mut Rng) -> f64 {
 
 fn random_value(rng: &mut Rng, depth: usize) -> Value {
     let pick = if depth == 0 {
-        rng.below(6)
+        rng.index(6)
     } else {
-        rng.below(8)
+        rng.index(8)
     };
     match pick {
         0 => Value::Null,
-        1 => Value::Bool(rng.chance(50)),
-        2 => Value::from(rng.next() as i64 >> rng.below(64)),
+        1 => Value::Bool(rng.percent(50)),
+        2 => Value::from(rng.next_u64() as i64 >> rng.index(64)),
         3 => Value::from(random_f64(rng)),
         4 | 5 => Value::String(random_string(rng)),
         6 => Value::Array(
-            (0..rng.below(5))
+            (0..rng.index(5))
                 .map(|_| random_value(rng, depth - 1))
                 .collect(),
         ),
         _ => Value::Object(
-            (0..rng.below(5))
+            (0..rng.index(5))
                 .map(|_| (random_string(rng), random_value(rng, depth - 1)))
                 .collect(),
         ),
@@ -103,24 +101,24 @@ struct Writer<'r> {
 
 impl Writer<'_> {
     fn ws(&mut self) {
-        if self.rng.chance(20) {
-            for _ in 0..1 + self.rng.below(3) {
-                self.out.push([' ', '\t', '\n', '\r'][self.rng.below(4)]);
+        if self.rng.percent(20) {
+            for _ in 0..1 + self.rng.index(3) {
+                self.out.push([' ', '\t', '\n', '\r'][self.rng.index(4)]);
             }
         }
     }
 
     fn string(&mut self, s: &str) {
-        if self.rng.chance(50) {
+        if self.rng.percent(50) {
             self.out.push_str(&serde_json::to_string(s).unwrap());
             return;
         }
         self.out.push('"');
         for c in s.chars() {
-            if !c.is_ascii() || c < ' ' || c == '"' || c == '\\' || self.rng.chance(5) {
+            if !c.is_ascii() || c < ' ' || c == '"' || c == '\\' || self.rng.percent(5) {
                 let mut units = [0u16; 2];
                 for u in c.encode_utf16(&mut units) {
-                    if self.rng.chance(50) {
+                    if self.rng.percent(50) {
                         self.out.push_str(&format!("\\u{u:04x}"));
                     } else {
                         self.out.push_str(&format!("\\u{u:04X}"));
@@ -202,31 +200,31 @@ fn columns() -> Vec<ColumnSpec> {
 /// among random unrequested keys, in random order.
 fn document(rng: &mut Rng) -> Vec<(String, Value)> {
     let mut entries: Vec<(String, Value)> = Vec::new();
-    let nullable = |rng: &mut Rng, v: Value| if rng.chance(10) { Value::Null } else { v };
+    let nullable = |rng: &mut Rng, v: Value| if rng.percent(10) { Value::Null } else { v };
     let typed = |rng: &mut Rng, key: &str| -> Value {
         match key {
-            "i" => Value::from(rng.next() as i64 >> rng.below(64)),
+            "i" => Value::from(rng.next_u64() as i64 >> rng.index(64)),
             "f" => Value::from(random_f64(rng)),
             "s" => Value::String(random_string(rng)),
-            "b" => Value::Bool(rng.chance(50)),
+            "b" => Value::Bool(rng.percent(50)),
             "raw" => random_value(rng, 3),
             "l" => Value::Array(
-                (0..rng.below(4))
+                (0..rng.index(4))
                     .map(|_| {
-                        if rng.chance(10) {
+                        if rng.percent(10) {
                             Value::Null
                         } else {
-                            Value::from(rng.next() as i64)
+                            Value::from(rng.next_u64() as i64)
                         }
                     })
                     .collect(),
             ),
             "st" => {
                 let mut m = serde_json::Map::new();
-                if rng.chance(80) {
-                    m.insert("x".into(), Value::from(rng.below(1000) as i64));
+                if rng.percent(80) {
+                    m.insert("x".into(), Value::from(rng.index(1000) as i64));
                 }
-                if rng.chance(80) {
+                if rng.percent(80) {
                     m.insert("s".into(), Value::String(random_string(rng)));
                 }
                 m.insert(random_string(rng), random_value(rng, 2));
@@ -242,12 +240,12 @@ fn document(rng: &mut Rng) -> Vec<(String, Value)> {
         }
     };
     for key in ["i", "f", "s", "b", "raw", "l", "st", "p"] {
-        for _ in 0..[0, 1, 1, 1, 1, 1, 1, 2][rng.below(8)] {
+        for _ in 0..[0, 1, 1, 1, 1, 1, 1, 2][rng.index(8)] {
             let v = typed(rng, key);
             entries.push((key.to_string(), nullable(rng, v)));
         }
     }
-    for _ in 0..rng.below(6) {
+    for _ in 0..rng.index(6) {
         let k = random_string(rng);
         if !["i", "f", "s", "b", "raw", "l", "st", "p"].contains(&k.as_str()) {
             entries.push((k, random_value(rng, 3)));
@@ -256,7 +254,7 @@ fn document(rng: &mut Rng) -> Vec<(String, Value)> {
     // Fisher-Yates, keeping the relative order of repeated keys irrelevant: the expected value
     // is computed from the final order.
     for i in (1..entries.len()).rev() {
-        let j = rng.below(i + 1);
+        let j = rng.index(i + 1);
         entries.swap(i, j);
     }
     entries
@@ -378,7 +376,7 @@ fn iterations() -> usize {
 
 #[test]
 fn random_documents_decode_like_serde_json() {
-    let mut rng = Rng(0x15_0d0c);
+    let mut rng = Rng::new(0x15_0d0c);
     let mut dec = JsonDecoder::new(&columns(), JsonDecoderOptions::default()).unwrap();
     let mut pending: Vec<(Vec<(String, Value)>, String)> = Vec::new();
     let n = iterations();
@@ -450,7 +448,7 @@ const TOKENS: &[&[u8]] = &[
 
 #[test]
 fn mutated_documents_are_accepted_exactly_when_serde_json_accepts_them() {
-    let mut rng = Rng(0xbad_5eed);
+    let mut rng = Rng::new(0xbad_5eed);
     // Utf8 columns take any value, so acceptance depends on validity alone.
     let cols = vec![
         ColumnSpec::new("s", DataType::Utf8),
@@ -467,16 +465,16 @@ fn mutated_documents_are_accepted_exactly_when_serde_json_accepts_them() {
         };
         w.object(&entries);
         let mut bytes = w.out.into_bytes();
-        for _ in 0..1 + rng.below(2) {
-            let at = rng.below(bytes.len() + 1);
-            match rng.below(4) {
+        for _ in 0..1 + rng.index(2) {
+            let at = rng.index(bytes.len() + 1);
+            match rng.index(4) {
                 0 if at < bytes.len() => {
                     bytes.remove(at);
                 }
-                1 if at < bytes.len() => bytes[at] = TOKENS[rng.below(TOKENS.len())][0],
+                1 if at < bytes.len() => bytes[at] = TOKENS[rng.index(TOKENS.len())][0],
                 2 => bytes.truncate(at),
                 _ => {
-                    let t = TOKENS[rng.below(TOKENS.len())];
+                    let t = TOKENS[rng.index(TOKENS.len())];
                     bytes.splice(at..at, t.iter().copied());
                 }
             }

@@ -12,9 +12,7 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use weir_codec::{ColumnSpec, Decoder, JsonDecoder, JsonDecoderOptions};
 
-#[path = "../fuzz/rng.rs"]
-mod rng;
-use rng::Rng;
+use weir_testdata::Rng;
 
 /// The raw key texts of the template, in the order a producer writes them. Some are requested
 /// (see [`columns`]); some are long (past what a prediction holds) or escaped.
@@ -58,15 +56,15 @@ fn columns() -> Vec<ColumnSpec> {
 }
 
 fn string(rng: &mut Rng) -> String {
-    let len = [0, 1, 3, 8, 15, 29, 30, 31, 32, 33, 60][rng.below(11)];
+    let len = [0, 1, 3, 8, 15, 29, 30, 31, 32, 33, 60][rng.index(11)];
     let mut s = String::from("\"");
     for _ in 0..len {
-        match rng.below(40) {
+        match rng.index(40) {
             0 => s.push_str("\\\""),
             1 => s.push_str("\\u00e9"),
             2 => s.push('é'),
             3 => s.push_str("\\n"),
-            _ => s.push((b'a' + rng.below(26) as u8) as char),
+            _ => s.push((b'a' + rng.index(26) as u8) as char),
         }
     }
     s.push('"');
@@ -74,35 +72,35 @@ fn string(rng: &mut Rng) -> String {
 }
 
 fn number(rng: &mut Rng) -> String {
-    match rng.below(8) {
+    match rng.index(8) {
         0 => "0".into(),
-        1 => format!("-{}", rng.below(1000)),
-        2 => format!("{}", rng.next() >> rng.below(64)),
-        3 => format!("{}.{}", rng.below(100000), rng.below(1000)),
-        4 => format!("{}e{}", rng.below(100), rng.below(30)),
-        5 => format!("-{}.{}E-{}", rng.below(10), rng.below(100), rng.below(9)),
+        1 => format!("-{}", rng.index(1000)),
+        2 => format!("{}", rng.next_u64() >> rng.index(64)),
+        3 => format!("{}.{}", rng.index(100000), rng.index(1000)),
+        4 => format!("{}e{}", rng.index(100), rng.index(30)),
+        5 => format!("-{}.{}E-{}", rng.index(10), rng.index(100), rng.index(9)),
         6 => "123456789012345678901234567890123".into(),
-        _ => format!("{}", rng.below(100)),
+        _ => format!("{}", rng.index(100)),
     }
 }
 
 fn timestamp(rng: &mut Rng) -> String {
     format!(
         "\"2026-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\"",
-        1 + rng.below(12),
-        1 + rng.below(28),
-        rng.below(24),
-        rng.below(60),
-        rng.below(60),
-        rng.below(1000)
+        1 + rng.index(12),
+        1 + rng.index(28),
+        rng.index(24),
+        rng.index(60),
+        rng.index(60),
+        rng.index(1000)
     )
 }
 
 fn value(rng: &mut Rng, key: &str) -> String {
-    if rng.chance(5) {
+    if rng.percent(5) {
         return "null".into();
     }
-    if rng.below(300) == 0 {
+    if rng.index(300) == 0 {
         // Any value at all, requested or not: mismatches and containers after predicted keys.
         return [
             "{\"x\":[1,2,{\"y\":\"z\"}]}",
@@ -112,13 +110,13 @@ fn value(rng: &mut Rng, key: &str) -> String {
             "false",
             "\"text\"",
             "12.5",
-        ][rng.below(7)]
+        ][rng.index(7)]
         .into();
     }
     match key {
         "st" => format!(
             "{{\"id_00\":{},\"name_02\":{},\"other\":{}}}",
-            rng.below(1000),
+            rng.index(1000),
             string(rng),
             string(rng)
         ),
@@ -129,12 +127,12 @@ fn value(rng: &mut Rng, key: &str) -> String {
             number(rng)
         ),
         "items" => {
-            let n = rng.below(4);
+            let n = rng.index(4);
             let items: Vec<String> = (0..n)
                 .map(|_| {
                     format!(
                         "{{\"id_00\":{},\"extra\":{},\"name_02\":{}}}",
-                        rng.below(1000),
+                        rng.index(1000),
                         string(rng),
                         string(rng)
                     )
@@ -142,9 +140,9 @@ fn value(rng: &mut Rng, key: &str) -> String {
                 .collect();
             format!("[{}]", items.join(","))
         }
-        k if k.starts_with("id") => format!("{}", rng.below(1 << 40)),
+        k if k.starts_with("id") => format!("{}", rng.index(1 << 40)),
         k if k.starts_with("price") => number(rng),
-        k if k.starts_with("flag") => ["true", "false"][rng.below(2)].into(),
+        k if k.starts_with("flag") => ["true", "false"][rng.index(2)].into(),
         k if k.starts_with("when") => timestamp(rng),
         _ => string(rng),
     }
@@ -153,38 +151,38 @@ fn value(rng: &mut Rng, key: &str) -> String {
 /// A message: the template order most of the time, otherwise broken in one of several ways.
 fn message(rng: &mut Rng, keys: &[String]) -> Vec<u8> {
     let mut order: Vec<String> = keys.to_vec();
-    match rng.below(20) {
+    match rng.index(20) {
         0 => {
-            let (a, b) = (rng.below(order.len()), rng.below(order.len()));
+            let (a, b) = (rng.index(order.len()), rng.index(order.len()));
             order.swap(a, b);
         }
         1 => {
-            order.remove(rng.below(order.len()));
+            order.remove(rng.index(order.len()));
         }
-        2 => order.insert(rng.below(order.len() + 1), "surprise".into()),
+        2 => order.insert(rng.index(order.len() + 1), "surprise".into()),
         3 => {
-            let k = order[rng.below(order.len())].clone();
-            order.insert(rng.below(order.len() + 1), k);
+            let k = order[rng.index(order.len())].clone();
+            order.insert(rng.index(order.len() + 1), k);
         }
-        4 => order.truncate(rng.below(order.len())),
+        4 => order.truncate(rng.index(order.len())),
         _ => {}
     }
     let mut out = String::from("{");
     for (i, k) in order.iter().enumerate() {
         if i > 0 {
             out.push(',');
-            if rng.chance(2) {
+            if rng.percent(2) {
                 out.push(' ');
             }
         }
         out.push('"');
         out.push_str(k);
         out.push('"');
-        if rng.chance(2) {
+        if rng.percent(2) {
             out.push_str(" \t");
         }
         out.push(':');
-        if rng.chance(2) {
+        if rng.percent(2) {
             out.push('\n');
         }
         let plain = k.replace("\\u0061", "a");
@@ -192,20 +190,20 @@ fn message(rng: &mut Rng, keys: &[String]) -> Vec<u8> {
     }
     out.push('}');
     let mut bytes = out.into_bytes();
-    if rng.chance(15) {
+    if rng.percent(15) {
         const TOKENS: &[&[u8]] = &[
             b",", b"}", b"{", b"\"", b":", b"\\", b"0", b"-", b".", b"e", b"01", b" ", b"\x01",
             b"\xff", b"tru", b"[",
         ];
-        for _ in 0..1 + rng.below(2) {
-            let at = rng.below(bytes.len() + 1);
-            match rng.below(3) {
+        for _ in 0..1 + rng.index(2) {
+            let at = rng.index(bytes.len() + 1);
+            match rng.index(3) {
                 0 if at < bytes.len() => {
                     bytes.remove(at);
                 }
-                1 if at < bytes.len() => bytes[at] = TOKENS[rng.below(TOKENS.len())][0],
+                1 if at < bytes.len() => bytes[at] = TOKENS[rng.index(TOKENS.len())][0],
                 _ => {
-                    let t = TOKENS[rng.below(TOKENS.len())];
+                    let t = TOKENS[rng.index(TOKENS.len())];
                     bytes.splice(at..at, t.iter().copied());
                 }
             }
@@ -235,7 +233,7 @@ fn warm_predictions_never_change_a_row_or_an_error() {
             },
         ),
     ] {
-        let mut rng = Rng(0x000d_de0f_7e57);
+        let mut rng = Rng::new(0x000d_de0f_7e57);
         let mut warm = JsonDecoder::new(&columns(), options).unwrap();
         let (mut ok, mut failed) = (0, 0);
         for i in 0..iterations() {

@@ -1,0 +1,5 @@
+//! The JSON decoder.
+
+mod decode;
+mod key_order;
+mod roundtrip;

@@ -1,0 +1,5 @@
+//! The protobuf decoder.
+
+mod adversarial;
+mod differential;
+mod features;
