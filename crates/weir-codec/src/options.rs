@@ -244,7 +244,15 @@ impl Options {
                     .iter()
                     .find(|w| w.eq_ignore_ascii_case(v.trim()))
                     .copied()
-                    .ok_or_else(|| OptionError::invalid(spec, spec.key, v, spec.kind.describe()))
+                    .ok_or_else(|| {
+                        let words: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+                        OptionError::invalid(
+                            spec,
+                            spec.key,
+                            v,
+                            format!("one of {}", words.join(", ")),
+                        )
+                    })
             })
             .transpose()
     }
@@ -360,7 +368,7 @@ mod tests {
         let e = options(&[("mode", "slow")]).choice(&MODE).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "option 'mode' = 'slow': expected `fast`, `safe`"
+            "option 'mode' = 'slow': expected one of 'fast', 'safe'"
         );
     }
 

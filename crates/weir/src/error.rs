@@ -39,11 +39,8 @@ pub enum EngineError {
         sink: String,
         /// The cause.
         #[source]
-        source: SinkError,
+        source: Box<SinkError>,
     },
-    /// A query run outside a script failed.
-    #[error("{}", df_message(.0))]
-    Query(#[source] DataFusionError),
 }
 
 impl EngineError {
@@ -69,12 +66,12 @@ pub enum StatementError {
         sink: String,
         /// The cause.
         #[source]
-        source: SinkError,
+        source: Box<SinkError>,
     },
     /// DataFusion refused or failed the query (weir's own errors inside it are unwrapped for
     /// the message).
     #[error("{}", df_message(.0))]
-    Query(#[source] DataFusionError),
+    Query(#[source] Box<DataFusionError>),
     /// The query cannot run on unbounded sources as written.
     #[error("{0}")]
     NotContinuous(String),
@@ -97,9 +94,9 @@ impl From<DataFusionError> for StatementError {
         match e {
             DataFusionError::External(inner) => match inner.downcast::<SourceError>() {
                 Ok(source) => Self::Source(*source),
-                Err(other) => Self::Query(DataFusionError::External(other)),
+                Err(other) => Self::Query(Box::new(DataFusionError::External(other))),
             },
-            other => Self::Query(other),
+            other => Self::Query(Box::new(other)),
         }
     }
 }
@@ -110,9 +107,10 @@ impl From<DataFusionError> for StatementError {
 pub struct SourceError {
     /// The source.
     pub source_name: String,
-    /// What happened.
+    /// What happened (boxed: a source error travels through the per-message path, which
+    /// should return a small `Result`).
     #[source]
-    pub kind: SourceErrorKind,
+    pub kind: Box<SourceErrorKind>,
 }
 
 impl SourceError {
@@ -120,7 +118,7 @@ impl SourceError {
     pub(crate) fn new(name: &str, kind: impl Into<SourceErrorKind>) -> Self {
         Self {
             source_name: name.to_string(),
-            kind: kind.into(),
+            kind: Box::new(kind.into()),
         }
     }
 
@@ -198,7 +196,7 @@ pub enum SourceErrorKind {
         sink: String,
         /// The cause.
         #[source]
-        source: SinkError,
+        source: Box<SinkError>,
     },
 }
 

@@ -101,7 +101,7 @@ impl Engine {
         let name = s.name.clone();
         let fail = |source: SinkError| StatementError::Sink {
             sink: name.clone(),
-            source,
+            source: Box::new(source),
         };
         if self.sink_state(&name).is_some() {
             return Err(StatementError::Invalid(format!(
@@ -171,7 +171,7 @@ impl Engine {
     ) -> Result<(), StatementError> {
         let fail = |e: SinkError| StatementError::Sink {
             sink: sink.to_string(),
-            source: e,
+            source: Box::new(e),
         };
         let state = self
             .sink_state(sink)
@@ -236,9 +236,9 @@ impl Engine {
         let follow = self.options.follow;
         let name = sink.to_string();
         let pipeline = async move {
-            let fail = |source| StatementError::Sink {
+            let fail = |source: SinkError| StatementError::Sink {
                 sink: name.clone(),
-                source,
+                source: Box::new(source),
             };
             let mut st = state.lock().await;
             let st = &mut *st;

@@ -165,9 +165,9 @@ impl Engine {
         );
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let mut stream = df.execute_stream().await?;
-        let sink_err = |source| StatementError::Sink {
+        let sink_err = |source: crate::sink::SinkError| StatementError::Sink {
             sink: "the query's output".into(),
-            source,
+            source: Box::new(source),
         };
         if prints {
             output.begin(&schema).map_err(sink_err)?;

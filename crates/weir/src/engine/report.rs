@@ -97,7 +97,7 @@ impl Engine {
             let mut st = state.lock().await;
             st.finish().map_err(|source| EngineError::Sink {
                 sink: name.clone(),
-                source,
+                source: Box::new(source),
             })?;
             reports.push(SinkReport {
                 name,

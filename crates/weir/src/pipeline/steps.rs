@@ -179,7 +179,7 @@ fn step_loop(
             &source.name,
             SourceErrorKind::Sink {
                 sink: sink_name.clone(),
-                source: e,
+                source: Box::new(e),
             },
         )
     };

@@ -182,6 +182,9 @@ impl Connector {
     }
 }
 
+/// A preparation narrowed to some decoded columns, and those columns.
+type Projection = (Vec<usize>, Arc<dyn PreparedDecoder>);
+
 /// Everything a scan of a source needs, fixed at `CREATE SOURCE`.
 pub(crate) struct SourceDefinition {
     /// The source's name.
@@ -193,7 +196,7 @@ pub(crate) struct SourceDefinition {
     /// The encoding prepared for every declared column, once.
     pub(crate) prepared: Arc<dyn PreparedDecoder>,
     /// Preparations narrowed to a scan's columns, by the decoded columns they keep.
-    projections: Mutex<Vec<(Vec<usize>, Arc<dyn PreparedDecoder>)>>,
+    projections: Mutex<Vec<Projection>>,
     /// Metadata columns, after the decoded ones.
     pub(crate) includes: Vec<(MetaKind, String)>,
     /// The table schema: the decoded columns, then the metadata columns.
