@@ -394,6 +394,28 @@ impl State {
             Kind::I8 => int!(I8, i8),
             Kind::U16 => int!(U16, u16),
             Kind::U8 => int!(U8, u8),
+            Kind::F64 | Kind::F32 if b == Some(b'"') => {
+                // Values JSON numbers cannot hold, as protobuf's JSON mapping writes them.
+                let s = sc.string()?;
+                let v = match self.string_body(sc.buf, s.start, s.end, s.escaped) {
+                    b"NaN" => f64::NAN,
+                    b"Infinity" => f64::INFINITY,
+                    b"-Infinity" => f64::NEG_INFINITY,
+                    _ => {
+                        return self.mismatch_at(
+                            plan,
+                            c,
+                            at,
+                            "string other than \"NaN\", \"Infinity\" or \"-Infinity\"",
+                        )
+                    }
+                };
+                if plan.cols[c].kind == Kind::F64 {
+                    push!(self, c, F64, v);
+                } else {
+                    push!(self, c, F32, v as f32);
+                }
+            }
             Kind::F64 => {
                 if !is_number {
                     return self.mismatch(plan, sc, c, depth, b);

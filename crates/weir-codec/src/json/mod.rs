@@ -152,7 +152,7 @@ impl Default for JsonDecoderOptions {
 /// | Arrow column type | JSON value accepted |
 /// |---|---|
 /// | Int8 .. Int64, UInt8 .. UInt64 | an integer literal (no fraction, no exponent) within the type's range |
-/// | Float32, Float64 | any number, correctly rounded to the type (no `NaN`/`Infinity`; overflow is out of range) |
+/// | Float32, Float64 | any number, correctly rounded to the type (overflow is out of range); the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, as protobuf's JSON mapping writes them |
 /// | Decimal128(p, s) | a number, or a string holding a number, read exactly; more than `s` fraction digits (other than trailing zeros) or more than `p` digits is out of range |
 /// | Timestamp(unit, tz) | RFC 3339 text (`2026-11-22T10:15:30.5+01:00`; fractions below `unit` truncated), or a number of epoch units (per-column [`EpochUnit`], default: the column's unit; fractions allowed, rounded down) |
 /// | Date32, Date64 | a `YYYY-MM-DD` string |
@@ -175,7 +175,7 @@ impl Default for JsonDecoderOptions {
 /// # Validation
 ///
 /// Input is checked against RFC 8259 everywhere, inside skipped values too: trailing commas,
-/// leading zeros, `NaN`/`Infinity`, unescaped control characters, invalid escapes, lone
+/// leading zeros, bare `NaN`/`Infinity` (not in quotes), unescaped control characters, invalid escapes, lone
 /// surrogates, invalid UTF-8, unterminated input and anything after the top-level object are
 /// rejected. Nesting is limited to [`JsonDecoderOptions::max_depth`] (128) containers, the
 /// top-level object included. A top-level array is rejected (it is not split into rows).

@@ -188,6 +188,31 @@ fn floats_are_correctly_rounded() {
 }
 
 #[test]
+fn floats_take_protobuf_json_strings_for_infinities_and_nan() {
+    let cols = [col("d", DataType::Float64), col("f", DataType::Float32)];
+    let mut dec = decoder(&cols);
+    let b = decode_all(
+        &mut dec,
+        &[
+            r#"{"d": "Infinity", "f": "-Infinity"}"#,
+            r#"{"d": "NaN", "f": "NaN"}"#,
+            r#"{"d": "-Infinity", "f": 1.5}"#,
+        ],
+    );
+    let d = b.column(0).as_primitive::<Float64Type>();
+    let f = b.column(1).as_primitive::<Float32Type>();
+    assert_eq!(d.value(0), f64::INFINITY);
+    assert!(d.value(1).is_nan());
+    assert_eq!(d.value(2), f64::NEG_INFINITY);
+    assert_eq!(f.value(0), f32::NEG_INFINITY);
+    assert!(f.value(1).is_nan());
+    // Any other string is a mismatch, as before; bare literals are not JSON at all.
+    let e = error(&mut dec, br#"{"d": "infinity"}"#);
+    assert!(e.to_string().contains("\"NaN\""), "{e}");
+    assert!(dec.decode(br#"{"d": Infinity}"#).is_err());
+}
+
+#[test]
 fn decimals_are_exact() {
     let cols = [col("d", DataType::Decimal128(12, 3))];
     let mut dec = decoder(&cols);

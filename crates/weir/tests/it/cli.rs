@@ -115,6 +115,151 @@ fn gen_then_decode_prints_the_generated_quotes() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// `weir decode` on `data` with the generated schema and `args`.
+fn decode(dir: &Path, data: &Path, args: &[&str]) -> Output {
+    let pb = dir.join("schema/stocks.pb").display().to_string();
+    let data = data.display().to_string();
+    let mut all = vec![
+        "decode",
+        "--location",
+        &pb,
+        "--message",
+        "stocks.QuoteNBBO",
+        "--input",
+        &data,
+    ];
+    all.extend_from_slice(args);
+    weir(&all)
+}
+
+#[test]
+fn decode_prints_the_rows_before_a_bad_message_and_names_its_own_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    gen(dir.path(), "1", "protobuf", "unused.bin");
+    // Three good quotes, a message that is not a quote (field 1 declared as 5 bytes, 1 there),
+    // then two more good ones.
+    let mut g = QuoteGenerator::new(5);
+    let mut bytes = Vec::new();
+    let mut frame = |msg: &[u8]| {
+        weir_testdata::Framing::Varint
+            .write(&mut bytes, msg)
+            .unwrap()
+    };
+    let mut msg = Vec::new();
+    for _ in 0..3 {
+        msg.clear();
+        g.next_quote().encode_protobuf(&mut msg);
+        frame(&msg);
+    }
+    frame(&[0x0a, 0x05, 0x01]);
+    for _ in 0..2 {
+        msg.clear();
+        g.next_quote().encode_protobuf(&mut msg);
+        frame(&msg);
+    }
+    let data = dir.path().join("bad.bin");
+    std::fs::write(&data, &bytes).unwrap();
+    let o = decode(dir.path(), &data, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(text(&o.stdout).lines().count(), 3, "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(err.contains("pass --skip-errors"), "{err}");
+    assert!(!err.contains("on.error"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let o = decode(dir.path(), &data, &["--skip-errors"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).lines().count(), 5);
+    assert!(text(&o.stderr).contains("skipped 1 messages"));
+}
+
+#[test]
+fn a_frame_length_near_two_to_the_64_is_refused_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    gen(dir.path(), "1", "protobuf", "unused.bin");
+    // An empty message (all defaults), then the huge frame.
+    let mut bytes = vec![0x00];
+    // The largest ten-byte varint, 2^64 - 1, then a few bytes.
+    bytes.extend_from_slice(&[
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 7, 7,
+    ]);
+    let data = dir.path().join("huge.bin");
+    std::fs::write(&data, &bytes).unwrap();
+    let o = decode(dir.path(), &data, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("huge.bin at byte 1")
+            && err
+                .contains("a message of 18446744073709551615 bytes, more than 'max.message.bytes'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn infinities_and_nan_survive_json_output_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    gen(dir.path(), "1", "protobuf", "unused.bin");
+    let mut g = QuoteGenerator::new(3);
+    let mut bytes = Vec::new();
+    let mut msg = Vec::new();
+    for price in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1.25] {
+        let mut q = g.next_quote();
+        q.bid_price = price;
+        msg.clear();
+        q.encode_protobuf(&mut msg);
+        weir_testdata::Framing::Varint
+            .write(&mut bytes, &msg)
+            .unwrap();
+    }
+    let data = dir.path().join("special.bin");
+    std::fs::write(&data, &bytes).unwrap();
+    let o = decode(dir.path(), &data, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let bids: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["bid_price"].clone())
+        .collect();
+    assert_eq!(
+        bids,
+        [
+            serde_json::json!("Infinity"),
+            serde_json::json!("-Infinity"),
+            serde_json::json!("NaN"),
+            serde_json::json!(1.25)
+        ]
+    );
+    // Read back by the JSON decoder, the values are the same doubles.
+    let jsonl = dir.path().join("special.jsonl");
+    std::fs::write(&jsonl, &out).unwrap();
+    let sql = dir.path().join("back.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "CREATE SOURCE back (bid_price DOUBLE) WITH ('connector' = 'file', 'path' = '{}', \
+             'framing' = 'lines', 'encoding' = 'json');\n\
+             SELECT CAST(bid_price AS VARCHAR) AS b FROM back;",
+            jsonl.display()
+        ),
+    )
+    .unwrap();
+    let result = dir.path().join("back.jsonl");
+    let o = weir(&[
+        "run",
+        "--quiet",
+        "--partitions",
+        "1",
+        "--output",
+        result.to_str().unwrap(),
+        sql.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&result).unwrap(),
+        "{\"b\":\"inf\"}\n{\"b\":\"-inf\"}\n{\"b\":\"NaN\"}\n{\"b\":\"1.25\"}\n"
+    );
+}
+
 #[test]
 fn run_writes_sinks_and_outputs_and_reports_counts() {
     let dir = tempfile::tempdir().unwrap();
