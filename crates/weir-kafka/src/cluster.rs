@@ -14,25 +14,16 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::connection::Connection;
 use crate::error::{error_name, is_retriable, Error, Result};
-use crate::responses;
+use crate::responses::{self, BrokerAddr, ListedOffset};
 
 /// ListOffsets timestamp asking for the offset after the last (high watermark or LSO).
 pub const LATEST: i64 = -1;
 /// ListOffsets timestamp asking for the log start offset.
 pub const EARLIEST: i64 = -2;
 
-/// A broker of the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokerAddr {
-    /// Node id.
-    pub node_id: i32,
-    /// `host:port`.
-    pub addr: String,
-}
-
 /// The leaders of one topic's partitions.
 #[derive(Debug, Clone)]
-pub struct TopicLayout {
+pub(crate) struct TopicLayout {
     /// The brokers.
     pub brokers: Vec<BrokerAddr>,
     /// Leader node id per partition id (-1: no leader right now).
@@ -116,15 +107,6 @@ pub(crate) fn topic_layout(conn: &mut Connection, topic: &str) -> Result<TopicLa
         }
     }
     Ok(TopicLayout { brokers, leaders })
-}
-
-/// One partition's answer to ListOffsets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ListedOffset {
-    pub partition: i32,
-    /// The offset, or -1 when no record has a timestamp at or after the one asked.
-    pub offset: i64,
-    pub error_code: i16,
 }
 
 /// Asks the leader on `conn` for an offset per partition (`timestamp` is [`EARLIEST`],

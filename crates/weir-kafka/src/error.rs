@@ -1,7 +1,7 @@
 //! The crate's errors. Everything that concerns data names the topic, the partition and the
 //! offset, so that a failed query says where to look.
 
-use crate::batch::BatchError;
+use crate::record_batch::BatchError;
 
 /// A Kafka client error.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,7 @@
 //! * [`create_topic`]: topic creation for tests, benchmarks and `weir gen`.
 //! * [`batch`]: the record-batch parser itself, usable on any bytes.
 //!
-//! How the source options of issue 5 map onto [`ConsumerConfig`]:
+//! How the SQL options of a Kafka source map onto [`ConsumerConfig`]:
 //!
 //! | SQL option | field | parsed by |
 //! |---|---|---|
@@ -41,17 +41,32 @@
 //! CreateTopics: the producer and topic creation, not the consumer) trust the array lengths a
 //! broker sends when reserving memory.
 
-pub mod batch;
+#![forbid(unsafe_code)]
+
 mod cluster;
 mod compression;
 mod connection;
 mod consumer;
 mod error;
-mod fetch;
+mod fetch_response;
 mod producer;
+mod record_batch;
 mod responses;
+mod wire;
 
-pub use batch::{Compression, Headers};
+/// The record-batch (magic v2) parser and writer, usable on any bytes: [`BatchIter`] walks the
+/// batches of a fetch response or a log segment, [`RecordIter`] the records of one batch, and
+/// [`finish_batch`] with [`RecordsWriter`] builds batches. The batch codec and the record
+/// headers are [`Compression`](crate::Compression) and [`Headers`](crate::Headers) at the
+/// crate root.
+pub mod batch {
+    pub use crate::record_batch::{
+        control_type, finish_batch, AbortedFilter, BatchError, BatchHeader, BatchIter, BatchSpec,
+        ControlType, RawBatch, RecordIter, RecordView, RecordsWriter, BATCH_HEADER_LEN,
+        LOG_OVERHEAD,
+    };
+}
+
 pub use cluster::create_topic;
 pub use compression::Decompressor;
 pub use consumer::{
@@ -60,3 +75,4 @@ pub use consumer::{
 };
 pub use error::{Error, Result};
 pub use producer::{murmur2, Producer, ProducerConfig};
+pub use record_batch::{Compression, Headers};

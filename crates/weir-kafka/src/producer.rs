@@ -13,11 +13,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::batch::{finish_batch, BatchSpec, Compression, RecordsWriter};
 use crate::cluster::{self, TopicLayout};
 use crate::compression::compress;
 use crate::connection::{decode_response, Connection};
 use crate::error::{error_name, is_retriable, Error, Result};
+use crate::record_batch::{finish_batch, BatchSpec, Compression, RecordsWriter};
 
 /// Producer settings.
 #[derive(Debug, Clone)]

@@ -3,8 +3,25 @@
 //! array length the wire claims, so a broken broker could make the process abort. Here every
 //! count is checked against the bytes that remain before anything is reserved.
 
-use crate::cluster::{BrokerAddr, ListedOffset};
-use crate::fetch::{Cursor, Parse};
+use crate::wire::{Cursor, Parse};
+
+/// A broker of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BrokerAddr {
+    /// Node id.
+    pub node_id: i32,
+    /// `host:port`.
+    pub addr: String,
+}
+
+/// One partition's answer to ListOffsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListedOffset {
+    pub partition: i32,
+    /// The offset, or -1 when no record has a timestamp at or after the one asked.
+    pub offset: i64,
+    pub error_code: i16,
+}
 
 /// `(api_key, min_version, max_version)` per API a broker offers.
 pub(crate) type ApiVersionList = Vec<(i16, i16, i16)>;
