@@ -12,9 +12,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Connector};
 use crate::error::{error_name, is_retriable, Error, Result};
 use crate::responses::{self, BrokerAddr, ListedOffset};
+use crate::security::SecurityConfig;
 
 /// ListOffsets timestamp asking for the offset after the last (high watermark or LSO).
 pub const LATEST: i64 = -1;
@@ -40,12 +41,15 @@ impl TopicLayout {
     }
 }
 
-/// Opens a connection to the first reachable broker of `addrs`.
-pub(crate) fn connect_any(addrs: &[String], timeout: Duration) -> Result<Connection> {
+/// Opens a connection to the first reachable broker of `addrs`. A security failure
+/// (authentication, TLS, the wrong protocol) is returned as it is: another broker of the same
+/// cluster would refuse the same way, and it is not a matter of reaching one.
+pub(crate) fn connect_any(connector: &Connector, addrs: &[String]) -> Result<Connection> {
     let mut last = String::from("no brokers given");
     for a in addrs {
-        match Connection::open(a, timeout) {
+        match connector.open(a) {
             Ok(c) => return Ok(c),
+            Err(e) if e.is_security() => return Err(e),
             Err(e) => last = e.to_string(),
         }
     }
@@ -170,6 +174,7 @@ pub(crate) fn retriable(e: &Error) -> bool {
 /// Creates `topic` with `partitions` partitions (replication factor 1 unless given) and waits
 /// until its partitions have leaders. `configs` are topic settings such as
 /// `("compression.type", "zstd")`. An existing topic is an error unless `if_not_exists`.
+/// Connects in plaintext; [`create_topic_with`] takes a [`SecurityConfig`].
 pub fn create_topic(
     brokers: &[String],
     topic: &str,
@@ -178,8 +183,30 @@ pub fn create_topic(
     configs: &[(&str, &str)],
     if_not_exists: bool,
 ) -> Result<()> {
+    create_topic_with(
+        brokers,
+        &SecurityConfig::default(),
+        topic,
+        partitions,
+        replication,
+        configs,
+        if_not_exists,
+    )
+}
+
+/// [`create_topic`] over connections secured by `security` (TLS, SASL).
+pub fn create_topic_with(
+    brokers: &[String],
+    security: &SecurityConfig,
+    topic: &str,
+    partitions: i32,
+    replication: i16,
+    configs: &[(&str, &str)],
+    if_not_exists: bool,
+) -> Result<()> {
     let timeout = Duration::from_secs(30);
-    let mut conn = connect_any(brokers, timeout)?;
+    let connector = Connector::new(security, timeout)?;
+    let mut conn = connect_any(&connector, brokers)?;
     let v = conn.version(ApiKey::CreateTopics, "CreateTopics", 2, 7)?;
     let req = CreateTopicsRequest::default()
         .with_timeout_ms(30_000)
@@ -226,7 +253,7 @@ pub fn create_topic(
             {
                 // Metadata can name a leader before that broker serves the partition; a
                 // ListOffsets answered without error by every leader means it does.
-                if leaders_serve(&l, topic, timeout)? {
+                if leaders_serve(&connector, &l, topic)? {
                     return Ok(());
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -248,7 +275,7 @@ pub fn create_topic(
 }
 
 /// True when every partition's leader answers ListOffsets for it without error.
-fn leaders_serve(layout: &TopicLayout, topic: &str, timeout: Duration) -> Result<bool> {
+fn leaders_serve(connector: &Connector, layout: &TopicLayout, topic: &str) -> Result<bool> {
     let mut nodes = layout.leaders.clone();
     nodes.sort_unstable();
     nodes.dedup();
@@ -259,7 +286,7 @@ fn leaders_serve(layout: &TopicLayout, topic: &str, timeout: Duration) -> Result
         let mine: Vec<i32> = (0..layout.leaders.len() as i32)
             .filter(|&p| layout.leaders[p as usize] == node)
             .collect();
-        let mut conn = Connection::open(addr, timeout)?;
+        let mut conn = connector.open(addr)?;
         let listed = list_offsets(&mut conn, topic, &mine, LATEST, false)?;
         if listed.iter().any(|o| o.error_code != 0) {
             return Ok(false);

@@ -1,16 +1,27 @@
-//! One TCP connection to one broker: size-prefixed frames, correlation ids, and the API versions
-//! the broker offers (asked once, at connect).
+//! One connection to one broker: TCP or TLS, SASL authentication and re-authentication,
+//! size-prefixed frames, correlation ids, and the API versions the broker offers (asked once,
+//! at connect).
+//!
+//! A [`Connector`] is built once per client (consumer, producer, topic creation) from its
+//! [`SecurityConfig`]: the TLS material is loaded and checked there, and every connection the
+//! client opens shares it, with the SASL mechanism (and so one OAUTHBEARER token cache).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, RequestHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
 
-use crate::error::{Error, Result};
+use crate::error::{error_name, Error, Result};
 use crate::responses;
+use crate::security::sasl::{self, SaslMechanism};
+use crate::security::{tls, SecurityConfig, SecurityProtocol};
 
 /// The largest response frame accepted: a guard against a corrupt size prefix.
 const MAX_FRAME: usize = 1 << 30;
@@ -18,9 +29,100 @@ const MAX_FRAME: usize = 1 << 30;
 /// The client id sent in every request header.
 pub(crate) const CLIENT_ID: &str = "weir";
 
+/// How a client opens its connections: the protocol, the TLS configuration and the SASL
+/// mechanism, loaded once.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    protocol: SecurityProtocol,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    sasl: Option<Arc<dyn SaslMechanism>>,
+    /// Connect, handshake and request timeout.
+    pub timeout: Duration,
+    /// Re-authentications done by this client's connections (KIP-368).
+    reauthentications: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("protocol", &self.protocol)
+            .field("sasl", &self.sasl.as_ref().map(|m| m.name().to_string()))
+            .finish()
+    }
+}
+
+impl Connector {
+    /// Checks `security` and loads its TLS material (a missing or unreadable file, a wrong key
+    /// password fail here, naming the option).
+    pub fn new(security: &SecurityConfig, timeout: Duration) -> Result<Self> {
+        security.validate()?;
+        let tls = if security.protocol.tls() {
+            Some(tls::client_config(&security.tls)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            protocol: security.protocol,
+            tls,
+            sasl: security.sasl.as_ref().map(sasl::mechanism),
+            timeout,
+            reauthentications: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Re-authentications done so far by the connections of this connector.
+    pub fn reauthentications(&self) -> u64 {
+        self.reauthentications.load(Ordering::Relaxed)
+    }
+
+    /// Opens a connection to `addr`: TCP, the TLS handshake, ApiVersions, SASL.
+    pub fn open(&self, addr: &str) -> Result<Connection> {
+        Connection::open(self, addr)
+    }
+}
+
+/// A TCP stream, or TLS over one.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Self::Plain(s) => s,
+            Self::Tls(s) => s.get_ref(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.read(buf),
+            Self::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.write(buf),
+            Self::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => s.flush(),
+            Self::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// An open connection to a broker.
 pub(crate) struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     /// `host:port`, for errors.
     pub addr: String,
     correlation: i32,
@@ -32,6 +134,16 @@ pub(crate) struct Connection {
     rbuf: BytesMut,
     /// The read timeout last set, so the per-fetch call is a no-op when it did not change.
     read_timeout: Duration,
+    /// Requests sent whose responses were not read yet.
+    in_flight: usize,
+    /// Responses read so far (the first one tells a TLS listener from a plaintext one).
+    received: u64,
+    protocol: SecurityProtocol,
+    sasl: Option<Arc<dyn SaslMechanism>>,
+    /// Re-authenticate before sending once this instant has passed (KIP-368).
+    reauth_at: Option<Instant>,
+    reauthentications: Arc<AtomicU64>,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Connection {
@@ -42,9 +154,17 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+/// The rustls error inside an I/O error of a TLS stream, if there is one.
+fn rustls_error(e: &std::io::Error) -> Option<&rustls::Error> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
 impl Connection {
-    /// Connects and asks for the broker's API versions.
-    pub fn open(addr: &str, timeout: Duration) -> Result<Self> {
+    /// Connects, runs the TLS handshake when the protocol has TLS, asks for the broker's API
+    /// versions and authenticates when the protocol has SASL.
+    fn open(connector: &Connector, addr: &str) -> Result<Self> {
+        let timeout = connector.timeout;
         let io = |source| Error::Io {
             broker: addr.to_string(),
             source,
@@ -71,6 +191,16 @@ impl Connection {
         stream.set_nodelay(true).map_err(io)?;
         stream.set_read_timeout(Some(timeout)).map_err(io)?;
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
+        let stream = match &connector.tls {
+            None => Stream::Plain(stream),
+            Some(config) => Stream::Tls(Box::new(tls_handshake(
+                config,
+                stream,
+                addr,
+                connector.protocol,
+                timeout,
+            )?)),
+        };
         let mut conn = Self {
             stream,
             addr: addr.to_string(),
@@ -78,8 +208,16 @@ impl Connection {
             versions: Vec::new(),
             rbuf: BytesMut::with_capacity(64 * 1024),
             read_timeout: timeout,
+            in_flight: 0,
+            received: 0,
+            protocol: connector.protocol,
+            sasl: connector.sasl.clone(),
+            reauth_at: None,
+            reauthentications: connector.reauthentications.clone(),
+            timeout,
         };
-        // ApiVersions v3 is what every broker since 2.4 answers; Kafka 4 requires it.
+        // ApiVersions v3 is what every broker since 2.4 answers; Kafka 4 requires it. It is
+        // allowed before SASL authentication.
         let body = conn.request_body(
             ApiKey::ApiVersions,
             3,
@@ -101,7 +239,132 @@ impl Connection {
                 conn.versions[i] = (min, max);
             }
         }
+        if conn.sasl.is_some() {
+            conn.authenticate()?;
+        }
         Ok(conn)
+    }
+
+    /// SaslHandshake, then the mechanism's exchange over SaslAuthenticate. Sets the
+    /// re-authentication deadline from the session lifetime the broker grants.
+    fn authenticate(&mut self) -> Result<()> {
+        let Some(mechanism) = self.sasl.clone() else {
+            return Ok(());
+        };
+        let name = mechanism.name().to_string();
+        let v = self.version(ApiKey::SaslHandshake, "SaslHandshake", 1, 1)?;
+        let body = self.request_body(
+            ApiKey::SaslHandshake,
+            v,
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(name.clone())),
+        )?;
+        let (code, offered) =
+            responses::sasl_handshake(&body).map_err(|e| self.protocol("SaslHandshake", e))?;
+        match code {
+            0 => {}
+            33 => {
+                return Err(Error::MechanismNotEnabled {
+                    broker: self.addr.clone(),
+                    mechanism: name,
+                    offered,
+                })
+            }
+            34 => {
+                return Err(Error::WrongProtocol {
+                    broker: self.addr.clone(),
+                    protocol: self.protocol.name(),
+                    reason: "this listener does not use SASL (it answered SaslHandshake with ILLEGAL_SASL_STATE); PLAINTEXT or SSL may be what it speaks".into(),
+                })
+            }
+            code => {
+                return Err(Error::Authentication {
+                    broker: self.addr.clone(),
+                    mechanism: name,
+                    user: mechanism.principal(),
+                    reason: format!("SaslHandshake failed with {} ({code})", error_name(code)),
+                })
+            }
+        }
+        let auth_error = |conn: &Self, reason: String| Error::Authentication {
+            broker: conn.addr.clone(),
+            mechanism: name.clone(),
+            user: mechanism.principal(),
+            reason,
+        };
+        let mut exchange = mechanism.begin(&self.addr)?;
+        let v = self.version(ApiKey::SaslAuthenticate, "SaslAuthenticate", 0, 2)?;
+        let mut message = exchange.first().map_err(|e| auth_error(self, e))?;
+        let lifetime_ms = loop {
+            let body = self.request_body(
+                ApiKey::SaslAuthenticate,
+                v,
+                &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message)),
+            );
+            let body = match body {
+                Ok(b) => b,
+                // A broker that refuses credentials may close the connection at once.
+                Err(Error::Io { source, .. }) => {
+                    return Err(auth_error(
+                        self,
+                        format!(
+                            "the broker closed the connection during authentication ({source})"
+                        ),
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
+            let answer = responses::sasl_authenticate(&body, v)
+                .map_err(|e| self.protocol("SaslAuthenticate", e))?;
+            if answer.error_code != 0 {
+                let message = answer
+                    .error_message
+                    .unwrap_or_else(|| error_name(answer.error_code).to_string());
+                return Err(auth_error(self, message));
+            }
+            match exchange
+                .next(&answer.auth_bytes)
+                .map_err(|e| auth_error(self, e))?
+            {
+                Some(next) => message = next,
+                None => break answer.session_lifetime_ms,
+            }
+        };
+        // Re-authenticate once 85% of the session has passed (the Java client picks 85-95%):
+        // the broker closes a connection whose session expired at its next request.
+        self.reauth_at = (lifetime_ms > 0)
+            .then(|| Instant::now() + Duration::from_millis(lifetime_ms as u64 * 85 / 100));
+        if lifetime_ms > 0 {
+            log::debug!(
+                "kafka broker {}: SASL {name} session of {lifetime_ms} ms",
+                self.addr
+            );
+        }
+        Ok(())
+    }
+
+    /// True when the SASL session is due for renewal and a request is in flight, so it cannot
+    /// be renewed before the next send: a caller that keeps requests in flight reads their
+    /// answers first.
+    pub fn reauthentication_blocked(&self) -> bool {
+        self.in_flight > 0 && self.reauth_at.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Renews the SASL session when it is due and nothing is in flight (KIP-368).
+    fn maybe_reauthenticate(&mut self) -> Result<()> {
+        if self.in_flight == 0 && self.reauth_at.is_some_and(|at| Instant::now() >= at) {
+            self.reauth_at = None;
+            let before = self.read_timeout;
+            self.set_read_timeout(self.timeout)?;
+            self.authenticate()?;
+            self.set_read_timeout(before)?;
+            self.reauthentications.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A response whose reply will not be read (a produce request with acks = 0).
+    pub fn forget_reply(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
     }
 
     /// Sets how long a read may block (the fetch wait plus the request timeout).
@@ -110,6 +373,7 @@ impl Connection {
             return Ok(());
         }
         self.stream
+            .tcp()
             .set_read_timeout(Some(t))
             .map_err(|source| Error::Io {
                 broker: self.addr.clone(),
@@ -128,6 +392,30 @@ impl Connection {
     }
 
     fn io(&self, source: std::io::Error) -> Error {
+        if let Some(e) = rustls_error(&source) {
+            return Error::Tls {
+                broker: self.addr.clone(),
+                reason: tls::explain(e),
+            };
+        }
+        if self.received == 0 && self.protocol == SecurityProtocol::Plaintext {
+            use std::io::ErrorKind as K;
+            if matches!(
+                source.kind(),
+                K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+            ) {
+                // Still an I/O error (retried like one), with the likely cause in it.
+                return Error::Io {
+                    broker: self.addr.clone(),
+                    source: std::io::Error::new(
+                        source.kind(),
+                        format!(
+                            "the broker closed the connection on the first request ({source}); a TLS listener does that to plaintext: check 'security.protocol'"
+                        ),
+                    ),
+                };
+            }
+        }
         Error::Io {
             broker: self.addr.clone(),
             source,
@@ -182,12 +470,15 @@ impl Connection {
     /// Sends an already framed request after writing a fresh correlation id into it (bytes
     /// 8..12 of every request frame); returns the id to expect back.
     pub fn send_frame(&mut self, frame: &mut [u8]) -> Result<i32> {
+        self.maybe_reauthenticate()?;
         let id = self.next_correlation();
         if frame.len() < 12 {
             return Err(self.protocol("request", "frame shorter than a header"));
         }
         frame[8..12].copy_from_slice(&id.to_be_bytes());
         self.stream.write_all(frame).map_err(|e| self.io(e))?;
+        self.stream.flush().map_err(|e| self.io(e))?;
+        self.in_flight += 1;
         Ok(id)
     }
 
@@ -196,6 +487,16 @@ impl Connection {
     pub fn recv_frame(&mut self, api: &'static str, correlation: i32) -> Result<Bytes> {
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).map_err(|e| self.io(e))?;
+        if self.received == 0 && matches!(self.stream, Stream::Plain(_)) && looks_like_tls(size) {
+            return Err(Error::WrongProtocol {
+                broker: self.addr.clone(),
+                protocol: self.protocol.name(),
+                reason: "the broker answered with TLS: this listener expects SSL or SASL_SSL"
+                    .into(),
+            });
+        }
+        self.received += 1;
+        self.in_flight = self.in_flight.saturating_sub(1);
         let n = i32::from_be_bytes(size);
         if n < 4 || n as usize > MAX_FRAME {
             return Err(self.protocol(api, format!("impossible frame size {n}")));
@@ -243,6 +544,72 @@ impl Connection {
         let mut body = self.recv_frame(api, id)?;
         decode_response(key, version, &mut body).map_err(|e| self.protocol(api, e))
     }
+}
+
+/// True when the first bytes of an answer are a TLS record header (a handshake or an alert,
+/// TLS 1.x), not a Kafka frame size: no first response is hundreds of megabytes.
+fn looks_like_tls(b: [u8; 4]) -> bool {
+    matches!(b[0], 0x15 | 0x16) && b[1] == 0x03 && b[2] <= 0x04
+}
+
+/// The TLS handshake with a deadline: an answer that is not TLS, or none within `timeout`,
+/// is a hint about 'security.protocol'.
+fn tls_handshake(
+    config: &Arc<rustls::ClientConfig>,
+    mut tcp: TcpStream,
+    addr: &str,
+    protocol: SecurityProtocol,
+    timeout: Duration,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    let name = tls::server_name(addr)?;
+    let mut conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| Error::Tls {
+        broker: addr.to_string(),
+        reason: tls::explain(&e),
+    })?;
+    let deadline = Instant::now() + timeout;
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut tcp) {
+            use std::io::ErrorKind as K;
+            let wrong = |reason: String| Error::WrongProtocol {
+                broker: addr.to_string(),
+                protocol: protocol.name(),
+                reason,
+            };
+            return Err(match rustls_error(&e) {
+                Some(rustls::Error::InvalidMessage(_)) => wrong(
+                    "the broker's answer to the TLS handshake is not TLS: this listener expects PLAINTEXT or SASL_PLAINTEXT".into(),
+                ),
+                Some(tls_error) => Error::Tls {
+                    broker: addr.to_string(),
+                    reason: tls::explain(tls_error),
+                },
+                None => match e.kind() {
+                    K::WouldBlock | K::TimedOut => wrong(format!(
+                        "no TLS answer within {} s: a plaintext listener waits for more bytes",
+                        timeout.as_secs()
+                    )),
+                    K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted => wrong(
+                        "the broker closed the connection during the TLS handshake: a plaintext listener does that".into(),
+                    ),
+                    _ => Error::Io {
+                        broker: addr.to_string(),
+                        source: e,
+                    },
+                },
+            });
+        }
+        if Instant::now() > deadline {
+            return Err(Error::WrongProtocol {
+                broker: addr.to_string(),
+                protocol: protocol.name(),
+                reason: format!(
+                    "the TLS handshake did not finish within {} s",
+                    timeout.as_secs()
+                ),
+            });
+        }
+    }
+    Ok(rustls::StreamOwned::new(conn, tcp))
 }
 
 /// Decodes the rest of a response header (tagged fields for flexible versions) and the body.
@@ -297,6 +664,9 @@ pub(crate) fn api_name(key: ApiKey) -> &'static str {
         ApiKey::Metadata => "Metadata",
         ApiKey::ApiVersions => "ApiVersions",
         ApiKey::CreateTopics => "CreateTopics",
+        ApiKey::SaslHandshake => "SaslHandshake",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
+        ApiKey::InitProducerId => "InitProducerId",
         _ => "request",
     }
 }

@@ -52,6 +52,7 @@ mod fetch_response;
 mod producer;
 mod record_batch;
 mod responses;
+mod security;
 mod wire;
 
 /// The record-batch (magic v2) parser and writer, usable on any bytes: [`BatchIter`] walks the
@@ -67,7 +68,7 @@ pub mod batch {
     };
 }
 
-pub use cluster::create_topic;
+pub use cluster::{create_topic, create_topic_with};
 pub use compression::Decompressor;
 pub use consumer::{
     Consumer, ConsumerConfig, Isolation, OffsetReset, PartitionSelection, PollStatus, Record,
@@ -76,3 +77,8 @@ pub use consumer::{
 pub use error::{Error, Result};
 pub use producer::{murmur2, Producer, ProducerConfig};
 pub use record_batch::{Compression, Headers};
+pub use security::{
+    parse_properties, tls, OAuthBearerConfig, OidcConfig, PemSource, SaslConfig, SaslExchange,
+    SaslMechanism, ScramHash, Secret, SecurityConfig, SecurityOption, SecurityProtocol,
+    SecurityValues, TlsConfig, TokenSource, SECURITY_OPTIONS,
+};

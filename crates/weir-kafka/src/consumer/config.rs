@@ -4,6 +4,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::security::SecurityConfig;
+
 /// Which partitions of the topic this consumer reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum PartitionSelection {
@@ -193,6 +195,9 @@ pub struct ConsumerConfig {
     pub retry_backoff_max: Duration,
     /// How long failures may go on without any progress before the consumer gives up.
     pub retry_timeout: Duration,
+    /// TLS and SASL for every broker connection (`'security.protocol'` and the rest; see
+    /// [`SecurityConfig::from_properties`]).
+    pub security: SecurityConfig,
 }
 
 impl Default for ConsumerConfig {
@@ -214,6 +219,7 @@ impl Default for ConsumerConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(2),
             retry_timeout: Duration::from_secs(120),
+            security: SecurityConfig::default(),
         }
     }
 }

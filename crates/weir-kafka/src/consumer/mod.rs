@@ -26,7 +26,7 @@ use kafka_protocol::messages::ApiKey;
 
 use crate::cluster::{self, retriable, TopicLayout};
 use crate::compression::Decompressor;
-use crate::connection::Connection;
+use crate::connection::{Connection, Connector};
 use crate::error::{Error, Result};
 use crate::fetch_response::PartitionView;
 use crate::record_batch::AbortedFilter;
@@ -84,6 +84,8 @@ struct PartState {
 /// ```
 pub struct Consumer {
     cfg: ConsumerConfig,
+    /// How connections are opened (TLS, SASL), shared by all of them.
+    connector: Connector,
     parts: Vec<PartState>,
     /// Addresses to ask for metadata: the bootstrap list, then every broker seen.
     seeds: Vec<String>,
@@ -125,8 +127,10 @@ impl Consumer {
         if cfg.topic.is_empty() {
             return Err(Error::Config("'topic' is empty".into()));
         }
+        let connector = Connector::new(&cfg.security, cfg.request_timeout)?;
         let mut c = Self {
             cfg: cfg.clone(),
+            connector,
             parts: Vec::new(),
             seeds: cfg.brokers.clone(),
             layout: None,
@@ -202,6 +206,12 @@ impl Consumer {
         self.retries
     }
 
+    /// How many times a connection renewed its SASL session before the broker's session
+    /// lifetime ran out (KIP-368): a number for the engine's metrics.
+    pub fn reauthentications(&self) -> u64 {
+        self.connector.reauthentications()
+    }
+
     /// The end offset of a bounded read for `partition` (`None` when unbounded).
     pub fn end_offset(&self, partition: i32) -> Option<i64> {
         self.part(partition)
@@ -239,7 +249,7 @@ impl Consumer {
     }
 
     pub(super) fn load_layout(&mut self) -> Result<TopicLayout> {
-        let mut conn = cluster::connect_any(&self.seeds, self.cfg.request_timeout)?;
+        let mut conn = cluster::connect_any(&self.connector, &self.seeds)?;
         let layout = cluster::topic_layout(&mut conn, &self.cfg.topic)?;
         self.fetch_version = conn.version(ApiKey::Fetch, "Fetch", 4, 12)?;
         for b in &layout.brokers {
@@ -260,7 +270,7 @@ impl Consumer {
                 api: "Metadata",
                 reason: "leader is not among the brokers listed".into(),
             })?;
-        Connection::open(addr, self.cfg.request_timeout)
+        self.connector.open(addr)
     }
 
     /// True once a bounded read has reached every end offset.
