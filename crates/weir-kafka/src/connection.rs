@@ -398,7 +398,16 @@ impl Connection {
                 reason: tls::explain(e),
             };
         }
-        if self.received == 0 && self.protocol == SecurityProtocol::Plaintext {
+        // A listener that expects TLS closes a plaintext connection at its first request; one
+        // that expects SASL closes at the first request after ApiVersions.
+        let early = if self.protocol.tls() {
+            false
+        } else if self.protocol.sasl() {
+            self.received == 0
+        } else {
+            self.received <= 1
+        };
+        if early {
             use std::io::ErrorKind as K;
             if matches!(
                 source.kind(),
@@ -410,7 +419,8 @@ impl Connection {
                     source: std::io::Error::new(
                         source.kind(),
                         format!(
-                            "the broker closed the connection on the first request ({source}); a TLS listener does that to plaintext: check 'security.protocol'"
+                            "the broker closed the connection at once ({source}); a listener that expects TLS or SASL does that: check 'security.protocol' (it is {})",
+                            self.protocol.name()
                         ),
                     ),
                 };
