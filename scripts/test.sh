@@ -30,7 +30,7 @@ trap 'scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"' EXIT
 # One JVM with every listener: plaintext (its address is the first line) and the secure ones
 # (TLS, mutual TLS, SASL), whose addresses, CA, client certificate and user `env` exports as
 # WEIR_KAFKA_SSL, WEIR_KAFKA_SASL_SSL, WEIR_KAFKA_CA, ...
-WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start --secure | head -1)"
+WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start --secure)"
 export WEIR_KAFKA_BOOTSTRAP
 eval "$(scripts/kafka.sh env)"
 echo "broker at $WEIR_KAFKA_BOOTSTRAP (TLS at $WEIR_KAFKA_SSL, SASL_SSL at $WEIR_KAFKA_SASL_SSL)"
