@@ -84,15 +84,62 @@ impl Connector {
 /// A TCP stream, or TLS over one.
 enum Stream {
     Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TlsSocket>>),
 }
 
 impl Stream {
     fn tcp(&self) -> &TcpStream {
         match self {
             Self::Plain(s) => s,
-            Self::Tls(s) => s.get_ref(),
+            Self::Tls(s) => &s.get_ref().tcp,
         }
+    }
+}
+
+/// The socket under TLS, read through a buffer of its own: rustls asks for at most a few KiB
+/// per read (its receive buffer grows 4 KiB at a time), which would cost a system call each;
+/// here one call takes up to 128 KiB and rustls's reads are served from memory.
+struct TlsSocket {
+    tcp: TcpStream,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl TlsSocket {
+    fn new(tcp: TcpStream) -> Self {
+        Self {
+            tcp,
+            buf: vec![0; 128 << 10].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
+impl Read for TlsSocket {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.start == self.end {
+            if out.len() >= self.buf.len() {
+                return self.tcp.read(out);
+            }
+            self.start = 0;
+            self.end = 0;
+            self.end = self.tcp.read(&mut self.buf)?;
+        }
+        let n = out.len().min(self.end - self.start);
+        out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        Ok(n)
+    }
+}
+
+impl Write for TlsSocket {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.tcp.write(data)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
     }
 }
 
@@ -252,6 +299,7 @@ impl Connection {
             return Ok(());
         };
         let name = mechanism.name().to_string();
+        let started = Instant::now();
         let v = self.version(ApiKey::SaslHandshake, "SaslHandshake", 1, 1)?;
         let body = self.request_body(
             ApiKey::SaslHandshake,
@@ -330,9 +378,14 @@ impl Connection {
             }
         };
         // Re-authenticate once 85% of the session has passed (the Java client picks 85-95%):
-        // the broker closes a connection whose session expired at its next request.
-        self.reauth_at = (lifetime_ms > 0)
-            .then(|| Instant::now() + Duration::from_millis(lifetime_ms as u64 * 85 / 100));
+        // the broker closes a connection whose session expired at its next request. Not
+        // sooner than a second after this authentication began: the broker refuses a
+        // re-authentication within a second of the last (and a session that short ends in a
+        // closed connection and a reconnect instead).
+        self.reauth_at = (lifetime_ms > 0).then(|| {
+            (Instant::now() + Duration::from_millis(lifetime_ms as u64 * 85 / 100))
+                .max(started + Duration::from_millis(1_100))
+        });
         if lifetime_ms > 0 {
             log::debug!(
                 "kafka broker {}: SASL {name} session of {lifetime_ms} ms",
@@ -355,7 +408,22 @@ impl Connection {
             self.reauth_at = None;
             let before = self.read_timeout;
             self.set_read_timeout(self.timeout)?;
-            self.authenticate()?;
+            match self.authenticate() {
+                Ok(()) => {}
+                // The broker did not take the SaslHandshake as a re-authentication (its
+                // session had ended, or the last one was too recent): a new connection
+                // authenticates afresh, so this is retried like a dropped connection.
+                Err(Error::WrongProtocol { reason, .. }) => {
+                    return Err(Error::Io {
+                        broker: self.addr.clone(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::ConnectionAborted,
+                            format!("re-authentication refused: {reason}"),
+                        ),
+                    })
+                }
+                Err(e) => return Err(e),
+            }
             self.set_read_timeout(before)?;
             self.reauthentications.fetch_add(1, Ordering::Relaxed);
         }
@@ -566,11 +634,12 @@ fn looks_like_tls(b: [u8; 4]) -> bool {
 /// is a hint about 'security.protocol'.
 fn tls_handshake(
     config: &Arc<rustls::ClientConfig>,
-    mut tcp: TcpStream,
+    tcp: TcpStream,
     addr: &str,
     protocol: SecurityProtocol,
     timeout: Duration,
-) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TlsSocket>> {
+    let mut tcp = TlsSocket::new(tcp);
     let name = tls::server_name(addr)?;
     let mut conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| Error::Tls {
         broker: addr.to_string(),

@@ -383,10 +383,12 @@ fn connect_err(addr: &str, security: &SecurityConfig) -> Error {
     }
 }
 
-/// The error's message, checked to be one line.
+/// The error's message, checked to be one line (and shown in the test log, so the messages
+/// can be read there).
 fn one_line(e: &Error) -> String {
     let text = e.to_string();
     assert!(!text.contains('\n'), "not one line: {text}");
+    let _ = writeln!(std::io::stderr(), "weir-kafka error message: {text}");
     text
 }
 

@@ -221,9 +221,11 @@ fn fetch_oidc(cfg: &OidcConfig, now: i64) -> Result<Token> {
         .and_then(serde_json::Value::as_f64)
         .map(|s| now + (s * 1000.0) as i64)
         .or(exp);
-    // Fetch a new one once 80% of the lifetime has passed (an hour when it is not known).
+    // Fetch a new one once 80% of the lifetime has passed (an hour when it is not known), and
+    // never hand out one with less than 10 s left: a session opened with it would have to be
+    // renewed at once.
     let refresh_at_ms = Some(match expires_at_ms {
-        Some(e) => now + (e - now) * 4 / 5,
+        Some(e) => (now + (e - now) * 4 / 5).min(e - 10_000),
         None => now + 3_600_000,
     });
     Ok(Token {
