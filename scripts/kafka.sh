@@ -28,11 +28,13 @@
 #                   4000): SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (not PLAIN)
 #   SSL_EXPIRED     TLS with an expired certificate
 #   SSL_WRONG_HOST  TLS with a certificate for wrong-host.invalid only
+#   SSL_TLS12       TLS 1.2 only (weir's TLS 1.3 path falls back to rustls's stream)
 # The user weir/weir-secret exists for PLAIN (JAAS) and both SCRAM hashes (added to the storage at
 # format time); OAUTHBEARER takes unsecured JWTs (Kafka's default validator). Every address and
 # file is written to $WEIR_KAFKA_RUN/secure.env as `export WEIR_KAFKA_...=...` lines (`env` prints
 # them): WEIR_KAFKA_SSL, WEIR_KAFKA_MTLS, WEIR_KAFKA_SASL_PLAINTEXT, WEIR_KAFKA_SASL_SSL,
 # WEIR_KAFKA_REAUTH, WEIR_KAFKA_REAUTH_MS, WEIR_KAFKA_SSL_EXPIRED, WEIR_KAFKA_SSL_WRONG_HOST,
+# WEIR_KAFKA_SSL_TLS12,
 # WEIR_KAFKA_CA, WEIR_KAFKA_OTHER_CA, WEIR_KAFKA_CLIENT_CERT, WEIR_KAFKA_CLIENT_KEY,
 # WEIR_KAFKA_CLIENT_KEY_ENCRYPTED, WEIR_KAFKA_CLIENT_KEY_PASSWORD, WEIR_KAFKA_SASL_USER,
 # WEIR_KAFKA_SASL_PASSWORD.
@@ -156,14 +158,14 @@ start() {
         rm -rf "$sec"
         make_pki "$sec"
         : > "$RUN/secure.env"
-        for name in SSL MTLS SASL_PLAINTEXT SASL_SSL REAUTH SSL_EXPIRED SSL_WRONG_HOST; do
+        for name in SSL MTLS SASL_PLAINTEXT SASL_SSL REAUTH SSL_EXPIRED SSL_WRONG_HOST SSL_TLS12; do
             p="$(free_port)"
             while [[ " $used " == *" $p "* ]]; do p="$(free_port)"; done
             used="$used $p"
             listeners="$listeners,$name://127.0.0.1:$p"
             echo "export WEIR_KAFKA_$name=127.0.0.1:$p" >> "$RUN/secure.env"
         done
-        map="$map,SSL:SSL,MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,REAUTH:SASL_PLAINTEXT,SSL_EXPIRED:SSL,SSL_WRONG_HOST:SSL"
+        map="$map,SSL:SSL,MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,REAUTH:SASL_PLAINTEXT,SSL_EXPIRED:SSL,SSL_WRONG_HOST:SSL,SSL_TLS12:SSL"
         cat >> "$RUN/secure.env" <<ENV
 export WEIR_KAFKA_REAUTH_MS=$REAUTH_MS
 export WEIR_KAFKA_CA=$sec/ca.pem
@@ -214,6 +216,7 @@ PROPS
             echo "listener.name.ssl_expired.ssl.keystore.location=$sec/expired-keystore.pem"
             echo "listener.name.ssl_wrong_host.ssl.keystore.type=PEM"
             echo "listener.name.ssl_wrong_host.ssl.keystore.location=$sec/wrong-host-keystore.pem"
+            echo "listener.name.ssl_tls12.ssl.enabled.protocols=TLSv1.2"
             echo "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
             echo "listener.name.reauth.sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
             echo "listener.name.reauth.connections.max.reauth.ms=$REAUTH_MS"

@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use crate::error::{error_name, Error, Result};
 use crate::responses;
 use crate::security::sasl::{self, SaslMechanism};
 use crate::security::{tls, SecurityConfig, SecurityProtocol};
+use crate::tls13::{self, HandshakeError, Tls13Stream};
 
 /// The largest response frame accepted: a guard against a corrupt size prefix.
 const MAX_FRAME: usize = 1 << 30;
@@ -34,7 +35,13 @@ pub(crate) const CLIENT_ID: &str = "weir";
 #[derive(Clone)]
 pub(crate) struct Connector {
     protocol: SecurityProtocol,
+    /// TLS 1.2 and 1.3, for rustls's buffered stream.
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// TLS 1.3 only, with the traffic secrets handed over: records read in place
+    /// (`tls13.rs`).
+    tls13: Option<Arc<rustls::ClientConfig>>,
+    /// A broker refused TLS 1.3: later connections go straight to TLS 1.2.
+    tls12_only: Arc<AtomicBool>,
     sasl: Option<Arc<dyn SaslMechanism>>,
     /// Connect, handshake and request timeout.
     pub timeout: Duration,
@@ -56,14 +63,19 @@ impl Connector {
     /// password fail here, naming the option).
     pub fn new(security: &SecurityConfig, timeout: Duration) -> Result<Self> {
         security.validate()?;
-        let tls = if security.protocol.tls() {
-            Some(tls::client_config(&security.tls)?)
+        let (tls, tls13) = if security.protocol.tls() {
+            (
+                Some(tls::client_config(&security.tls)?),
+                Some(tls::client_config_tls13(&security.tls)?),
+            )
         } else {
-            None
+            (None, None)
         };
         Ok(Self {
             protocol: security.protocol,
             tls,
+            tls13,
+            tls12_only: Arc::new(AtomicBool::new(false)),
             sasl: security.sasl.as_ref().map(sasl::mechanism),
             timeout,
             reauthentications: Arc::new(AtomicU64::new(0)),
@@ -84,6 +96,9 @@ impl Connector {
 /// A TCP stream, or TLS over one.
 enum Stream {
     Plain(TcpStream),
+    /// TLS 1.3, records read in place.
+    Tls13(Box<Tls13Stream>),
+    /// TLS 1.2 (or 1.3 when asked), through rustls's buffered stream.
     Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TlsSocket>>),
 }
 
@@ -91,6 +106,7 @@ impl Stream {
     fn tcp(&self) -> &TcpStream {
         match self {
             Self::Plain(s) => s,
+            Self::Tls13(s) => s.tcp(),
             Self::Tls(s) => &s.get_ref().tcp,
         }
     }
@@ -147,6 +163,7 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Self::Plain(s) => s.read(buf),
+            Self::Tls13(s) => s.read(buf),
             Self::Tls(s) => s.read(buf),
         }
     }
@@ -156,12 +173,14 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Self::Plain(s) => s.write(buf),
+            Self::Tls13(s) => s.write(buf),
             Self::Tls(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Self::Plain(s) => s.flush(),
+            Self::Tls13(s) => s.flush(),
             Self::Tls(s) => s.flush(),
         }
     }
@@ -212,41 +231,39 @@ impl Connection {
     /// versions and authenticates when the protocol has SASL.
     fn open(connector: &Connector, addr: &str) -> Result<Self> {
         let timeout = connector.timeout;
-        let io = |source| Error::Io {
-            broker: addr.to_string(),
-            source,
-        };
-        let mut last = None;
-        let mut stream = None;
-        for sa in addr.to_socket_addrs().map_err(io)? {
-            match TcpStream::connect_timeout(&sa, timeout) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
+        let stream = match (&connector.tls, &connector.tls13) {
+            (Some(config), Some(config13)) => {
+                let mut tls13 = None;
+                if !connector.tls12_only.load(Ordering::Relaxed) {
+                    let name = tls::server_name(addr)?;
+                    match tls13::connect(
+                        config13.clone(),
+                        name,
+                        tcp_connect(addr, timeout)?,
+                        timeout,
+                    ) {
+                        Ok(s) => tls13 = Some(s),
+                        Err(e) if needs_tls12(&e) => {
+                            log::info!("kafka broker {addr}: no TLS 1.3; using TLS 1.2");
+                            connector.tls12_only.store(true, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            return Err(handshake_failure(addr, connector.protocol, timeout, e))
+                        }
+                    }
                 }
-                Err(e) => last = Some(e),
+                match tls13 {
+                    Some(s) => Stream::Tls13(Box::new(s)),
+                    None => Stream::Tls(Box::new(tls_handshake(
+                        config,
+                        tcp_connect(addr, timeout)?,
+                        addr,
+                        connector.protocol,
+                        timeout,
+                    )?)),
+                }
             }
-        }
-        let stream = match stream {
-            Some(s) => s,
-            None => {
-                return Err(io(last.unwrap_or_else(|| {
-                    std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
-                })))
-            }
-        };
-        stream.set_nodelay(true).map_err(io)?;
-        stream.set_read_timeout(Some(timeout)).map_err(io)?;
-        stream.set_write_timeout(Some(timeout)).map_err(io)?;
-        let stream = match &connector.tls {
-            None => Stream::Plain(stream),
-            Some(config) => Stream::Tls(Box::new(tls_handshake(
-                config,
-                stream,
-                addr,
-                connector.protocol,
-                timeout,
-            )?)),
+            _ => Stream::Plain(tcp_connect(addr, timeout)?),
         };
         let mut conn = Self {
             stream,
@@ -648,47 +665,104 @@ fn tls_handshake(
     let deadline = Instant::now() + timeout;
     while conn.is_handshaking() {
         if let Err(e) = conn.complete_io(&mut tcp) {
-            use std::io::ErrorKind as K;
-            let wrong = |reason: String| Error::WrongProtocol {
-                broker: addr.to_string(),
-                protocol: protocol.name(),
-                reason,
+            let failure = match rustls_error(&e) {
+                Some(tls_error) => HandshakeError::Tls(tls_error.clone()),
+                None => HandshakeError::Io(e),
             };
-            return Err(match rustls_error(&e) {
-                Some(rustls::Error::InvalidMessage(_)) => wrong(
-                    "the broker's answer to the TLS handshake is not TLS: this listener expects PLAINTEXT or SASL_PLAINTEXT".into(),
-                ),
-                Some(tls_error) => Error::Tls {
-                    broker: addr.to_string(),
-                    reason: tls::explain(tls_error),
-                },
-                None => match e.kind() {
-                    K::WouldBlock | K::TimedOut => wrong(format!(
-                        "no TLS answer within {} s: a plaintext listener waits for more bytes",
-                        timeout.as_secs()
-                    )),
-                    K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted => wrong(
-                        "the broker closed the connection during the TLS handshake: a plaintext listener does that".into(),
-                    ),
-                    _ => Error::Io {
-                        broker: addr.to_string(),
-                        source: e,
-                    },
-                },
-            });
+            return Err(handshake_failure(addr, protocol, timeout, failure));
         }
         if Instant::now() > deadline {
-            return Err(Error::WrongProtocol {
-                broker: addr.to_string(),
-                protocol: protocol.name(),
-                reason: format!(
-                    "the TLS handshake did not finish within {} s",
-                    timeout.as_secs()
-                ),
-            });
+            return Err(handshake_failure(
+                addr,
+                protocol,
+                timeout,
+                HandshakeError::Io(std::io::ErrorKind::TimedOut.into()),
+            ));
         }
     }
     Ok(rustls::StreamOwned::new(conn, tcp))
+}
+
+/// A TCP connection to the first address of `addr` that answers, with the timeouts set.
+fn tcp_connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
+    let io = |source| Error::Io {
+        broker: addr.to_string(),
+        source,
+    };
+    let mut last = None;
+    for sa in addr.to_socket_addrs().map_err(io)? {
+        match TcpStream::connect_timeout(&sa, timeout) {
+            Ok(stream) => {
+                stream.set_nodelay(true).map_err(io)?;
+                stream.set_read_timeout(Some(timeout)).map_err(io)?;
+                stream.set_write_timeout(Some(timeout)).map_err(io)?;
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(io(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
+    })))
+}
+
+/// The error for a TLS handshake that failed: a hint about 'security.protocol' when the
+/// answer was not TLS or did not come.
+fn handshake_failure(
+    addr: &str,
+    protocol: SecurityProtocol,
+    timeout: Duration,
+    e: HandshakeError,
+) -> Error {
+    use std::io::ErrorKind as K;
+    let wrong = |reason: String| Error::WrongProtocol {
+        broker: addr.to_string(),
+        protocol: protocol.name(),
+        reason,
+    };
+    match e {
+        HandshakeError::Tls(rustls::Error::InvalidMessage(_)) => wrong(
+            "the broker's answer to the TLS handshake is not TLS: this listener expects PLAINTEXT or SASL_PLAINTEXT".into(),
+        ),
+        HandshakeError::Tls(e) => Error::Tls {
+            broker: addr.to_string(),
+            reason: tls::explain(&e),
+        },
+        HandshakeError::Io(e) => match rustls_error(&e) {
+            Some(inner) => Error::Tls {
+                broker: addr.to_string(),
+                reason: tls::explain(inner),
+            },
+            None => match e.kind() {
+                K::WouldBlock | K::TimedOut => wrong(format!(
+                    "no TLS answer within {} s: a plaintext listener waits for more bytes",
+                    timeout.as_secs()
+                )),
+                K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted => wrong(
+                    "the broker closed the connection during the TLS handshake: a plaintext listener does that".into(),
+                ),
+                _ => Error::Io {
+                    broker: addr.to_string(),
+                    source: e,
+                },
+            },
+        },
+    }
+}
+
+/// True when a TLS-1.3-only handshake failed because the broker does not speak TLS 1.3.
+fn needs_tls12(e: &HandshakeError) -> bool {
+    use rustls::{AlertDescription as A, PeerIncompatible as P};
+    match e {
+        HandshakeError::Tls(
+            rustls::Error::AlertReceived(A::ProtocolVersion | A::HandshakeFailure)
+            | rustls::Error::PeerIncompatible(
+                P::ServerDoesNotSupportTls12Or13 | P::Tls12NotOfferedOrEnabled,
+            ),
+        ) => true,
+        HandshakeError::Tls(rustls::Error::General(m)) => m.contains("did not negotiate TLS 1.3"),
+        _ => false,
+    }
 }
 
 /// Decodes the rest of a response header (tagged fields for flexible versions) and the body.

@@ -48,7 +48,11 @@
 //! | `SASL_SSL` | TLS | SASL over TLS |
 //!
 //! Each connection runs the TLS handshake, ApiVersions, then SaslHandshake and
-//! SaslAuthenticate; it renews its SASL session (KIP-368) at 85% of the lifetime the broker
+//! SaslAuthenticate. Over TLS 1.3, rustls runs the handshake and hands over the traffic
+//! secrets; the records are then read into one receive buffer, decrypted in place by rustls's
+//! record decrypter and copied once into the fetch buffer (rustls's own streams allocate and
+//! copy once more per record); a broker that speaks only TLS 1.2 gets rustls's buffered
+//! stream. Each connection renews its SASL session (KIP-368) at 85% of the lifetime the broker
 //! grants, before a request with nothing in flight, so a run that lasts days outlives its
 //! sessions and its OAUTHBEARER tokens ([`Consumer::reauthentications`] counts). A new SASL
 //! mechanism implements [`SaslMechanism`] (`AWS_MSK_IAM` would; see its documentation).
@@ -77,6 +81,7 @@ mod producer;
 mod record_batch;
 mod responses;
 mod security;
+mod tls13;
 mod wire;
 
 /// The record-batch (magic v2) parser and writer, usable on any bytes: [`BatchIter`] walks the

@@ -25,6 +25,7 @@ pub struct Secure {
     pub reauth: String,
     pub expired: String,
     pub wrong_host: String,
+    pub tls12: String,
     pub ca: String,
     pub other_ca: String,
     pub client_cert: String,
@@ -62,6 +63,7 @@ impl Secure {
             reauth: var("WEIR_KAFKA_REAUTH"),
             expired: var("WEIR_KAFKA_SSL_EXPIRED"),
             wrong_host: var("WEIR_KAFKA_SSL_WRONG_HOST"),
+            tls12: var("WEIR_KAFKA_SSL_TLS12"),
             ca: var("WEIR_KAFKA_CA"),
             other_ca: var("WEIR_KAFKA_OTHER_CA"),
             client_cert: var("WEIR_KAFKA_CLIENT_CERT"),
@@ -80,6 +82,7 @@ impl Secure {
             &s.reauth,
             &s.expired,
             &s.wrong_host,
+            &s.tls12,
         ] {
             let sa = addr.parse().expect("a 127.0.0.1:PORT address");
             assert!(
@@ -167,6 +170,8 @@ fn tls_and_mutual_tls_read_and_produce() {
     };
     let ssl = [("security.protocol", "SSL"), ("ssl.ca.location", &s.ca)];
     round_trip(&s.ssl, &security(&ssl), "ssl");
+    // A broker that speaks TLS 1.2 only: the TLS 1.3 path steps aside for rustls's stream.
+    round_trip(&s.tls12, &security(&ssl), "ssl tls12");
     // The CA given inline, as PEM text.
     let ca_pem = std::fs::read_to_string(&s.ca).unwrap();
     round_trip(

@@ -195,10 +195,25 @@ fn is_legacy_encrypted(pem: &[u8]) -> bool {
 /// set, and host name checking unless `verify_hostname` is off (the chain and its dates are
 /// checked either way). TLS 1.2 and 1.3, the `ring` provider.
 pub fn client_config(cfg: &TlsConfig) -> Result<Arc<ClientConfig>, TlsLoadError> {
+    build(cfg, rustls::DEFAULT_VERSIONS).map(Arc::new)
+}
+
+/// The same configuration for TLS 1.3 only, with the traffic secrets extractable: the
+/// consumer's connections read TLS 1.3 records in place (see `tls13.rs`).
+pub(crate) fn client_config_tls13(cfg: &TlsConfig) -> Result<Arc<ClientConfig>, TlsLoadError> {
+    let mut config = build(cfg, &[&rustls::version::TLS13])?;
+    config.enable_secret_extraction = true;
+    Ok(Arc::new(config))
+}
+
+fn build(
+    cfg: &TlsConfig,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<ClientConfig, TlsLoadError> {
     let provider = provider();
     let roots = Arc::new(root_store(cfg.ca.as_ref())?);
     let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .map_err(|e| err("TLS", e.to_string()))?;
     let builder = if cfg.verify_hostname {
         builder.with_root_certificates(roots)
@@ -223,7 +238,7 @@ pub fn client_config(cfg: &TlsConfig) -> Result<Arc<ClientConfig>, TlsLoadError>
         }
         _ => builder.with_no_client_auth(),
     };
-    Ok(Arc::new(config))
+    Ok(config)
 }
 
 /// The server name to check a broker's certificate against: the host of `host:port` (an IP
