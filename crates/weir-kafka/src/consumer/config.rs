@@ -136,7 +136,7 @@ impl FromStr for Isolation {
 /// What to do when a position is outside the log (`offset.reset`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum OffsetReset {
-    /// Stop with [`Error::OffsetOutOfRange`].
+    /// Stop with [`Error::OffsetOutOfRange`](crate::Error::OffsetOutOfRange).
     #[default]
     Fail,
     /// Move to the log start (logged).
@@ -160,7 +160,7 @@ impl FromStr for OffsetReset {
     }
 }
 
-/// Everything a [`Consumer`] needs. Each SQL source option maps onto one field.
+/// Everything a [`Consumer`](crate::Consumer) needs. Each SQL source option maps onto one field.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
     /// Bootstrap brokers, `host:port` (`'brokers'`).
