@@ -87,7 +87,7 @@ mod wire;
 /// The record-batch (magic v2) parser and writer, usable on any bytes: `BatchIter` walks the
 /// batches of a fetch response or a log segment, `RecordIter` the records of one batch, and
 /// `finish_batch` with `RecordsWriter` builds batches. The batch codec and the record headers
-/// are [`Compression`](crate::Compression) and [`Headers`](crate::Headers) at the crate root.
+/// are [`Compression`] and [`Headers`] at the crate root.
 pub mod batch {
     pub use crate::record_batch::{
         control_type, finish_batch, AbortedFilter, BatchError, BatchHeader, BatchIter, BatchSpec,
