@@ -64,6 +64,8 @@ pub const SECURITY_OPTIONS: &[SecurityOption] = &[
         "the SASL mechanism (required with SASL_PLAINTEXT and SASL_SSL); 'sasl.mechanisms' is accepted too", false),
     opt("sasl.username", Text, None, "PLAIN and SCRAM: the user name", false),
     opt("sasl.password", Text, None, "PLAIN and SCRAM: the password", true),
+    opt("sasl.jaas.config", Text, None,
+        "PLAIN and SCRAM: a Java client's JAAS line; its username and password are used when 'sasl.username' and 'sasl.password' are not given", true),
     opt("sasl.oauthbearer.method", Choice(&["default", "oidc"]), Some("default"),
         "OAUTHBEARER: `default` takes the token from 'sasl.oauthbearer.token' or 'sasl.oauthbearer.token.file'; `oidc` fetches it from the token endpoint", false),
     opt("sasl.oauthbearer.token", Text, None,
@@ -91,8 +93,9 @@ pub const SECURITY_OPTIONS: &[SecurityOption] = &[
         "TLS: `https` checks that the broker's certificate names the host connected to; `none` checks only the chain", false),
 ];
 
-/// Keys of Java client files that name the same setting differently or carry it differently.
+/// The Java client's JAAS line, read for PLAIN and SCRAM credentials.
 const JAAS_CONFIG: &str = "sasl.jaas.config";
+/// librdkafka's plural name of 'sasl.mechanism', accepted as well.
 const MECHANISMS_ALIAS: &str = "sasl.mechanisms";
 
 fn invalid(key: &str, reason: impl Into<String>) -> Error {
@@ -258,9 +261,7 @@ where
         if !ours {
             continue;
         }
-        let known = SECURITY_OPTIONS.iter().any(|o| o.key == key)
-            || key == JAAS_CONFIG
-            || key == MECHANISMS_ALIAS;
+        let known = SECURITY_OPTIONS.iter().any(|o| o.key == key) || key == MECHANISMS_ALIAS;
         if !known {
             return Err(invalid(key, unknown_key_reason(key)));
         }
