@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use weir_bench::quote;
-use weir_bench::{stocks_dir, Result};
+use weir_bench::Result;
 use weir_codec::{Decoder, ProtoDecoder, ProtoDecoderOptions, ProtoSchema};
 use weir_kafka::{
     parse_properties, Compression, Consumer, ConsumerConfig, Isolation, PollStatus, Producer,
@@ -79,7 +79,10 @@ fn read(args: &[String]) -> Result<()> {
     let decode = rest.first().is_some_and(|m| m == "decode");
     let check_crc = rest.get(1).is_none_or(|c| c != "nocrc");
     let mut decoder = if decode {
-        let schema = ProtoSchema::from_proto_file(stocks_dir().join("stocks.proto"), &[])?;
+        // The schema lives in weir-testdata now (bench's stocks_dir() still names its old place).
+        let proto = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../crates/weir-testdata/src/stocks.proto");
+        let schema = ProtoSchema::from_proto_file(proto, &[])?;
         Some(ProtoDecoder::new(
             &schema,
             quote::MESSAGE,
