@@ -27,9 +27,13 @@ echo "== kafka broker (scripts/kafka.sh)"
 # A run directory of its own, so a broker a developer keeps running is neither reused nor stopped.
 export WEIR_KAFKA_RUN="${WEIR_KAFKA_RUN:-$HOME/.cache/weir-kafka/run-test-$$}"
 trap 'scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"' EXIT
-WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start)"
+# One JVM with every listener: plaintext (its address is the first line) and the secure ones
+# (TLS, mutual TLS, SASL), whose addresses, CA, client certificate and user `env` exports as
+# WEIR_KAFKA_SSL, WEIR_KAFKA_SASL_SSL, WEIR_KAFKA_CA, ...
+WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start --secure)"
 export WEIR_KAFKA_BOOTSTRAP
-echo "broker at $WEIR_KAFKA_BOOTSTRAP"
+eval "$(scripts/kafka.sh env)"
+echo "broker at $WEIR_KAFKA_BOOTSTRAP (TLS at $WEIR_KAFKA_SSL, SASL_SSL at $WEIR_KAFKA_SASL_SSL)"
 
 echo "== cargo test"
 cargo test --workspace --locked

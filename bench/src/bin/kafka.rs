@@ -2,19 +2,22 @@
 //!
 //!   kafka load BROKER TOPIC PARTITIONS COUNT [COMPRESSION]
 //!       create TOPIC and write COUNT seed-002 quotes (the 1,000,000-quote corpus, cycled)
-//!   kafka read BROKER TOPIC [raw|decode] [crc|nocrc]
+//!   kafka read BROKER TOPIC [raw|decode] [crc|nocrc] [--config FILE]
 //!       read TOPIC to its end with weir's consumer; `decode` also decodes every value into
-//!       Arrow batches of the 12 quote columns with weir's protobuf decoder
+//!       Arrow batches of the 12 quote columns with weir's protobuf decoder; `--config` takes a
+//!       Java properties file of security settings (`security.protocol=SASL_SSL`, ...), as
+//!       `weir --kafka-config` does
 //!
 //! It prints one line of results; CPU time is measured around the process by the script.
 
 use std::time::{Duration, Instant};
 
 use weir_bench::quote;
-use weir_bench::{stocks_dir, Result};
+use weir_bench::Result;
 use weir_codec::{Decoder, ProtoDecoder, ProtoDecoderOptions, ProtoSchema};
 use weir_kafka::{
-    Compression, Consumer, ConsumerConfig, Isolation, PollStatus, Producer, ProducerConfig,
+    parse_properties, Compression, Consumer, ConsumerConfig, Isolation, PollStatus, Producer,
+    ProducerConfig, SecurityConfig,
 };
 
 fn load(args: &[String]) -> Result<()> {
@@ -59,12 +62,27 @@ fn load(args: &[String]) -> Result<()> {
 
 fn read(args: &[String]) -> Result<()> {
     let [broker, topic, rest @ ..] = args else {
-        return Err("read BROKER TOPIC [raw|decode] [crc|nocrc]".into());
+        return Err("read BROKER TOPIC [raw|decode] [crc|nocrc] [--config FILE]".into());
     };
+    let (rest, security) = match rest.iter().position(|a| a == "--config") {
+        Some(i) => {
+            let file = rest.get(i + 1).ok_or("--config needs a file")?;
+            let text = std::fs::read_to_string(file)?;
+            (
+                &rest[..i],
+                SecurityConfig::from_properties(parse_properties(&text)?)?,
+            )
+        }
+        None => (rest, SecurityConfig::default()),
+    };
+    let protocol = security.protocol.name();
     let decode = rest.first().is_some_and(|m| m == "decode");
     let check_crc = rest.get(1).is_none_or(|c| c != "nocrc");
     let mut decoder = if decode {
-        let schema = ProtoSchema::from_proto_file(stocks_dir().join("stocks.proto"), &[])?;
+        // The schema lives in weir-testdata now (bench's stocks_dir() still names its old place).
+        let proto = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../crates/weir-testdata/src/stocks.proto");
+        let schema = ProtoSchema::from_proto_file(proto, &[])?;
         Some(ProtoDecoder::new(
             &schema,
             quote::MESSAGE,
@@ -80,6 +98,7 @@ fn read(args: &[String]) -> Result<()> {
         topic: topic.clone(),
         isolation: Isolation::ReadUncommitted,
         check_crc,
+        security,
         ..ConsumerConfig::default()
     })?;
     let mut messages = 0u64;
@@ -119,7 +138,7 @@ fn read(args: &[String]) -> Result<()> {
     }
     let s = start.elapsed().as_secs_f64();
     println!(
-        "weir {} crc={check_crc}: {messages} messages, {bytes} value bytes, {rows} rows in {s:.2} s: {:.0} msg/s",
+        "weir {} {protocol} crc={check_crc}: {messages} messages, {bytes} value bytes, {rows} rows in {s:.2} s: {:.0} msg/s",
         if decode { "read+decode" } else { "raw read" },
         messages as f64 / s
     );

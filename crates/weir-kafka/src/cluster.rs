@@ -12,27 +12,19 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Connector};
 use crate::error::{error_name, is_retriable, Error, Result};
-use crate::responses;
+use crate::responses::{self, BrokerAddr, ListedOffset};
+use crate::security::SecurityConfig;
 
 /// ListOffsets timestamp asking for the offset after the last (high watermark or LSO).
 pub const LATEST: i64 = -1;
 /// ListOffsets timestamp asking for the log start offset.
 pub const EARLIEST: i64 = -2;
 
-/// A broker of the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokerAddr {
-    /// Node id.
-    pub node_id: i32,
-    /// `host:port`.
-    pub addr: String,
-}
-
 /// The leaders of one topic's partitions.
 #[derive(Debug, Clone)]
-pub struct TopicLayout {
+pub(crate) struct TopicLayout {
     /// The brokers.
     pub brokers: Vec<BrokerAddr>,
     /// Leader node id per partition id (-1: no leader right now).
@@ -49,12 +41,15 @@ impl TopicLayout {
     }
 }
 
-/// Opens a connection to the first reachable broker of `addrs`.
-pub(crate) fn connect_any(addrs: &[String], timeout: Duration) -> Result<Connection> {
+/// Opens a connection to the first reachable broker of `addrs`. A security failure
+/// (authentication, TLS, the wrong protocol) is returned as it is: another broker of the same
+/// cluster would refuse the same way, and it is not a matter of reaching one.
+pub(crate) fn connect_any(connector: &Connector, addrs: &[String]) -> Result<Connection> {
     let mut last = String::from("no brokers given");
     for a in addrs {
-        match Connection::open(a, timeout) {
+        match connector.open(a) {
             Ok(c) => return Ok(c),
+            Err(e) if e.is_security() => return Err(e),
             Err(e) => last = e.to_string(),
         }
     }
@@ -118,15 +113,6 @@ pub(crate) fn topic_layout(conn: &mut Connection, topic: &str) -> Result<TopicLa
     Ok(TopicLayout { brokers, leaders })
 }
 
-/// One partition's answer to ListOffsets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ListedOffset {
-    pub partition: i32,
-    /// The offset, or -1 when no record has a timestamp at or after the one asked.
-    pub offset: i64,
-    pub error_code: i16,
-}
-
 /// Asks the leader on `conn` for an offset per partition (`timestamp` is [`EARLIEST`],
 /// [`LATEST`] or milliseconds since the epoch). `read_committed` makes LATEST the last stable
 /// offset.
@@ -188,6 +174,7 @@ pub(crate) fn retriable(e: &Error) -> bool {
 /// Creates `topic` with `partitions` partitions (replication factor 1 unless given) and waits
 /// until its partitions have leaders. `configs` are topic settings such as
 /// `("compression.type", "zstd")`. An existing topic is an error unless `if_not_exists`.
+/// Connects in plaintext; [`create_topic_with`] takes a [`SecurityConfig`].
 pub fn create_topic(
     brokers: &[String],
     topic: &str,
@@ -196,8 +183,30 @@ pub fn create_topic(
     configs: &[(&str, &str)],
     if_not_exists: bool,
 ) -> Result<()> {
+    create_topic_with(
+        brokers,
+        &SecurityConfig::default(),
+        topic,
+        partitions,
+        replication,
+        configs,
+        if_not_exists,
+    )
+}
+
+/// [`create_topic`] over connections secured by `security` (TLS, SASL).
+pub fn create_topic_with(
+    brokers: &[String],
+    security: &SecurityConfig,
+    topic: &str,
+    partitions: i32,
+    replication: i16,
+    configs: &[(&str, &str)],
+    if_not_exists: bool,
+) -> Result<()> {
     let timeout = Duration::from_secs(30);
-    let mut conn = connect_any(brokers, timeout)?;
+    let connector = Connector::new(security, timeout)?;
+    let mut conn = connect_any(&connector, brokers)?;
     let v = conn.version(ApiKey::CreateTopics, "CreateTopics", 2, 7)?;
     let req = CreateTopicsRequest::default()
         .with_timeout_ms(30_000)
@@ -244,7 +253,7 @@ pub fn create_topic(
             {
                 // Metadata can name a leader before that broker serves the partition; a
                 // ListOffsets answered without error by every leader means it does.
-                if leaders_serve(&l, topic, timeout)? {
+                if leaders_serve(&connector, &l, topic)? {
                     return Ok(());
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -266,7 +275,7 @@ pub fn create_topic(
 }
 
 /// True when every partition's leader answers ListOffsets for it without error.
-fn leaders_serve(layout: &TopicLayout, topic: &str, timeout: Duration) -> Result<bool> {
+fn leaders_serve(connector: &Connector, layout: &TopicLayout, topic: &str) -> Result<bool> {
     let mut nodes = layout.leaders.clone();
     nodes.sort_unstable();
     nodes.dedup();
@@ -277,7 +286,7 @@ fn leaders_serve(layout: &TopicLayout, topic: &str, timeout: Duration) -> Result
         let mine: Vec<i32> = (0..layout.leaders.len() as i32)
             .filter(|&p| layout.leaders[p as usize] == node)
             .collect();
-        let mut conn = Connection::open(addr, timeout)?;
+        let mut conn = connector.open(addr)?;
         let listed = list_offsets(&mut conn, topic, &mine, LATEST, false)?;
         if listed.iter().any(|o| o.error_code != 0) {
             return Ok(false);

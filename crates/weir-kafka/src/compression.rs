@@ -7,7 +7,7 @@
 
 use std::io::Write;
 
-use crate::batch::{BatchError, Compression};
+use crate::record_batch::{BatchError, Compression};
 
 /// The xerial snappy-java stream header the Java client writes before snappy blocks.
 const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";

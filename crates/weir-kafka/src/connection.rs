@@ -1,16 +1,28 @@
-//! One TCP connection to one broker: size-prefixed frames, correlation ids, and the API versions
-//! the broker offers (asked once, at connect).
+//! One connection to one broker: TCP or TLS, SASL authentication and re-authentication,
+//! size-prefixed frames, correlation ids, and the API versions the broker offers (asked once,
+//! at connect).
+//!
+//! A [`Connector`] is built once per client (consumer, producer, topic creation) from its
+//! [`SecurityConfig`]: the TLS material is loaded and checked there, and every connection the
+//! client opens shares it, with the SASL mechanism (and so one OAUTHBEARER token cache).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, RequestHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
 
-use crate::error::{Error, Result};
+use crate::error::{error_name, Error, Result};
 use crate::responses;
+use crate::security::sasl::{self, SaslMechanism};
+use crate::security::{tls, SecurityConfig, SecurityProtocol};
+use crate::tls13::{self, HandshakeError, Tls13Stream};
 
 /// The largest response frame accepted: a guard against a corrupt size prefix.
 const MAX_FRAME: usize = 1 << 30;
@@ -18,9 +30,165 @@ const MAX_FRAME: usize = 1 << 30;
 /// The client id sent in every request header.
 pub(crate) const CLIENT_ID: &str = "weir";
 
+/// How a client opens its connections: the protocol, the TLS configuration and the SASL
+/// mechanism, loaded once.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    protocol: SecurityProtocol,
+    /// TLS 1.2 and 1.3, for rustls's buffered stream.
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// TLS 1.3 only, with the traffic secrets handed over: records read in place
+    /// (`tls13.rs`).
+    tls13: Option<Arc<rustls::ClientConfig>>,
+    /// A broker refused TLS 1.3: later connections go straight to TLS 1.2.
+    tls12_only: Arc<AtomicBool>,
+    sasl: Option<Arc<dyn SaslMechanism>>,
+    /// Connect, handshake and request timeout.
+    pub timeout: Duration,
+    /// Re-authentications done by this client's connections (KIP-368).
+    reauthentications: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("protocol", &self.protocol)
+            .field("sasl", &self.sasl.as_ref().map(|m| m.name().to_string()))
+            .finish()
+    }
+}
+
+impl Connector {
+    /// Checks `security` and loads its TLS material (a missing or unreadable file, a wrong key
+    /// password fail here, naming the option).
+    pub fn new(security: &SecurityConfig, timeout: Duration) -> Result<Self> {
+        security.validate()?;
+        let (tls, tls13) = if security.protocol.tls() {
+            (
+                Some(tls::client_config(&security.tls)?),
+                Some(tls::client_config_tls13(&security.tls)?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            protocol: security.protocol,
+            tls,
+            tls13,
+            tls12_only: Arc::new(AtomicBool::new(false)),
+            sasl: security.sasl.as_ref().map(sasl::mechanism),
+            timeout,
+            reauthentications: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Re-authentications done so far by the connections of this connector.
+    pub fn reauthentications(&self) -> u64 {
+        self.reauthentications.load(Ordering::Relaxed)
+    }
+
+    /// Opens a connection to `addr`: TCP, the TLS handshake, ApiVersions, SASL.
+    pub fn open(&self, addr: &str) -> Result<Connection> {
+        Connection::open(self, addr)
+    }
+}
+
+/// A TCP stream, or TLS over one.
+enum Stream {
+    Plain(TcpStream),
+    /// TLS 1.3, records read in place.
+    Tls13(Box<Tls13Stream>),
+    /// TLS 1.2 (or 1.3 when asked), through rustls's buffered stream.
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TlsSocket>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Self::Plain(s) => s,
+            Self::Tls13(s) => s.tcp(),
+            Self::Tls(s) => &s.get_ref().tcp,
+        }
+    }
+}
+
+/// The socket under TLS, read through a buffer of its own: rustls asks for at most a few KiB
+/// per read (its receive buffer grows 4 KiB at a time), which would cost a system call each;
+/// here one call takes up to 128 KiB and rustls's reads are served from memory.
+struct TlsSocket {
+    tcp: TcpStream,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl TlsSocket {
+    fn new(tcp: TcpStream) -> Self {
+        Self {
+            tcp,
+            buf: vec![0; 128 << 10].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
+impl Read for TlsSocket {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.start == self.end {
+            if out.len() >= self.buf.len() {
+                return self.tcp.read(out);
+            }
+            self.start = 0;
+            self.end = 0;
+            self.end = self.tcp.read(&mut self.buf)?;
+        }
+        let n = out.len().min(self.end - self.start);
+        out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        Ok(n)
+    }
+}
+
+impl Write for TlsSocket {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.tcp.write(data)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.read(buf),
+            Self::Tls13(s) => s.read(buf),
+            Self::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.write(buf),
+            Self::Tls13(s) => s.write(buf),
+            Self::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => s.flush(),
+            Self::Tls13(s) => s.flush(),
+            Self::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// An open connection to a broker.
 pub(crate) struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     /// `host:port`, for errors.
     pub addr: String,
     correlation: i32,
@@ -32,6 +200,16 @@ pub(crate) struct Connection {
     rbuf: BytesMut,
     /// The read timeout last set, so the per-fetch call is a no-op when it did not change.
     read_timeout: Duration,
+    /// Requests sent whose responses were not read yet.
+    in_flight: usize,
+    /// Responses read so far (the first one tells a TLS listener from a plaintext one).
+    received: u64,
+    protocol: SecurityProtocol,
+    sasl: Option<Arc<dyn SaslMechanism>>,
+    /// Re-authenticate before sending once this instant has passed (KIP-368).
+    reauth_at: Option<Instant>,
+    reauthentications: Arc<AtomicU64>,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Connection {
@@ -42,35 +220,51 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+/// The rustls error inside an I/O error of a TLS stream, if there is one.
+fn rustls_error(e: &std::io::Error) -> Option<&rustls::Error> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
 impl Connection {
-    /// Connects and asks for the broker's API versions.
-    pub fn open(addr: &str, timeout: Duration) -> Result<Self> {
-        let io = |source| Error::Io {
-            broker: addr.to_string(),
-            source,
-        };
-        let mut last = None;
-        let mut stream = None;
-        for sa in addr.to_socket_addrs().map_err(io)? {
-            match TcpStream::connect_timeout(&sa, timeout) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
+    /// Connects, runs the TLS handshake when the protocol has TLS, asks for the broker's API
+    /// versions and authenticates when the protocol has SASL.
+    fn open(connector: &Connector, addr: &str) -> Result<Self> {
+        let timeout = connector.timeout;
+        let stream = match (&connector.tls, &connector.tls13) {
+            (Some(config), Some(config13)) => {
+                let mut tls13 = None;
+                if !connector.tls12_only.load(Ordering::Relaxed) {
+                    let name = tls::server_name(addr)?;
+                    match tls13::connect(
+                        config13.clone(),
+                        name,
+                        tcp_connect(addr, timeout)?,
+                        timeout,
+                    ) {
+                        Ok(s) => tls13 = Some(s),
+                        Err(e) if needs_tls12(&e) => {
+                            log::info!("kafka broker {addr}: no TLS 1.3; using TLS 1.2");
+                            connector.tls12_only.store(true, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            return Err(handshake_failure(addr, connector.protocol, timeout, e))
+                        }
+                    }
                 }
-                Err(e) => last = Some(e),
+                match tls13 {
+                    Some(s) => Stream::Tls13(Box::new(s)),
+                    None => Stream::Tls(Box::new(tls_handshake(
+                        config,
+                        tcp_connect(addr, timeout)?,
+                        addr,
+                        connector.protocol,
+                        timeout,
+                    )?)),
+                }
             }
-        }
-        let stream = match stream {
-            Some(s) => s,
-            None => {
-                return Err(io(last.unwrap_or_else(|| {
-                    std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
-                })))
-            }
+            _ => Stream::Plain(tcp_connect(addr, timeout)?),
         };
-        stream.set_nodelay(true).map_err(io)?;
-        stream.set_read_timeout(Some(timeout)).map_err(io)?;
-        stream.set_write_timeout(Some(timeout)).map_err(io)?;
         let mut conn = Self {
             stream,
             addr: addr.to_string(),
@@ -78,8 +272,16 @@ impl Connection {
             versions: Vec::new(),
             rbuf: BytesMut::with_capacity(64 * 1024),
             read_timeout: timeout,
+            in_flight: 0,
+            received: 0,
+            protocol: connector.protocol,
+            sasl: connector.sasl.clone(),
+            reauth_at: None,
+            reauthentications: connector.reauthentications.clone(),
+            timeout,
         };
-        // ApiVersions v3 is what every broker since 2.4 answers; Kafka 4 requires it.
+        // ApiVersions v3 is what every broker since 2.4 answers; Kafka 4 requires it. It is
+        // allowed before SASL authentication.
         let body = conn.request_body(
             ApiKey::ApiVersions,
             3,
@@ -101,7 +303,153 @@ impl Connection {
                 conn.versions[i] = (min, max);
             }
         }
+        if conn.sasl.is_some() {
+            conn.authenticate()?;
+        }
         Ok(conn)
+    }
+
+    /// SaslHandshake, then the mechanism's exchange over SaslAuthenticate. Sets the
+    /// re-authentication deadline from the session lifetime the broker grants.
+    fn authenticate(&mut self) -> Result<()> {
+        let Some(mechanism) = self.sasl.clone() else {
+            return Ok(());
+        };
+        let name = mechanism.name().to_string();
+        let started = Instant::now();
+        let v = self.version(ApiKey::SaslHandshake, "SaslHandshake", 1, 1)?;
+        let body = self.request_body(
+            ApiKey::SaslHandshake,
+            v,
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(name.clone())),
+        )?;
+        let (code, offered) =
+            responses::sasl_handshake(&body).map_err(|e| self.protocol("SaslHandshake", e))?;
+        match code {
+            0 => {}
+            33 => {
+                return Err(Error::MechanismNotEnabled {
+                    broker: self.addr.clone(),
+                    mechanism: name,
+                    offered,
+                })
+            }
+            34 => {
+                return Err(Error::WrongProtocol {
+                    broker: self.addr.clone(),
+                    protocol: self.protocol.name(),
+                    reason: "this listener does not use SASL (it answered SaslHandshake with ILLEGAL_SASL_STATE); PLAINTEXT or SSL may be what it speaks".into(),
+                })
+            }
+            code => {
+                return Err(Error::Authentication {
+                    broker: self.addr.clone(),
+                    mechanism: name,
+                    user: mechanism.principal(),
+                    reason: format!("SaslHandshake failed with {} ({code})", error_name(code)),
+                })
+            }
+        }
+        let auth_error = |conn: &Self, reason: String| Error::Authentication {
+            broker: conn.addr.clone(),
+            mechanism: name.clone(),
+            user: mechanism.principal(),
+            reason,
+        };
+        let mut exchange = mechanism.begin(&self.addr)?;
+        let v = self.version(ApiKey::SaslAuthenticate, "SaslAuthenticate", 0, 2)?;
+        let mut message = exchange.first().map_err(|e| auth_error(self, e))?;
+        let lifetime_ms = loop {
+            let body = self.request_body(
+                ApiKey::SaslAuthenticate,
+                v,
+                &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message)),
+            );
+            let body = match body {
+                Ok(b) => b,
+                // A broker that refuses credentials may close the connection at once.
+                Err(Error::Io { source, .. }) => {
+                    return Err(auth_error(
+                        self,
+                        format!(
+                            "the broker closed the connection during authentication ({source})"
+                        ),
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
+            let answer = responses::sasl_authenticate(&body, v)
+                .map_err(|e| self.protocol("SaslAuthenticate", e))?;
+            if answer.error_code != 0 {
+                let message = answer
+                    .error_message
+                    .unwrap_or_else(|| error_name(answer.error_code).to_string());
+                return Err(auth_error(self, message));
+            }
+            match exchange
+                .next(&answer.auth_bytes)
+                .map_err(|e| auth_error(self, e))?
+            {
+                Some(next) => message = next,
+                None => break answer.session_lifetime_ms,
+            }
+        };
+        // Re-authenticate once 85% of the session has passed (the Java client picks 85-95%):
+        // the broker closes a connection whose session expired at its next request. Not
+        // sooner than a second after this authentication began: the broker refuses a
+        // re-authentication within a second of the last (and a session that short ends in a
+        // closed connection and a reconnect instead).
+        self.reauth_at = (lifetime_ms > 0).then(|| {
+            (Instant::now() + Duration::from_millis(lifetime_ms as u64 * 85 / 100))
+                .max(started + Duration::from_millis(1_100))
+        });
+        if lifetime_ms > 0 {
+            log::debug!(
+                "kafka broker {}: SASL {name} session of {lifetime_ms} ms",
+                self.addr
+            );
+        }
+        Ok(())
+    }
+
+    /// True when the SASL session is due for renewal and a request is in flight, so it cannot
+    /// be renewed before the next send: a caller that keeps requests in flight reads their
+    /// answers first.
+    pub fn reauthentication_blocked(&self) -> bool {
+        self.in_flight > 0 && self.reauth_at.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Renews the SASL session when it is due and nothing is in flight (KIP-368).
+    fn maybe_reauthenticate(&mut self) -> Result<()> {
+        if self.in_flight == 0 && self.reauth_at.is_some_and(|at| Instant::now() >= at) {
+            self.reauth_at = None;
+            let before = self.read_timeout;
+            self.set_read_timeout(self.timeout)?;
+            match self.authenticate() {
+                Ok(()) => {}
+                // The broker did not take the SaslHandshake as a re-authentication (its
+                // session had ended, or the last one was too recent): a new connection
+                // authenticates afresh, so this is retried like a dropped connection.
+                Err(Error::WrongProtocol { reason, .. }) => {
+                    return Err(Error::Io {
+                        broker: self.addr.clone(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::ConnectionAborted,
+                            format!("re-authentication refused: {reason}"),
+                        ),
+                    })
+                }
+                Err(e) => return Err(e),
+            }
+            self.set_read_timeout(before)?;
+            self.reauthentications.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A response whose reply will not be read (a produce request with acks = 0).
+    pub fn forget_reply(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
     }
 
     /// Sets how long a read may block (the fetch wait plus the request timeout).
@@ -110,6 +458,7 @@ impl Connection {
             return Ok(());
         }
         self.stream
+            .tcp()
             .set_read_timeout(Some(t))
             .map_err(|source| Error::Io {
                 broker: self.addr.clone(),
@@ -128,6 +477,40 @@ impl Connection {
     }
 
     fn io(&self, source: std::io::Error) -> Error {
+        if let Some(e) = rustls_error(&source) {
+            return Error::Tls {
+                broker: self.addr.clone(),
+                reason: tls::explain(e),
+            };
+        }
+        // A listener that expects TLS closes a plaintext connection at its first request; one
+        // that expects SASL closes at the first request after ApiVersions.
+        let early = if self.protocol.tls() {
+            false
+        } else if self.protocol.sasl() {
+            self.received == 0
+        } else {
+            self.received <= 1
+        };
+        if early {
+            use std::io::ErrorKind as K;
+            if matches!(
+                source.kind(),
+                K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+            ) {
+                // Still an I/O error (retried like one), with the likely cause in it.
+                return Error::Io {
+                    broker: self.addr.clone(),
+                    source: std::io::Error::new(
+                        source.kind(),
+                        format!(
+                            "the broker closed the connection at once ({source}); a listener that expects TLS or SASL does that: check 'security.protocol' (it is {})",
+                            self.protocol.name()
+                        ),
+                    ),
+                };
+            }
+        }
         Error::Io {
             broker: self.addr.clone(),
             source,
@@ -182,12 +565,15 @@ impl Connection {
     /// Sends an already framed request after writing a fresh correlation id into it (bytes
     /// 8..12 of every request frame); returns the id to expect back.
     pub fn send_frame(&mut self, frame: &mut [u8]) -> Result<i32> {
+        self.maybe_reauthenticate()?;
         let id = self.next_correlation();
         if frame.len() < 12 {
             return Err(self.protocol("request", "frame shorter than a header"));
         }
         frame[8..12].copy_from_slice(&id.to_be_bytes());
         self.stream.write_all(frame).map_err(|e| self.io(e))?;
+        self.stream.flush().map_err(|e| self.io(e))?;
+        self.in_flight += 1;
         Ok(id)
     }
 
@@ -196,6 +582,16 @@ impl Connection {
     pub fn recv_frame(&mut self, api: &'static str, correlation: i32) -> Result<Bytes> {
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).map_err(|e| self.io(e))?;
+        if self.received == 0 && matches!(self.stream, Stream::Plain(_)) && looks_like_tls(size) {
+            return Err(Error::WrongProtocol {
+                broker: self.addr.clone(),
+                protocol: self.protocol.name(),
+                reason: "the broker answered with TLS: this listener expects SSL or SASL_SSL"
+                    .into(),
+            });
+        }
+        self.received += 1;
+        self.in_flight = self.in_flight.saturating_sub(1);
         let n = i32::from_be_bytes(size);
         if n < 4 || n as usize > MAX_FRAME {
             return Err(self.protocol(api, format!("impossible frame size {n}")));
@@ -242,6 +638,130 @@ impl Connection {
         let id = self.send_frame(&mut frame)?;
         let mut body = self.recv_frame(api, id)?;
         decode_response(key, version, &mut body).map_err(|e| self.protocol(api, e))
+    }
+}
+
+/// True when the first bytes of an answer are a TLS record header (a handshake or an alert,
+/// TLS 1.x), not a Kafka frame size: no first response is hundreds of megabytes.
+fn looks_like_tls(b: [u8; 4]) -> bool {
+    matches!(b[0], 0x15 | 0x16) && b[1] == 0x03 && b[2] <= 0x04
+}
+
+/// The TLS handshake with a deadline: an answer that is not TLS, or none within `timeout`,
+/// is a hint about 'security.protocol'.
+fn tls_handshake(
+    config: &Arc<rustls::ClientConfig>,
+    tcp: TcpStream,
+    addr: &str,
+    protocol: SecurityProtocol,
+    timeout: Duration,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TlsSocket>> {
+    let mut tcp = TlsSocket::new(tcp);
+    let name = tls::server_name(addr)?;
+    let mut conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| Error::Tls {
+        broker: addr.to_string(),
+        reason: tls::explain(&e),
+    })?;
+    let deadline = Instant::now() + timeout;
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut tcp) {
+            let failure = match rustls_error(&e) {
+                Some(tls_error) => HandshakeError::Tls(tls_error.clone()),
+                None => HandshakeError::Io(e),
+            };
+            return Err(handshake_failure(addr, protocol, timeout, failure));
+        }
+        if Instant::now() > deadline {
+            return Err(handshake_failure(
+                addr,
+                protocol,
+                timeout,
+                HandshakeError::Io(std::io::ErrorKind::TimedOut.into()),
+            ));
+        }
+    }
+    Ok(rustls::StreamOwned::new(conn, tcp))
+}
+
+/// A TCP connection to the first address of `addr` that answers, with the timeouts set.
+fn tcp_connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
+    let io = |source| Error::Io {
+        broker: addr.to_string(),
+        source,
+    };
+    let mut last = None;
+    for sa in addr.to_socket_addrs().map_err(io)? {
+        match TcpStream::connect_timeout(&sa, timeout) {
+            Ok(stream) => {
+                stream.set_nodelay(true).map_err(io)?;
+                stream.set_read_timeout(Some(timeout)).map_err(io)?;
+                stream.set_write_timeout(Some(timeout)).map_err(io)?;
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(io(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
+    })))
+}
+
+/// The error for a TLS handshake that failed: a hint about 'security.protocol' when the
+/// answer was not TLS or did not come.
+fn handshake_failure(
+    addr: &str,
+    protocol: SecurityProtocol,
+    timeout: Duration,
+    e: HandshakeError,
+) -> Error {
+    use std::io::ErrorKind as K;
+    let wrong = |reason: String| Error::WrongProtocol {
+        broker: addr.to_string(),
+        protocol: protocol.name(),
+        reason,
+    };
+    match e {
+        HandshakeError::Tls(rustls::Error::InvalidMessage(_)) => wrong(
+            "the broker's answer to the TLS handshake is not TLS: this listener expects PLAINTEXT or SASL_PLAINTEXT".into(),
+        ),
+        HandshakeError::Tls(e) => Error::Tls {
+            broker: addr.to_string(),
+            reason: tls::explain(&e),
+        },
+        HandshakeError::Io(e) => match rustls_error(&e) {
+            Some(inner) => Error::Tls {
+                broker: addr.to_string(),
+                reason: tls::explain(inner),
+            },
+            None => match e.kind() {
+                K::WouldBlock | K::TimedOut => wrong(format!(
+                    "no TLS answer within {} s: a plaintext listener waits for more bytes",
+                    timeout.as_secs()
+                )),
+                K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted => wrong(
+                    "the broker closed the connection during the TLS handshake: a plaintext listener does that".into(),
+                ),
+                _ => Error::Io {
+                    broker: addr.to_string(),
+                    source: e,
+                },
+            },
+        },
+    }
+}
+
+/// True when a TLS-1.3-only handshake failed because the broker does not speak TLS 1.3.
+fn needs_tls12(e: &HandshakeError) -> bool {
+    use rustls::{AlertDescription as A, PeerIncompatible as P};
+    match e {
+        HandshakeError::Tls(
+            rustls::Error::AlertReceived(A::ProtocolVersion | A::HandshakeFailure)
+            | rustls::Error::PeerIncompatible(
+                P::ServerDoesNotSupportTls12Or13 | P::Tls12NotOfferedOrEnabled,
+            ),
+        ) => true,
+        HandshakeError::Tls(rustls::Error::General(m)) => m.contains("did not negotiate TLS 1.3"),
+        _ => false,
     }
 }
 
@@ -297,6 +817,9 @@ pub(crate) fn api_name(key: ApiKey) -> &'static str {
         ApiKey::Metadata => "Metadata",
         ApiKey::ApiVersions => "ApiVersions",
         ApiKey::CreateTopics => "CreateTopics",
+        ApiKey::SaslHandshake => "SaslHandshake",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
+        ApiKey::InitProducerId => "InitProducerId",
         _ => "request",
     }
 }

@@ -1,7 +1,7 @@
 //! The crate's errors. Everything that concerns data names the topic, the partition and the
 //! offset, so that a failed query says where to look.
 
-use crate::batch::BatchError;
+use crate::record_batch::BatchError;
 
 /// A Kafka client error.
 #[derive(Debug, thiserror::Error)]
@@ -9,6 +9,64 @@ pub enum Error {
     /// The configuration cannot work.
     #[error("kafka config: {0}")]
     Config(String),
+    /// A security option has a value that cannot be used (the value of a secret is never
+    /// quoted).
+    #[error("kafka option '{key}': {reason}")]
+    Option {
+        /// The option's key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The broker refused the SASL credentials (a wrong password, an unknown user, an expired
+    /// or refused token).
+    #[error("kafka broker {broker}: SASL {mechanism} authentication failed for {user}: {reason}")]
+    Authentication {
+        /// `host:port`.
+        broker: String,
+        /// The mechanism.
+        mechanism: String,
+        /// `user 'NAME'` or `principal 'NAME'` (never a secret).
+        user: String,
+        /// The broker's message, or what the client found wrong.
+        reason: String,
+    },
+    /// The broker does not enable the configured SASL mechanism.
+    #[error("kafka broker {broker} does not enable SASL mechanism {mechanism}; it offers {}: set 'sasl.mechanism' to one of them", offered_list(.offered))]
+    MechanismNotEnabled {
+        /// `host:port`.
+        broker: String,
+        /// The mechanism asked for.
+        mechanism: String,
+        /// The mechanisms the broker enables on this listener.
+        offered: Vec<String>,
+    },
+    /// The TLS handshake failed: an untrusted, expired or wrong-host certificate, a refused
+    /// client certificate.
+    #[error("kafka broker {broker}: TLS handshake failed: {reason}")]
+    Tls {
+        /// `host:port`.
+        broker: String,
+        /// Why, in words, with the option that changes it.
+        reason: String,
+    },
+    /// The listener speaks another security protocol than the one configured (TLS to a
+    /// plaintext port, plaintext to a TLS port, no SASL where SASL is required).
+    #[error("kafka broker {broker}: {reason}; check 'security.protocol' (it is {protocol})")]
+    WrongProtocol {
+        /// `host:port`.
+        broker: String,
+        /// The configured `'security.protocol'`.
+        protocol: &'static str,
+        /// What was seen.
+        reason: String,
+    },
+    /// No OAUTHBEARER token could be had (the token file, the token endpoint).
+    #[error("kafka OAUTHBEARER token: {reason}")]
+    Token {
+        /// Why.
+        reason: String,
+    },
     /// No broker of the list could be reached (after retries).
     #[error("kafka: cannot reach any broker of {brokers:?}: {last}")]
     NoBroker {
@@ -149,6 +207,30 @@ impl Error {
         matches!(
             self,
             Self::Io { .. } | Self::NoBroker { .. } | Self::Protocol { .. }
+        )
+    }
+}
+
+fn offered_list(offered: &[String]) -> String {
+    if offered.is_empty() {
+        "none".into()
+    } else {
+        offered.join(", ")
+    }
+}
+
+impl Error {
+    /// True for a failure of authentication, TLS or the security protocol: retrying or
+    /// trying another broker of the cluster would fail the same way.
+    pub fn is_security(&self) -> bool {
+        matches!(
+            self,
+            Self::Authentication { .. }
+                | Self::MechanismNotEnabled { .. }
+                | Self::Tls { .. }
+                | Self::WrongProtocol { .. }
+                | Self::Token { .. }
+                | Self::Option { .. }
         )
     }
 }

@@ -1,24 +1,30 @@
 //! weir's native Kafka client.
 //!
 //! This crate owns everything between a Kafka broker and a message slice: the wire protocol
-//! (requests of ApiVersions, Metadata, ListOffsets, Fetch, Produce, InitProducerId and
-//! CreateTopics are framed by the `kafka-protocol` crate; the consumer's responses are read by
+//! (requests of ApiVersions, Metadata, ListOffsets, Fetch, Produce, InitProducerId,
+//! CreateTopics, SaslHandshake and SaslAuthenticate are framed by the `kafka-protocol` crate; the consumer's responses are read by
 //! hand, every length checked before anything is reserved), the hot path written by hand
 //! because it demands it (the Fetch response walker and the record-batch v2 parser: zero-copy,
 //! zero-allocation),
 //! decompression (gzip, snappy, lz4, zstd) into a reused buffer, CRC32C checks, read_committed
 //! filtering of aborted transactions, leader routing, pipelined fetches, retries with backoff,
-//! and offset reset. It does not decode messages: the engine's decoder reads each value in
-//! place, straight from the fetch buffer.
+//! offset reset, and TLS, mutual TLS and SASL on every connection. It does not decode
+//! messages: the engine's decoder reads each value in place, straight from the fetch buffer.
 //!
 //! * [`Consumer`]: one topic, a static set of partitions, single-threaded and `Send`, no
 //!   consumer group (weir checkpoints offsets itself). [`Consumer::poll`] calls a closure with
 //!   a [`Record`] whose key, value and headers are slices of the response.
 //! * [`Producer`]: a batching producer with optional compression, for loading data.
-//! * [`create_topic`]: topic creation for tests, benchmarks and `weir gen`.
+//! * [`create_topic`] / [`create_topic_with`]: topic creation for tests, benchmarks and
+//!   `weir gen`.
+//! * [`SecurityConfig`]: TLS and SASL for all three, built from librdkafka's option names by
+//!   [`SecurityConfig::from_properties`] (the keys: [`SECURITY_OPTIONS`]; a Java properties
+//!   file: [`parse_properties`]).
+//! * [`tls`]: loading CA certificates, client certificates and keys into rustls values, for
+//!   any TLS client of weir.
 //! * [`batch`]: the record-batch parser itself, usable on any bytes.
 //!
-//! How the source options of issue 5 map onto [`ConsumerConfig`]:
+//! How the SQL options of a Kafka source map onto [`ConsumerConfig`]:
 //!
 //! | SQL option | field | parsed by |
 //! |---|---|---|
@@ -30,29 +36,67 @@
 //! | `'isolation.level'` | `isolation` | [`Isolation::from_str`](std::str::FromStr) |
 //! | `'check.crcs'` | `check_crc` | |
 //! | `'offset.reset'` = `earliest` / `latest` / `fail` | `offset_reset` | [`OffsetReset::from_str`](std::str::FromStr) |
+//! | `'security.protocol'`, `'sasl.*'`, `'ssl.*'` ([`SECURITY_OPTIONS`]) | `security` | [`SecurityConfig::from_properties`] |
+//!
+//! # Security
+//!
+//! | `'security.protocol'` | transport | authentication |
+//! |---|---|---|
+//! | `PLAINTEXT` (default) | TCP | none |
+//! | `SSL` | TLS 1.2/1.3 (rustls, `ring`) | the broker's certificate; the client's too with `'ssl.certificate.location'` |
+//! | `SASL_PLAINTEXT` | TCP | SASL: `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER` |
+//! | `SASL_SSL` | TLS | SASL over TLS |
+//!
+//! Each connection runs the TLS handshake, ApiVersions, then SaslHandshake and
+//! SaslAuthenticate. Over TLS 1.3, rustls runs the handshake and hands over the traffic
+//! secrets; the records are then read into one receive buffer, decrypted in place by rustls's
+//! record decrypter and copied once into the fetch buffer (rustls's own streams allocate and
+//! copy once more per record); a broker that speaks only TLS 1.2 gets rustls's buffered
+//! stream. Each connection renews its SASL session (KIP-368) at 85% of the lifetime the broker
+//! grants, before a request with nothing in flight, so a run that lasts days outlives its
+//! sessions and its OAUTHBEARER tokens ([`Consumer::reauthentications`] counts). A new SASL
+//! mechanism implements [`SaslMechanism`] (`AWS_MSK_IAM` would; see its documentation).
+//! Secrets are [`Secret`]s: `Debug` and every error leave them out.
 //!
 //! The metadata columns (topic, partition, offset, timestamp, key, headers) are the fields of
 //! [`Record`]. [`Consumer::position`] and [`Consumer::seek`] are what a checkpoint needs.
 //!
 //! Limits, on purpose or not yet: no consumer groups or offset commits (weir checkpoints
-//! itself), no TLS or SASL, fetches by topic name (Fetch up to v12), and one blocking socket read
+//! itself), no GSSAPI (Kerberos) or AWS_MSK_IAM mechanism, no Java keystores (PEM only), fetches
+//! by topic name (Fetch up to v12), and one blocking socket read
 //! per leader in turn within a `poll` (with several leaders, a slow one delays the others by at
 //! most the fetch wait). The responses `kafka-protocol` still decodes (Produce, InitProducerId,
 //! CreateTopics: the producer and topic creation, not the consumer) trust the array lengths a
 //! broker sends when reserving memory.
 
-pub mod batch;
+#![forbid(unsafe_code)]
+
 mod cluster;
 mod compression;
 mod connection;
 mod consumer;
 mod error;
-mod fetch;
+mod fetch_response;
 mod producer;
+mod record_batch;
 mod responses;
+mod security;
+mod tls13;
+mod wire;
 
-pub use batch::{Compression, Headers};
-pub use cluster::create_topic;
+/// The record-batch (magic v2) parser and writer, usable on any bytes: `BatchIter` walks the
+/// batches of a fetch response or a log segment, `RecordIter` the records of one batch, and
+/// `finish_batch` with `RecordsWriter` builds batches. The batch codec and the record headers
+/// are [`Compression`] and [`Headers`] at the crate root.
+pub mod batch {
+    pub use crate::record_batch::{
+        control_type, finish_batch, AbortedFilter, BatchError, BatchHeader, BatchIter, BatchSpec,
+        ControlType, RawBatch, RecordIter, RecordView, RecordsWriter, BATCH_HEADER_LEN,
+        LOG_OVERHEAD,
+    };
+}
+
+pub use cluster::{create_topic, create_topic_with};
 pub use compression::Decompressor;
 pub use consumer::{
     Consumer, ConsumerConfig, Isolation, OffsetReset, PartitionSelection, PollStatus, Record,
@@ -60,3 +104,9 @@ pub use consumer::{
 };
 pub use error::{Error, Result};
 pub use producer::{murmur2, Producer, ProducerConfig};
+pub use record_batch::{Compression, Headers};
+pub use security::{
+    parse_properties, tls, OAuthBearerConfig, OidcConfig, PemSource, SaslConfig, SaslExchange,
+    SaslMechanism, ScramHash, Secret, SecurityConfig, SecurityOption, SecurityProtocol,
+    SecurityValues, TlsConfig, TokenSource, SECURITY_OPTIONS,
+};

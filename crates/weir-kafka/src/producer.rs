@@ -13,11 +13,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::batch::{finish_batch, BatchSpec, Compression, RecordsWriter};
 use crate::cluster::{self, TopicLayout};
 use crate::compression::compress;
-use crate::connection::{decode_response, Connection};
+use crate::connection::{decode_response, Connection, Connector};
 use crate::error::{error_name, is_retriable, Error, Result};
+use crate::record_batch::{finish_batch, BatchSpec, Compression, RecordsWriter};
+use crate::security::SecurityConfig;
 
 /// Producer settings.
 #[derive(Debug, Clone)]
@@ -38,6 +39,8 @@ pub struct ProducerConfig {
     pub max_in_flight: usize,
     /// Socket and produce timeout.
     pub request_timeout: Duration,
+    /// TLS and SASL for every broker connection.
+    pub security: SecurityConfig,
 }
 
 impl Default for ProducerConfig {
@@ -50,6 +53,7 @@ impl Default for ProducerConfig {
             acks: -1,
             max_in_flight: 5,
             request_timeout: Duration::from_secs(30),
+            security: SecurityConfig::default(),
         }
     }
 }
@@ -70,6 +74,7 @@ struct BrokerLink {
 /// Writes records to one topic.
 pub struct Producer {
     cfg: ProducerConfig,
+    connector: Connector,
     layout: TopicLayout,
     links: Vec<BrokerLink>,
     version: i16,
@@ -167,7 +172,8 @@ fn now_ms() -> i64 {
 impl Producer {
     /// Connects and reads the topic's layout.
     pub fn connect(cfg: &ProducerConfig) -> Result<Self> {
-        let mut conn = cluster::connect_any(&cfg.brokers, cfg.request_timeout)?;
+        let connector = Connector::new(&cfg.security, cfg.request_timeout)?;
+        let mut conn = cluster::connect_any(&connector, &cfg.brokers)?;
         let layout = cluster::topic_layout(&mut conn, &cfg.topic)?;
         let version = conn.version(ApiKey::Produce, "Produce", 3, 12)?;
         let (producer_id, producer_epoch) = if cfg.acks == -1 {
@@ -181,6 +187,7 @@ impl Producer {
             producer_epoch,
             open: vec![RecordsWriter::default(); layout.leaders.len()],
             cfg: cfg.clone(),
+            connector,
             layout,
             links: Vec::new(),
             version,
@@ -297,7 +304,7 @@ impl Producer {
             .addr(node)
             .ok_or_else(|| self.produce_error(p, format!("no address for leader {node}")))?
             .to_string();
-        let conn = Connection::open(&addr, self.cfg.request_timeout)?;
+        let conn = self.connector.open(&addr)?;
         self.links.push(BrokerLink {
             node,
             conn,
@@ -314,6 +321,10 @@ impl Producer {
         while self.links[i].pending.iter().any(|x| x.partition == p) {
             self.await_oldest(i)?;
         }
+        // A SASL session due for renewal is renewed before a send with nothing in flight.
+        while self.links[i].conn.reauthentication_blocked() {
+            self.await_oldest(i)?;
+        }
         let req = ProduceRequest::default()
             .with_acks(self.cfg.acks)
             .with_timeout_ms(self.cfg.request_timeout.as_millis().min(i32::MAX as u128) as i32)
@@ -327,6 +338,7 @@ impl Producer {
         let link = &mut self.links[i];
         let correlation = link.conn.send_frame(&mut frame)?;
         if self.cfg.acks == 0 {
+            link.conn.forget_reply();
             return Ok(());
         }
         link.pending.push_back(Pending {
@@ -407,7 +419,7 @@ impl Producer {
         let mut last = String::new();
         for attempt in 1..=10u64 {
             std::thread::sleep(Duration::from_millis(50 * attempt));
-            let mut conn = cluster::connect_any(&self.cfg.brokers, self.cfg.request_timeout)?;
+            let mut conn = cluster::connect_any(&self.connector, &self.cfg.brokers)?;
             self.layout = cluster::topic_layout(&mut conn, &self.cfg.topic)?;
             if self
                 .layout

@@ -3,8 +3,25 @@
 //! array length the wire claims, so a broken broker could make the process abort. Here every
 //! count is checked against the bytes that remain before anything is reserved.
 
-use crate::cluster::{BrokerAddr, ListedOffset};
-use crate::fetch::{Cursor, Parse};
+use crate::wire::{Cursor, Parse};
+
+/// A broker of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BrokerAddr {
+    /// Node id.
+    pub node_id: i32,
+    /// `host:port`.
+    pub addr: String,
+}
+
+/// One partition's answer to ListOffsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListedOffset {
+    pub partition: i32,
+    /// The offset, or -1 when no record has a timestamp at or after the one asked.
+    pub offset: i64,
+    pub error_code: i16,
+}
 
 /// `(api_key, min_version, max_version)` per API a broker offers.
 pub(crate) type ApiVersionList = Vec<(i16, i16, i16)>;
@@ -169,6 +186,66 @@ pub(crate) fn list_offsets(body: &[u8], version: i16, topic: &str) -> Parse<Vec<
     Ok(out)
 }
 
+/// The error code and the enabled mechanisms of a SaslHandshake v0/v1 response body.
+pub(crate) fn sasl_handshake(body: &[u8]) -> Parse<(i16, Vec<String>)> {
+    let mut c = Cursor { b: body, pos: 0 };
+    let error_code = c.i16("error_code")?;
+    let n = c.array_len(false, 2, "mechanisms")?.unwrap_or(0);
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let m = c
+            .bytes(false, false, "mechanism")?
+            .ok_or("null mechanism")?;
+        out.push(String::from_utf8_lossy(&body[m]).into_owned());
+    }
+    Ok((error_code, out))
+}
+
+/// A SaslAuthenticate response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SaslAnswer {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub auth_bytes: Vec<u8>,
+    /// v1+: how long the session lasts (0: no limit).
+    pub session_lifetime_ms: i64,
+}
+
+/// A SaslAuthenticate response body (v0..=2, after the correlation id).
+pub(crate) fn sasl_authenticate(body: &[u8], version: i16) -> Parse<SaslAnswer> {
+    if !(0..=2).contains(&version) {
+        return Err(format!(
+            "SaslAuthenticate v{version} is not read by this client"
+        ));
+    }
+    let flexible = version >= 2;
+    let mut c = Cursor { b: body, pos: 0 };
+    if flexible {
+        c.tagged("response header")?;
+    }
+    let error_code = c.i16("error_code")?;
+    let error_message = c
+        .bytes(flexible, false, "error_message")?
+        .map(|r| String::from_utf8_lossy(&body[r]).into_owned());
+    let auth = c
+        .bytes(flexible, true, "auth_bytes")?
+        .ok_or("null auth_bytes")?;
+    let session_lifetime_ms = if version >= 1 {
+        c.i64("session_lifetime_ms")?
+    } else {
+        0
+    };
+    if flexible {
+        c.tagged("response")?;
+    }
+    Ok(SaslAnswer {
+        error_code,
+        error_message,
+        auth_bytes: body[auth].to_vec(),
+        session_lifetime_ms,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +377,46 @@ mod tests {
             api_versions(&body).unwrap(),
             (0, vec![(1, 4, 17), (3, 0, 13)])
         );
+    }
+
+    #[test]
+    fn sasl_responses_for_every_version() {
+        use kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
+        let hs = SaslHandshakeResponse::default()
+            .with_error_code(33)
+            .with_mechanisms(vec![
+                StrBytes::from_static_str("PLAIN"),
+                StrBytes::from_static_str("SCRAM-SHA-512"),
+            ]);
+        for v in 0..=1 {
+            let body = enc(&hs, v, false);
+            assert_eq!(
+                sasl_handshake(&body).unwrap(),
+                (33, vec!["PLAIN".to_string(), "SCRAM-SHA-512".to_string()])
+            );
+            for cut in 0..body.len() {
+                assert!(sasl_handshake(&body[..cut]).is_err());
+            }
+        }
+        let auth = SaslAuthenticateResponse::default()
+            .with_error_code(58)
+            .with_error_message(Some(StrBytes::from_static_str("Authentication failed")))
+            .with_auth_bytes(bytes::Bytes::from_static(b"r=abc,s=xyz,i=4096"))
+            .with_session_lifetime_ms(3_000);
+        for v in 0..=2 {
+            let body = enc(&auth, v, v >= 2);
+            let got = sasl_authenticate(&body, v).unwrap();
+            assert_eq!(got.error_code, 58);
+            assert_eq!(got.error_message.as_deref(), Some("Authentication failed"));
+            assert_eq!(got.auth_bytes, b"r=abc,s=xyz,i=4096");
+            assert_eq!(got.session_lifetime_ms, if v >= 1 { 3_000 } else { 0 });
+            for cut in 0..body.len() {
+                assert!(
+                    sasl_authenticate(&body[..cut], v).is_err(),
+                    "v{v} cut {cut}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! In steady state the consumer allocates (almost) nothing per message: after a warm-up,
 //! consuming 1,000,000 messages from a real broker must take fewer than 1,000 allocations in
-//! total, uncompressed and zstd-compressed. (Its own test binary: the global allocator counts.)
+//! total, uncompressed and zstd-compressed, in plaintext and over TLS (SASL_SSL, TLS 1.3: the
+//! records are decrypted in place in one receive buffer, see `src/tls13.rs`; rustls's own
+//! record encrypter allocates once per request sent, a few dozen here). (Its own test binary:
+//! the global allocator counts.)
 
 mod common;
 
@@ -9,7 +12,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{bootstrap, config, topic};
-use weir_kafka::{create_topic, Compression, Consumer, PollStatus, Producer, ProducerConfig};
+use weir_kafka::{
+    create_topic, Compression, Consumer, PollStatus, Producer, ProducerConfig, SecurityConfig,
+};
+
+/// The two tests share the allocation counter: one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 struct Counting;
 
@@ -59,7 +70,7 @@ fn load(b: &str, t: &str, codec: Compression) {
         ..ProducerConfig::default()
     })
     .unwrap();
-    let mut value = [b'q'; 60];
+    let mut value = [b'q'; VALUE];
     let mut x = 0x2545_f491_4f6c_dd1du64;
     for i in 0..WARM_UP + MEASURED + SLACK {
         // Half the value is noise so compressed batches hold a realistic number of records.
@@ -75,10 +86,14 @@ fn load(b: &str, t: &str, codec: Compression) {
     p.flush().unwrap();
 }
 
-fn measure(b: &str, t: &str) -> (usize, u64) {
+/// Value bytes of one message.
+const VALUE: usize = 60;
+
+fn measure(b: &str, t: &str, security: SecurityConfig) -> (usize, u64) {
     let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
         // Kafka's default per-partition fetch size, so there are many fetches to measure.
         partition_max_bytes: 1 << 20,
+        security,
         ..config(b, t)
     })
     .unwrap();
@@ -117,13 +132,14 @@ fn measure(b: &str, t: &str) -> (usize, u64) {
 
 #[test]
 fn steady_state_consumption_allocates_almost_nothing() {
+    let _serial = serial();
     let Some(b) = bootstrap("steady_state_consumption_allocates_almost_nothing") else {
         return;
     };
     for codec in [Compression::None, Compression::Zstd] {
         let t = topic(&format!("alloc-{}", codec.name()));
         load(&b, &t, codec);
-        let (counted, allocations) = measure(&b, &t);
+        let (counted, allocations) = measure(&b, &t, SecurityConfig::default());
         assert!(
             counted >= MEASURED,
             "{codec:?}: only {counted} messages counted"
@@ -142,4 +158,46 @@ fn steady_state_consumption_allocates_almost_nothing() {
             "{codec:?}: {allocations} allocations for {counted} messages"
         );
     }
+}
+
+#[test]
+fn steady_state_consumption_over_tls_allocates_almost_nothing() {
+    let _serial = serial();
+    let test = "steady_state_consumption_over_tls_allocates_almost_nothing";
+    let Some(b) = bootstrap(test) else {
+        return;
+    };
+    let Ok(sasl_ssl) = std::env::var("WEIR_KAFKA_SASL_SSL") else {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOTICE: {test} skipped: WEIR_KAFKA_SASL_SSL is not set (scripts/test.sh starts the \
+             broker with secure listeners)"
+        );
+        return;
+    };
+    let var = |n: &str| std::env::var(n).unwrap_or_else(|_| panic!("{n} is not set"));
+    let security = SecurityConfig::from_properties([
+        ("security.protocol", "SASL_SSL".to_string()),
+        ("sasl.mechanism", "SCRAM-SHA-512".to_string()),
+        ("sasl.username", var("WEIR_KAFKA_SASL_USER")),
+        ("sasl.password", var("WEIR_KAFKA_SASL_PASSWORD")),
+        ("ssl.ca.location", var("WEIR_KAFKA_CA")),
+    ])
+    .unwrap();
+    // Loaded in plaintext (faster), read over TLS: the same log either way.
+    let t = topic("alloc-tls");
+    load(&b, &t, Compression::None);
+    let (counted, allocations) = measure(&sasl_ssl, &t, security);
+    assert!(counted >= MEASURED, "only {counted} messages counted");
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "weir-kafka alloc: TLS: {allocations} allocations while consuming {counted} messages in \
+         steady state"
+    );
+    assert!(
+        allocations < 1_000,
+        "TLS: {allocations} allocations for {counted} messages"
+    );
 }

@@ -1,19 +1,12 @@
 //! weir's consumer and producer against a real Apache Kafka broker (started by
 //! `scripts/test.sh` through `scripts/kafka.sh`; see `common::bootstrap`).
 
-mod common;
-
-/// The broker tests run one at a time: together (Java producers, a second broker for the restart
-/// test) they overload a 2-core machine until client timeouts, not weir, decide the outcome.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{bootstrap, config, drain, java_load, java_value, topic, try_java_load};
+use crate::common::{
+    bootstrap, config, drain, java_load, java_value, serial, topic, try_java_load,
+};
 use weir_kafka::{
     create_topic, murmur2, Compression, Consumer, Error, Isolation, OffsetReset,
     PartitionSelection, PollStatus, Producer, ProducerConfig, StartupMode,
@@ -490,7 +483,7 @@ struct PrivateBroker {
 impl PrivateBroker {
     fn kafka_sh(run: &std::path::Path, cmd: &str) -> std::process::Output {
         std::process::Command::new("bash")
-            .arg(common::repo_root().join("scripts/kafka.sh"))
+            .arg(crate::common::repo_root().join("scripts/kafka.sh"))
             .arg(cmd)
             .env("WEIR_KAFKA_RUN", run)
             .output()

@@ -36,6 +36,14 @@ pub fn bootstrap(test: &str) -> Option<String> {
     Some(addr)
 }
 
+/// The broker tests run one at a time: together (Java producers, a second broker for the restart
+/// test, the secure listeners' tests) they overload a 2-core machine until client timeouts, not
+/// weir, decide the outcome.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A topic name no other test (or earlier run against the same broker) uses.

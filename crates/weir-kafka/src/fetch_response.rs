@@ -9,6 +9,8 @@
 
 use std::ops::Range;
 
+use crate::wire::{Cursor, Parse};
+
 /// One partition of a Fetch response (positions are into the response body).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PartitionView {
@@ -21,108 +23,6 @@ pub(crate) struct PartitionView {
     aborted_count: usize,
     /// The record batches (empty when the broker sent none or null).
     pub records: Range<usize>,
-}
-
-/// Reads fields from a byte slice, every read bounds-checked (shared with the other hand-read
-/// responses in `responses.rs`).
-pub(crate) struct Cursor<'a> {
-    pub(crate) b: &'a [u8],
-    pub(crate) pos: usize,
-}
-
-pub(crate) type Parse<T> = Result<T, String>;
-
-impl<'a> Cursor<'a> {
-    pub(crate) fn take(&mut self, n: usize, what: &str) -> Parse<&'a [u8]> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.b.len())
-            .ok_or_else(|| format!("truncated {what} at byte {}", self.pos))?;
-        let s = &self.b[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    pub(crate) fn i16(&mut self, what: &str) -> Parse<i16> {
-        let s = self.take(2, what)?;
-        Ok(i16::from_be_bytes([s[0], s[1]]))
-    }
-    pub(crate) fn i32(&mut self, what: &str) -> Parse<i32> {
-        let s = self.take(4, what)?;
-        Ok(i32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    pub(crate) fn i64(&mut self, what: &str) -> Parse<i64> {
-        let s = self.take(8, what)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        Ok(i64::from_be_bytes(a))
-    }
-    pub(crate) fn uvarint(&mut self, what: &str) -> Parse<u32> {
-        let mut v = 0u32;
-        for shift in (0..35).step_by(7) {
-            let byte = self.take(1, what)?[0];
-            v |= u32::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(format!("malformed varint in {what}"))
-    }
-    /// An array length: INT32 (-1 null) or, flexible, UNSIGNED_VARINT n+1 (0 null). `None` is
-    /// null. The count is checked against the bytes left at `min_size` bytes per element.
-    pub(crate) fn array_len(
-        &mut self,
-        flexible: bool,
-        min_size: usize,
-        what: &str,
-    ) -> Parse<Option<usize>> {
-        let n: i64 = if flexible {
-            i64::from(self.uvarint(what)?) - 1
-        } else {
-            i64::from(self.i32(what)?)
-        };
-        if n == -1 {
-            return Ok(None);
-        }
-        if n < 0 || (n as u64).saturating_mul(min_size as u64) > (self.b.len() - self.pos) as u64 {
-            return Err(format!("impossible {what} count {n} at byte {}", self.pos));
-        }
-        Ok(Some(n as usize))
-    }
-    /// A string or nullable bytes: INT16/INT32 length or, flexible, UNSIGNED_VARINT n+1.
-    pub(crate) fn bytes(
-        &mut self,
-        flexible: bool,
-        wide: bool,
-        what: &str,
-    ) -> Parse<Option<Range<usize>>> {
-        let n: i64 = if flexible {
-            i64::from(self.uvarint(what)?) - 1
-        } else if wide {
-            i64::from(self.i32(what)?)
-        } else {
-            i64::from(self.i16(what)?)
-        };
-        if n == -1 {
-            return Ok(None);
-        }
-        if n < 0 {
-            return Err(format!("negative {what} length {n}"));
-        }
-        let start = self.pos;
-        self.take(n as usize, what)?;
-        Ok(Some(start..self.pos))
-    }
-    /// Skips a tagged-field section (flexible versions).
-    pub(crate) fn tagged(&mut self, what: &str) -> Parse<()> {
-        let n = self.uvarint(what)?;
-        for _ in 0..n {
-            self.uvarint(what)?;
-            let size = self.uvarint(what)? as usize;
-            self.take(size, what)?;
-        }
-        Ok(())
-    }
 }
 
 /// Walks a Fetch response body (everything after the correlation id) of `version` (4..=12),
