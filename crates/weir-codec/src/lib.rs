@@ -31,7 +31,9 @@ pub use factory::{
     RawFactory, JSON_OPTIONS, PROTOBUF_OPTIONS, RAW_ENCODER_OPTIONS,
 };
 pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
-pub use options::{markdown_table, unknown_keys, OptionError, OptionKind, OptionSpec, Options};
+pub use options::{
+    markdown_table, resolve_references, unknown_keys, OptionError, OptionKind, OptionSpec, Options,
+};
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 pub use schema::ProtoSchema;
 

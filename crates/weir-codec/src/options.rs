@@ -293,6 +293,65 @@ impl Options {
     }
 }
 
+/// Resolves the references in option values, so that secrets need not be written in a SQL
+/// file: every `${env:NAME}` becomes the environment variable `NAME`, every `${file:PATH}` the
+/// contents of the file `PATH` (without a final newline). An error names the option and what
+/// it refers to, never a value.
+pub fn resolve_references(
+    pairs: impl IntoIterator<Item = (String, String)>,
+) -> Result<Vec<(String, String)>, OptionError> {
+    pairs
+        .into_iter()
+        .map(|(key, value)| {
+            let resolved = resolve_value(&key, &value)?;
+            Ok((key, resolved))
+        })
+        .collect()
+}
+
+fn resolve_value(key: &str, value: &str) -> Result<String, OptionError> {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + 2..];
+        let Some(end) = tail.find('}') else {
+            return Err(OptionError::Conflict(format!(
+                "option '{key}': a '${{' reference is not closed with '}}'"
+            )));
+        };
+        let reference = &tail[..end];
+        match reference.split_once(':') {
+            Some(("env", name)) => match std::env::var(name) {
+                Ok(v) => out.push_str(&v),
+                Err(_) => {
+                    return Err(OptionError::Conflict(format!(
+                        "option '{key}' refers to the environment variable {name}, which is not \
+                         set (or not valid UTF-8)"
+                    )))
+                }
+            },
+            Some(("file", path)) => match std::fs::read_to_string(path) {
+                Ok(v) => out.push_str(v.strip_suffix('\n').unwrap_or(&v).trim_end_matches('\r')),
+                Err(e) => {
+                    return Err(OptionError::Conflict(format!(
+                        "option '{key}' refers to the file {path}, which cannot be read: {e}"
+                    )))
+                }
+            },
+            _ => {
+                return Err(OptionError::Conflict(format!(
+                    "option '{key}': '${{{reference}}}' is not a reference; write ${{env:NAME}} \
+                     or ${{file:PATH}}"
+                )))
+            }
+        }
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// The keys of `options` that no declaration in `declared` accepts, as an error listing what is
 /// accepted; `Ok` when there are none.
 pub fn unknown_keys(options: &Options, declared: &[&[OptionSpec]]) -> Result<(), OptionError> {
@@ -376,6 +435,35 @@ mod tests {
     fn secrets_are_never_shown() {
         let e = options(&[("token", "hunter2")]).count(&TOKEN).unwrap_err();
         assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn references_resolve_from_the_environment_and_files() {
+        let dir = std::env::temp_dir().join(format!("weir-options-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        // PATH is set in every test environment.
+        let path = std::env::var("PATH").unwrap();
+        let pairs = vec![
+            ("a".to_string(), format!("${{file:{}}}", file.display())),
+            ("b".to_string(), "x-${env:PATH}-y".to_string()),
+            ("c".to_string(), "plain".to_string()),
+        ];
+        let got = resolve_references(pairs).unwrap();
+        assert_eq!(got[0].1, "s3cret");
+        assert_eq!(got[1].1, format!("x-{path}-y"));
+        assert_eq!(got[2].1, "plain");
+        let e = resolve_references(vec![("pw".into(), "${env:WEIR_NO_SUCH_VAR_1}".into())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'pw'") && e.contains("WEIR_NO_SUCH_VAR_1"),
+            "{e}"
+        );
+        let e = resolve_references(vec![("pw".into(), "${vault:x}".into())]).unwrap_err();
+        assert!(e.to_string().contains("not a reference"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

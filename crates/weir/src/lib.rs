@@ -48,6 +48,7 @@ pub fn option_tables() -> Vec<(&'static str, &'static [weir_codec::OptionSpec])>
         ("source", source::SOURCE_OPTIONS),
         ("file", source::file::FILE_OPTIONS),
         ("kafka", source::kafka::KAFKA_OPTIONS),
+        ("kafka security", &source::kafka::KAFKA_SECURITY_OPTIONS),
         ("state", pipeline::state::STATE_OPTIONS),
         ("protobuf", weir_codec::PROTOBUF_OPTIONS),
         ("json", weir_codec::JSON_OPTIONS),

@@ -43,6 +43,11 @@ enum Command {
         /// No progress line and no summary.
         #[arg(long, short)]
         quiet: bool,
+        /// Kafka client properties (a Java properties file with librdkafka's names:
+        /// security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...), as Kafka's
+        /// own tools take --command-config; the defaults of every Kafka source; values may be ${env:NAME} or ${file:PATH}.
+        #[arg(long, value_name = "FILE")]
+        kafka_config: Option<PathBuf>,
     },
     /// Generate synthetic data.
     Gen {
@@ -93,6 +98,11 @@ enum Command {
         /// Batch compression: none, gzip, snappy, lz4, zstd.
         #[arg(long, default_value = "none")]
         compression: String,
+        /// Kafka client properties (a Java properties file with librdkafka's names:
+        /// security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...), as Kafka's
+        /// own tools take --command-config; values may be ${env:NAME} or ${file:PATH}.
+        #[arg(long, value_name = "FILE")]
+        kafka_config: Option<PathBuf>,
     },
     /// Print what a source's state directory ('state.dir') holds: the last checkpoint (step,
     /// read positions, files) and the dedup statistics as of the last commit.
@@ -153,6 +163,11 @@ enum GenWhat {
         /// (ticker, sequence_number), as producer retries would; for dedup.
         #[arg(long, default_value_t = 0.0)]
         duplicates: f64,
+        /// Kafka client properties (a Java properties file with librdkafka's names:
+        /// security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...), as Kafka's
+        /// own tools take --command-config; values may be ${env:NAME} or ${file:PATH}.
+        #[arg(long, value_name = "FILE")]
+        kafka_config: Option<PathBuf>,
     },
 }
 
@@ -206,6 +221,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             partitions,
             batch_size,
             quiet,
+            kafka_config,
         } => cli::run::run(cli::run::RunArgs {
             pipeline,
             follow,
@@ -213,6 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             partitions,
             batch_size,
             quiet,
+            kafka_config,
         }),
         Command::Gen {
             what:
@@ -227,6 +244,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     seed,
                     schema_dir,
                     duplicates,
+                    kafka_config,
                 },
         } => cli::gen::quotes(cli::gen::QuoteArgs {
             count,
@@ -239,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             seed,
             schema_dir,
             duplicates,
+            kafka_config,
         }),
         Command::Decode {
             location,
@@ -269,7 +288,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             to,
             topic_partitions,
             compression,
-        } => cli::produce::produce(&input, framing.into(), &to, topic_partitions, &compression),
+            kafka_config,
+        } => cli::produce::produce(
+            &input,
+            framing.into(),
+            &to,
+            topic_partitions,
+            &compression,
+            kafka_config.as_deref(),
+        ),
         Command::Stats { state_dir } => cli::stats::stats(&state_dir),
         Command::Demo {
             count,

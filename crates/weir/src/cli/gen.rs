@@ -19,6 +19,7 @@ pub(crate) struct QuoteArgs {
     pub(crate) seed: u64,
     pub(crate) schema_dir: Option<PathBuf>,
     pub(crate) duplicates: f64,
+    pub(crate) kafka_config: Option<PathBuf>,
 }
 
 pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
@@ -46,7 +47,9 @@ pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
             );
         }
         (None, Some(url)) => {
-            let mut producer = super::kafka_producer(&url, a.topic_partitions, &a.compression)?;
+            let properties = super::kafka_properties(a.kafka_config.as_deref())?;
+            let mut producer =
+                super::kafka_producer(&url, a.topic_partitions, &a.compression, &properties)?;
             let mut msg = Vec::with_capacity(256);
             let mut total = 0u64;
             for _ in 0..a.count {

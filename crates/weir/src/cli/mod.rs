@@ -53,20 +53,37 @@ pub(crate) fn kafka_url(url: &str) -> Result<(Vec<String>, String)> {
     ))
 }
 
+/// The Kafka client properties of a `--kafka-config` file (a Java properties file, as Kafka's
+/// own tools take with `--command-config`), with `${env:...}`/`${file:...}` references resolved.
+pub(crate) fn kafka_properties(file: Option<&std::path::Path>) -> Result<Vec<(String, String)>> {
+    let Some(file) = file else {
+        return Ok(Vec::new());
+    };
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the Kafka configuration {}", file.display()))?;
+    let pairs = weir_kafka::parse_properties(&text)
+        .with_context(|| format!("in the Kafka configuration {}", file.display()))?;
+    weir_codec::resolve_references(pairs)
+        .with_context(|| format!("in the Kafka configuration {}", file.display()))
+}
+
 /// A producer to the topic of `url`, creating the topic with `partitions` partitions if missing.
 pub(crate) fn kafka_producer(
     url: &str,
     partitions: i32,
     compression: &str,
+    properties: &[(String, String)],
 ) -> Result<weir_kafka::Producer> {
     let (brokers, topic) = kafka_url(url)?;
     let compression: weir_kafka::Compression = compression.parse().map_err(anyhow::Error::msg)?;
-    weir_kafka::create_topic(&brokers, &topic, partitions, 1, &[], true)
+    let security = weir_kafka::SecurityConfig::from_properties(properties.iter().cloned())?;
+    weir_kafka::create_topic_with(&brokers, &security, &topic, partitions, 1, &[], true)
         .with_context(|| format!("cannot create topic {topic}"))?;
     weir_kafka::Producer::connect(&weir_kafka::ProducerConfig {
         brokers,
         topic,
         compression,
+        security,
         ..weir_kafka::ProducerConfig::default()
     })
     .with_context(|| format!("cannot connect to {url}"))

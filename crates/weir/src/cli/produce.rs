@@ -11,8 +11,10 @@ pub(crate) fn produce(
     to: &str,
     partitions: i32,
     compression: &str,
+    kafka_config: Option<&std::path::Path>,
 ) -> Result<()> {
-    let mut producer = super::kafka_producer(to, partitions, compression)?;
+    let properties = super::kafka_properties(kafka_config)?;
+    let mut producer = super::kafka_producer(to, partitions, compression, &properties)?;
     let (n, total) = weir::for_each_message(input, framing, |message| {
         producer.send(None, None, message)?;
         Ok(())

@@ -17,6 +17,7 @@ pub(crate) struct RunArgs {
     pub(crate) partitions: Option<usize>,
     pub(crate) batch_size: usize,
     pub(crate) quiet: bool,
+    pub(crate) kafka_config: Option<PathBuf>,
 }
 
 pub(crate) fn run(a: RunArgs) -> Result<()> {
@@ -26,6 +27,7 @@ pub(crate) fn run(a: RunArgs) -> Result<()> {
         follow: a.follow,
         partitions: a.partitions.unwrap_or(0),
         batch_size: a.batch_size,
+        kafka_properties: super::kafka_properties(a.kafka_config.as_deref())?,
         ..EngineOptions::default()
     });
     let mut out = match &a.output {

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use futures::StreamExt;
-use weir_codec::{unknown_keys, EncoderFactory, EncoderRequest, OptionError, Options};
+use weir_codec::{
+    resolve_references, unknown_keys, EncoderFactory, EncoderRequest, OptionError, Options,
+};
 
 use super::Engine;
 use crate::error::StatementError;
@@ -108,7 +110,8 @@ impl Engine {
                 "a sink named '{name}' already exists"
             )));
         }
-        let options = Options::new(s.options.clone());
+        let options =
+            Options::new(resolve_references(s.options.clone()).map_err(|e| fail(e.into()))?);
         let settings = SinkSettings::parse(&options).map_err(fail)?;
         let encoder = match &settings.messages {
             Some((encoding, _)) => Some(

@@ -8,14 +8,15 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
 use weir_codec::{
-    unknown_keys, ColumnSpec, DecoderFactory, DecoderRequest, OptionError, OptionSpec, Options,
+    resolve_references, unknown_keys, ColumnSpec, DecoderFactory, DecoderRequest, OptionError,
+    OptionSpec, Options,
 };
 
 use super::Engine;
 use crate::error::{df_message, SourceError, SourceErrorKind, StatementError};
 use crate::pipeline::state::{StateSpec, STATE_OPTIONS};
 use crate::source::file::{FileSettings, FILE_OPTIONS};
-use crate::source::kafka::{consumer_config, KAFKA_OPTIONS};
+use crate::source::kafka::{consumer_config, KAFKA_OPTIONS, KAFKA_SECURITY_OPTIONS};
 use crate::source::meta::MetaKind;
 use crate::source::table::SourceTable;
 use crate::source::{
@@ -36,7 +37,8 @@ impl Engine {
             )));
         }
         let fail = |kind: SourceErrorKind| StatementError::Source(SourceError::new(&name, kind));
-        let options = Options::new(s.options.clone());
+        let options =
+            Options::new(resolve_references(s.options.clone()).map_err(|e| fail(e.into()))?);
         let connector = options
             .choice(&CONNECTOR)
             .map_err(|e| fail(e.into()))?
@@ -55,22 +57,19 @@ impl Engine {
                 .into(),
             )
         })?;
-        let connector_options = match connector {
-            "kafka" => KAFKA_OPTIONS,
-            _ => FILE_OPTIONS,
+        let connector_options: &[&[OptionSpec]] = match connector {
+            "kafka" => &[KAFKA_OPTIONS, &KAFKA_SECURITY_OPTIONS],
+            _ => &[FILE_OPTIONS],
         };
-        unknown_keys(
-            &options,
-            &[
-                SOURCE_OPTIONS,
-                connector_options,
-                STATE_OPTIONS,
-                factory.options(),
-            ],
-        )
-        .map_err(|e| fail(e.into()))?;
+        let mut declared = vec![SOURCE_OPTIONS, STATE_OPTIONS, factory.options()];
+        declared.extend_from_slice(connector_options);
+        unknown_keys(&options, &declared).map_err(|e| fail(e.into()))?;
         let connector = match connector {
-            "kafka" => Connector::Kafka(consumer_config(&name, &options)?),
+            "kafka" => Connector::Kafka(Box::new(consumer_config(
+                &name,
+                &options,
+                &self.options.kafka_properties,
+            )?)),
             _ => Connector::File(FileSettings::parse(&name, &options)?),
         };
         let settings = SourceSettings::parse(&name, &options, factory.confluent_message_indexes())?;

@@ -31,7 +31,7 @@ pub const SQL_BAD_MESSAGE_HINT: &str =
     "set 'on.error' = 'skip' or 'dead_letter' to go past bad messages";
 
 /// Settings of an [`Engine`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EngineOptions {
     /// Keep reading at the end of sources; sink pipelines run until stopped.
     pub follow: bool,
@@ -42,6 +42,26 @@ pub struct EngineOptions {
     /// What the error of a bad message under `'on.error' = 'fail'` tells the user to do (a
     /// program that is not driven by SQL names its own flag).
     pub bad_message_hint: &'static str,
+    /// Kafka client properties (librdkafka's names, as a `--kafka-config` file gives them)
+    /// that every Kafka source starts from; a source's own `WITH` options override them.
+    pub kafka_properties: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for EngineOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Kafka properties may hold passwords: only their keys are shown.
+        let keys: Vec<&str> = self
+            .kafka_properties
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        f.debug_struct("EngineOptions")
+            .field("follow", &self.follow)
+            .field("partitions", &self.partitions)
+            .field("batch_size", &self.batch_size)
+            .field("kafka_properties", &keys)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for EngineOptions {
@@ -51,6 +71,7 @@ impl Default for EngineOptions {
             partitions: 0,
             batch_size: weir_codec::DEFAULT_BATCH_SIZE,
             bad_message_hint: SQL_BAD_MESSAGE_HINT,
+            kafka_properties: Vec::new(),
         }
     }
 }

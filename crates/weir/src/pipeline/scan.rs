@@ -136,7 +136,7 @@ pub(crate) fn open_whole(
             &checkpoint.positions,
         )),
         Connector::Kafka(template) => {
-            let mut config = template.clone();
+            let mut config = template.as_ref().clone();
             config.bounded = !source.follow;
             Box::new(KafkaReader::open(config, decoder, &checkpoint.positions)?)
         }

@@ -2,8 +2,13 @@
 //! how a scan deals the topic's partitions out to its readers. The reading itself (one Kafka
 //! loop for every kind of scan) is `crate::pipeline::reader`.
 
+use std::sync::LazyLock;
+
 use weir_codec::{OptionKind, OptionSpec, Options};
-use weir_kafka::{Consumer, ConsumerConfig, PartitionSelection, StartupMode};
+use weir_kafka::{
+    Consumer, ConsumerConfig, PartitionSelection, SecurityConfig, SecurityValues, StartupMode,
+    SECURITY_OPTIONS,
+};
 
 use crate::error::{SourceError, SourceErrorKind};
 
@@ -69,10 +74,56 @@ const CHECK_CRCS: OptionSpec = OptionSpec::new(
 )
 .default_value("true");
 
-/// The consumer settings of a Kafka source from its `WITH` options.
+/// The security options of every connection to a broker (librdkafka's names), as declared by
+/// the Kafka client; `'sasl.mechanisms'`, librdkafka's other spelling, is accepted too.
+pub(crate) static KAFKA_SECURITY_OPTIONS: LazyLock<Vec<OptionSpec>> = LazyLock::new(|| {
+    let mut specs: Vec<OptionSpec> = SECURITY_OPTIONS
+        .iter()
+        .map(|o| OptionSpec {
+            key: o.key,
+            kind: match o.values {
+                SecurityValues::Choice(words) => OptionKind::Choice(words),
+                SecurityValues::Path => OptionKind::Path,
+                SecurityValues::Text | SecurityValues::Url => OptionKind::Text,
+                // The client may declare kinds of values the engine shows as text.
+                #[allow(unreachable_patterns)]
+                _ => OptionKind::Text,
+            },
+            default: o.default,
+            doc: o.doc,
+            secret: o.secret,
+        })
+        .collect();
+    specs.push(OptionSpec::new(
+        "sasl.mechanisms",
+        OptionKind::Text,
+        "librdkafka's other spelling of 'sasl.mechanism'",
+    ));
+    specs
+});
+
+/// The security settings from `defaults` (a `--kafka-config` file's properties) overridden by
+/// the security options among `options`.
+pub(crate) fn security_config(
+    defaults: &[(String, String)],
+    options: &Options,
+) -> Result<SecurityConfig, weir_kafka::Error> {
+    let mut pairs: Vec<(String, String)> = defaults.to_vec();
+    for (k, v) in options.iter() {
+        if KAFKA_SECURITY_OPTIONS.iter().any(|s| s.matches(k)) {
+            pairs.retain(|(dk, _)| dk != k);
+            pairs.push((k.to_string(), v.to_string()));
+        }
+    }
+    SecurityConfig::from_properties(pairs)
+}
+
+/// The consumer settings of a Kafka source from its `WITH` options, on top of the engine's
+/// Kafka properties (`--kafka-config`).
 pub(crate) fn consumer_config(
     source: &str,
     options: &Options,
+    defaults: &[(String, String)],
 ) -> Result<ConsumerConfig, SourceError> {
     let option = |e| SourceError::new(source, SourceErrorKind::Option(e));
     let invalid = |spec: &OptionSpec, value: &str, why: String| {
@@ -117,6 +168,8 @@ pub(crate) fn consumer_config(
             .map_err(|e: String| invalid(&OFFSET_RESET, v, e))?;
     }
     config.check_crc = options.flag(&CHECK_CRCS).map_err(option)?;
+    config.security =
+        security_config(defaults, options).map_err(|e| SourceError::new(source, e))?;
     Ok(config)
 }
 

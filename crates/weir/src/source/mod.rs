@@ -167,7 +167,7 @@ pub(crate) struct SourceStats {
 #[derive(Debug, Clone)]
 pub(crate) enum Connector {
     /// A Kafka topic: the consumer settings of every scan (bounded unless following).
-    Kafka(weir_kafka::ConsumerConfig),
+    Kafka(Box<weir_kafka::ConsumerConfig>),
     /// Files on disk.
     File(file::FileSettings),
 }

@@ -386,3 +386,187 @@ fn follow_mode_streams_new_records_into_a_sink_until_stopped() {
     want.sort();
     assert_eq!(got, want, "every record once: no gap, no duplicate");
 }
+
+/// The secure listeners of the test broker (`scripts/kafka.sh start --secure`): the SASL_SSL
+/// address, the CA, the SCRAM user and password.
+fn secure() -> Option<(String, String, String, String)> {
+    let var = |n: &str| std::env::var(n).ok();
+    match (
+        var("WEIR_KAFKA_SASL_SSL"),
+        var("WEIR_KAFKA_CA"),
+        var("WEIR_KAFKA_SASL_USER"),
+        var("WEIR_KAFKA_SASL_PASSWORD"),
+    ) {
+        (Some(a), Some(ca), Some(u), Some(p)) => Some((a, ca, u, p)),
+        _ => {
+            eprintln!("NOTICE: secure kafka engine test skipped: WEIR_KAFKA_SASL_SSL is not set (scripts/test.sh sets it)");
+            None
+        }
+    }
+}
+
+#[test]
+fn sources_gen_and_produce_reach_a_sasl_ssl_listener_without_a_secret_in_the_sql() {
+    let Some((addr, ca, user, password)) = secure() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let topic = topic("weir-secure");
+    let url = format!("kafka://{addr}/{topic}");
+    // A Java properties file as Kafka's tools take it; the password comes from the
+    // environment, not from the file.
+    let config = dir.path().join("client.properties");
+    std::fs::write(
+        &config,
+        format!(
+            "# the broker's SASL_SSL listener\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n\
+             sasl.username={user}\nsasl.password=${{env:WEIR_TEST_KAFKA_PASSWORD}}\nssl.ca.location={ca}\n"
+        ),
+    )
+    .unwrap();
+    let weir = |args: &[&str], env_password: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .env("WEIR_TEST_KAFKA_PASSWORD", env_password)
+            .output()
+            .unwrap()
+    };
+    let ok = |o: std::process::Output| {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let schema = dir.path().join("s");
+    let kc = config.to_str().unwrap();
+    ok(weir(
+        &[
+            "gen",
+            "quotes",
+            "--count",
+            "2000",
+            "--to",
+            &url,
+            "--topic-partitions",
+            "2",
+            "--schema-dir",
+            schema.to_str().unwrap(),
+            "--kafka-config",
+            kc,
+        ],
+        &password,
+    ));
+    let file = dir.path().join("q.bin");
+    ok(weir(
+        &[
+            "gen",
+            "quotes",
+            "--count",
+            "300",
+            "--seed",
+            "4",
+            "--out",
+            file.to_str().unwrap(),
+        ],
+        &password,
+    ));
+    ok(weir(
+        &[
+            "produce",
+            "--input",
+            file.to_str().unwrap(),
+            "--to",
+            &url,
+            "--kafka-config",
+            kc,
+        ],
+        &password,
+    ));
+    // A SQL source with its own security options, the secret as a reference.
+    let sql = dir.path().join("k.sql");
+    let write_sql = |mechanism: &str| {
+        std::fs::write(
+            &sql,
+            format!(
+                "CREATE SOURCE k (ticker VARCHAR) WITH ('connector' = 'kafka', 'brokers' = '{addr}', \
+                 'topic' = '{topic}', 'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', \
+                 'location' = '{}', 'security.protocol' = 'SASL_SSL', 'sasl.mechanism' = '{mechanism}', \
+                 'sasl.username' = '{user}', 'sasl.password' = '${{env:WEIR_TEST_KAFKA_PASSWORD}}', \
+                 'ssl.ca.location' = '{ca}');\nSELECT count(*) AS n FROM k;",
+                schema.join("stocks.pb").display()
+            ),
+        )
+        .unwrap()
+    };
+    write_sql("SCRAM-SHA-256");
+    let out = dir.path().join("n.jsonl");
+    let run = |password: &str| {
+        weir(
+            &[
+                "run",
+                "--quiet",
+                sql.to_str().unwrap(),
+                "--output",
+                out.to_str().unwrap(),
+            ],
+            password,
+        )
+    };
+    ok(run(&password));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().trim(),
+        "{\"n\":2300}"
+    );
+    // --kafka-config gives the defaults of every source: the same query without the options.
+    std::fs::write(
+        &sql,
+        format!(
+            "CREATE SOURCE k (ticker VARCHAR) WITH ('connector' = 'kafka', 'brokers' = '{addr}', \
+             'topic' = '{topic}', 'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', \
+             'location' = '{}');\nSELECT count(*) AS n FROM k;",
+            schema.join("stocks.pb").display()
+        ),
+    )
+    .unwrap();
+    ok(weir(
+        &[
+            "run",
+            "--quiet",
+            sql.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--kafka-config",
+            kc,
+        ],
+        &password,
+    ));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().trim(),
+        "{\"n\":2300}"
+    );
+    // A wrong password: one line naming the user, the mechanism and the broker, never the
+    // password itself.
+    write_sql("SCRAM-SHA-256");
+    let wrong = "not-the-password-4711";
+    let o = run(wrong);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("authentication failed")
+            && err.contains(&user)
+            && err.contains("SCRAM-SHA-256")
+            && err.contains(&addr),
+        "{err}"
+    );
+    assert!(!err.contains(wrong), "the password leaked: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // An unset variable is named, with the option that refers to it.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "--quiet", sql.to_str().unwrap()])
+        .env_remove("WEIR_TEST_KAFKA_PASSWORD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("'sasl.password'") && err.contains("WEIR_TEST_KAFKA_PASSWORD"),
+        "{err}"
+    );
+}
