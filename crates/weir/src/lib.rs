@@ -23,6 +23,7 @@
 //! `pipeline` (read -> decode -> dedup -> step files -> commit), `sink` (writers and their
 //! options), `sql` (weir's statements), `output` (where `SELECT` rows go).
 
+mod continuous;
 mod encode;
 mod engine;
 mod error;

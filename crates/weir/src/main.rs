@@ -163,6 +163,12 @@ enum GenWhat {
         /// (ticker, sequence_number), as producer retries would; for dedup.
         #[arg(long, default_value_t = 0.0)]
         duplicates: f64,
+        /// Event time of the first quote (RFC 3339) [default: 2026-03-02T14:30:00Z].
+        #[arg(long)]
+        start: Option<String>,
+        /// Quotes per second of event time, on average [default: 1000000].
+        #[arg(long)]
+        per_second: Option<u64>,
         /// Kafka client properties (a Java properties file with librdkafka's names:
         /// security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...), as Kafka's
         /// own tools take --command-config; values may be ${env:NAME} or ${file:PATH}.
@@ -245,6 +251,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     schema_dir,
                     duplicates,
                     kafka_config,
+                    start,
+                    per_second,
                 },
         } => cli::gen::quotes(cli::gen::QuoteArgs {
             count,
@@ -258,6 +266,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             schema_dir,
             duplicates,
             kafka_config,
+            start,
+            per_second,
         }),
         Command::Decode {
             location,

@@ -101,9 +101,22 @@ pub struct CreateSource {
     pub infer_rest: bool,
     /// Metadata columns.
     pub includes: Vec<IncludeDecl>,
+    /// `WATERMARK FOR column AS column [- INTERVAL '...']`, if declared.
+    pub watermark: Option<WatermarkDecl>,
     /// The `WITH` options, in order.
     pub options: Vec<(String, String)>,
     /// Where the statement starts.
+    pub position: Location,
+}
+
+/// `WATERMARK FOR column AS column - delay` in a source's column list (RisingWave's syntax).
+#[derive(Debug, Clone)]
+pub struct WatermarkDecl {
+    /// The event-time column.
+    pub column: String,
+    /// The delay expression (an interval), when the watermark trails the column by one.
+    pub delay: Option<String>,
+    /// Where it was written.
     pub position: Location,
 }
 
@@ -208,12 +221,38 @@ fn ident_name(id: &Ident) -> String {
     }
 }
 
+/// Removes `EMIT ON WINDOW CLOSE` (RisingWave's clause for what weir always does: a window's rows
+/// are emitted once, when the watermark passes its end).
+fn strip_emit_on_window_close(tokens: &mut Vec<TokenWithSpan>) {
+    const CLAUSE: [&str; 4] = ["emit", "on", "window", "close"];
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_blank(&tokens[i].token))
+        .collect();
+    let found = solid.windows(4).find(|w| {
+        w.iter()
+            .zip(CLAUSE)
+            .all(|(&i, c)| is_word(&tokens[i].token, c))
+    });
+    if let Some(w) = found {
+        let (first, last) = (w[0], w[3]);
+        tokens.drain(first..=last);
+    }
+}
+
 fn parse_statement(
     script: &str,
     index: &LineIndex,
-    tokens: Vec<TokenWithSpan>,
+    mut tokens: Vec<TokenWithSpan>,
 ) -> Result<Statement, SqlError> {
+    strip_emit_on_window_close(&mut tokens);
     let solid: Vec<&TokenWithSpan> = tokens.iter().filter(|t| !is_blank(&t.token)).collect();
+    if solid.is_empty() {
+        return Err(SqlError {
+            line: 1,
+            column: 1,
+            message: "EMIT ON WINDOW CLOSE needs a query before it".into(),
+        });
+    }
     let start = solid[0].span.start;
     let kw = |i: usize, text: &str| solid.get(i).is_some_and(|t| is_word(&t.token, text));
     let whole = || index.text(script, start, solid[solid.len() - 1].span.end);
@@ -252,6 +291,7 @@ fn parse_create_source(p: &mut Parser<'_>, position: Location) -> Result<CreateS
     let name = ident_name(&p.parse_identifier().map_err(err)?);
     let mut columns = Vec::new();
     let mut infer_rest = true;
+    let mut watermark = None;
     if p.consume_token(&Token::LParen) {
         infer_rest = false;
         loop {
@@ -272,6 +312,23 @@ fn parse_create_source(p: &mut Parser<'_>, position: Location) -> Result<CreateS
                     ));
                 }
                 break;
+            }
+            if is_word(&t.token, "watermark") && is_word(&p.peek_nth_token(1).token, "for") {
+                let decl = parse_watermark(p, position)?;
+                if watermark.replace(decl).is_some() {
+                    return Err(SqlError::at(t.span.start, "a source has one WATERMARK"));
+                }
+                let t = p.next_token();
+                match t.token {
+                    Token::Comma => continue,
+                    Token::RParen => break,
+                    other => {
+                        return Err(SqlError::at(
+                            t.span.start,
+                            format!("expected ',' or ')' after the WATERMARK, found {other}"),
+                        ))
+                    }
+                }
             }
             let ident = p.parse_identifier().map_err(err)?;
             let sql_type = p.parse_data_type().map_err(err)?;
@@ -319,8 +376,50 @@ fn parse_create_source(p: &mut Parser<'_>, position: Location) -> Result<CreateS
         columns,
         infer_rest,
         includes,
+        watermark,
         options,
         position,
+    })
+}
+
+/// `WATERMARK FOR col AS col [- interval]`, the parser at `WATERMARK`.
+fn parse_watermark(p: &mut Parser<'_>, position: Location) -> Result<WatermarkDecl, SqlError> {
+    use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr};
+    let err = |e: ParserError| SqlError::from_parser(e, position);
+    let at = p.next_token().span.start; // WATERMARK
+    p.next_token(); // FOR
+    let column = ident_name(&p.parse_identifier().map_err(err)?);
+    if !p.parse_keyword(Keyword::AS) {
+        return Err(SqlError::at(
+            p.peek_token().span.start,
+            format!("expected AS after WATERMARK FOR {column}"),
+        ));
+    }
+    let expr = p.parse_expr().map_err(err)?;
+    let names = |e: &Expr| match e {
+        Expr::Identifier(id) => Some(ident_name(id)),
+        _ => None,
+    };
+    let delay = match &expr {
+        e if names(e).as_deref() == Some(column.as_str()) => None,
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Minus,
+            right,
+        } if names(left).as_deref() == Some(column.as_str()) => Some(right.to_string()),
+        other => {
+            return Err(SqlError::at(
+                at,
+                format!(
+                    "WATERMARK FOR {column} AS {other}: write {column} or {column} - INTERVAL '5 seconds'"
+                ),
+            ))
+        }
+    };
+    Ok(WatermarkDecl {
+        column,
+        delay,
+        position: at,
     })
 }
 
@@ -605,6 +704,48 @@ insert into u select * from s;";
         };
         assert_eq!(target, "u");
         assert_eq!(query.text, "select * from s");
+    }
+
+    #[test]
+    fn watermarks_and_emit_on_window_close() {
+        let sql = "CREATE SOURCE q (ticker VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5 seconds', bid DOUBLE) WITH ('connector' = 'file');
+SELECT window_start, count(*) FROM TUMBLE(q, ts, INTERVAL '1 minute') GROUP BY window_start, window_end EMIT ON WINDOW CLOSE;
+CREATE SINK s FROM (SELECT * FROM q) EMIT ON WINDOW CLOSE WITH ('connector' = 'stdout');";
+        let stmts = parse_script(sql).unwrap();
+        let Statement::CreateSource(s) = &stmts[0] else {
+            panic!()
+        };
+        let names: Vec<_> = s.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["ticker", "ts", "bid"]);
+        let w = s.watermark.as_ref().unwrap();
+        assert_eq!(
+            (w.column.as_str(), w.delay.as_deref()),
+            ("ts", Some("INTERVAL '5 seconds'"))
+        );
+        let Statement::Other(q) = &stmts[1] else {
+            panic!()
+        };
+        assert!(
+            q.text.ends_with("GROUP BY window_start, window_end"),
+            "{}",
+            q.text
+        );
+        let Statement::CreateSink(k) = &stmts[2] else {
+            panic!()
+        };
+        assert_eq!(k.from.as_ref().unwrap().text, "(SELECT * FROM q)");
+        let e = parse_script(
+            "CREATE SOURCE q (ts TIMESTAMP, WATERMARK FOR ts AS now()) WITH ('a'='b')",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("ts - INTERVAL"), "{e}");
+        let plain =
+            parse_script("CREATE SOURCE q (ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH ('a'='b')")
+                .unwrap();
+        let Statement::CreateSource(s) = &plain[0] else {
+            panic!()
+        };
+        assert!(s.watermark.as_ref().unwrap().delay.is_none());
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub(crate) struct QuoteArgs {
     pub(crate) schema_dir: Option<PathBuf>,
     pub(crate) duplicates: f64,
     pub(crate) kafka_config: Option<PathBuf>,
+    pub(crate) start: Option<String>,
+    pub(crate) per_second: Option<u64>,
 }
 
 pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
@@ -30,6 +32,22 @@ pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
         );
     }
     let mut generator = QuoteGenerator::new(a.seed).with_duplicates(a.duplicates);
+    if a.start.is_some() || a.per_second.is_some() {
+        let start = match &a.start {
+            Some(s) => {
+                arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s).map_err(|e| {
+                    anyhow::anyhow!("--start {s}: {e}; write for example 2026-03-02T14:30:00Z")
+                })?
+            }
+            None => weir_testdata::quotes::DEFAULT_START,
+        };
+        let per_second = a.per_second.unwrap_or(1_000_000);
+        if per_second == 0 {
+            bail!("--per-second 0: give at least 1");
+        }
+        // Gaps drawn uniformly from 1 to 2 x the mean.
+        generator = generator.with_event_time(start, (2_000_000_000 / per_second).max(1));
+    }
     let (format, default_framing) = if a.protobuf {
         (QuoteFormat::Protobuf, Framing::Varint)
     } else {

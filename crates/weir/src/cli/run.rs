@@ -115,6 +115,14 @@ fn report(engine: &Engine, started: Instant) {
             secs,
             count((s.messages as f64 / secs.max(1e-9)) as u64)
         );
+        if s.late > 0 || s.windows_dropped > 0 {
+            eprintln!(
+                "source {}: {} late rows dropped behind the watermark, {} open windows dropped at the stop (a source without 'state.dir' keeps none)",
+                s.name,
+                count(s.late),
+                count(s.windows_dropped)
+            );
+        }
     }
     for (name, st) in engine.state_reports() {
         eprintln!("source {name}, state:");

@@ -235,7 +235,7 @@ impl Engine {
             .ok_or_else(|| StatementError::Invalid(format!("no sink named '{sink}'")))?;
         let df = self.ctx.sql(&query.padded).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let mut stream = df.execute_stream().await?;
+        let mut stream = self.execute(df).await?;
         let follow = self.options.follow;
         let name = sink.to_string();
         let pipeline = async move {

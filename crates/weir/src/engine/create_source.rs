@@ -15,13 +15,14 @@ use weir_codec::{
 use super::Engine;
 use crate::error::{df_message, SourceError, SourceErrorKind, StatementError};
 use crate::pipeline::state::{StateSpec, STATE_OPTIONS};
+use crate::pipeline::window::WatermarkSpec;
 use crate::source::file::{FileSettings, FILE_OPTIONS};
 use crate::source::kafka::{consumer_config, KAFKA_OPTIONS, KAFKA_SECURITY_OPTIONS};
 use crate::source::meta::MetaKind;
 use crate::source::table::SourceTable;
 use crate::source::{
     Connector, SourceDefinition, SourceParts, SourceSettings, CONNECTOR, ENCODING, FIELDS,
-    SOURCE_OPTIONS, TIMESTAMP_UNIT,
+    SCAN_BOUNDED, SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
 };
 use crate::sql::{ColumnDecl, CreateSource};
 
@@ -109,11 +110,16 @@ impl Engine {
             settings,
             prepared,
             includes,
-            follow: self.options.follow,
+            follow: self.options.follow
+                && !options.flag(&SCAN_BOUNDED).map_err(|e| fail(e.into()))?,
             stop: Arc::clone(&self.stop),
             bad_message_hint: self.options.bad_message_hint,
         });
         definition.state = StateSpec::parse(&name, &options, &definition.schema)?;
+        definition.watermark = self
+            .watermark(&s, &options, &definition.schema)
+            .await
+            .map_err(|e| fail(SourceErrorKind::Columns(e)))?;
         let definition = Arc::new(definition);
         let partitions = self.ctx.state().config().target_partitions();
         self.ctx.register_table(
@@ -197,6 +203,91 @@ impl Engine {
             }
         }
         Ok(columns)
+    }
+
+    /// The source's watermark: `WATERMARK FOR col AS col - INTERVAL '...'` over a `TIMESTAMP`
+    /// column, and `'watermark.idle.timeout'`.
+    async fn watermark(
+        &self,
+        s: &CreateSource,
+        options: &Options,
+        schema: &arrow::datatypes::Schema,
+    ) -> Result<Option<WatermarkSpec>, String> {
+        let idle = options
+            .require(&WATERMARK_IDLE_TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        let idle_timeout = weir_dedup::parse_duration(idle)
+            .map_err(|e| format!("option 'watermark.idle.timeout': {e}"))?;
+        let Some(w) = &s.watermark else {
+            if options.given(&WATERMARK_IDLE_TIMEOUT).is_some() {
+                return Err("'watermark.idle.timeout' needs a WATERMARK in the column list".into());
+            }
+            return Ok(None);
+        };
+        let at = format!(
+            "WATERMARK (line {}, column {})",
+            w.position.line, w.position.column
+        );
+        let column = schema
+            .index_of(&w.column)
+            .map_err(|_| format!("{at}: there is no column '{}'", w.column))?;
+        let DataType::Timestamp(unit, _) = schema.field(column).data_type() else {
+            return Err(format!(
+                "{at}: column {} is {}, not a TIMESTAMP",
+                w.column,
+                schema.field(column).data_type()
+            ));
+        };
+        let delay = match &w.delay {
+            None => 0,
+            Some(expr) => {
+                let plan = self
+                    .ctx
+                    .state()
+                    .create_logical_plan(&format!("SELECT {expr}"))
+                    .await
+                    .map_err(|e| format!("{at}: {}", df_message(&e)))?;
+                let value = match &plan {
+                    datafusion::logical_expr::LogicalPlan::Projection(p) => match p.expr.first() {
+                        Some(datafusion::logical_expr::Expr::Literal(v, _)) => Some(v.clone()),
+                        Some(datafusion::logical_expr::Expr::Alias(a)) => match a.expr.as_ref() {
+                            datafusion::logical_expr::Expr::Literal(v, _) => Some(v.clone()),
+                            _ => None,
+                        },
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let nanos = match value {
+                    Some(datafusion::common::ScalarValue::IntervalMonthDayNano(Some(i)))
+                        if i.months == 0 =>
+                    {
+                        i128::from(i.days) * 86_400_000_000_000 + i128::from(i.nanoseconds)
+                    }
+                    Some(datafusion::common::ScalarValue::IntervalDayTime(Some(i))) => {
+                        i128::from(i.days) * 86_400_000_000_000
+                            + i128::from(i.milliseconds) * 1_000_000
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{at}: the delay {expr} is not an interval of fixed length (write \
+                             INTERVAL '5 seconds')"
+                        ))
+                    }
+                };
+                if nanos < 0 {
+                    return Err(format!("{at}: the delay {expr} is negative"));
+                }
+                crate::pipeline::window::in_unit(nanos, *unit)
+            }
+        };
+        Ok(Some(WatermarkSpec {
+            column,
+            name: w.column.clone(),
+            unit: *unit,
+            delay,
+            idle_timeout,
+        }))
     }
 
     /// A declared column's Arrow type: DataFusion's own SQL-to-Arrow mapping, so a column type

@@ -108,11 +108,19 @@ impl Engine {
         }
         // weir's decoders produce Utf8; keep SQL string types on Utf8 to match.
         config.options_mut().sql_parser.map_string_types_to_utf8view = false;
+        let ctx = SessionContext::new_with_config(config);
+        let sources: Arc<Mutex<Vec<Arc<SourceDefinition>>>> = Arc::default();
+        let partitions = ctx.state().config().target_partitions();
+        for (name, function) in crate::continuous::tvf::WindowFunction::all(&sources, partitions) {
+            // DataFusion looks table functions up by the name as written.
+            ctx.register_udtf(name, Arc::clone(&function) as _);
+            ctx.register_udtf(&name.to_uppercase(), function);
+        }
         Self {
-            ctx: SessionContext::new_with_config(config),
+            ctx,
             options,
             encodings: Encodings::builtin(),
-            sources: Arc::default(),
+            sources,
             sinks: Mutex::default(),
             pipelines: Mutex::default(),
             stop: Arc::default(),
@@ -185,7 +193,7 @@ impl Engine {
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::EmptyRelation(_)
         );
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let mut stream = df.execute_stream().await?;
+        let mut stream = self.execute(df).await?;
         let sink_err = |source: crate::sink::SinkError| StatementError::Sink {
             sink: "the query's output".into(),
             source: Box::new(source),
@@ -212,6 +220,21 @@ impl Engine {
             Some(e) => Err(e.into()),
             None => Ok(()),
         }
+    }
+
+    /// Executes a query: DataFusion's physical plan with its continuous parts (windows over
+    /// sources) folded into weir's own node.
+    pub(super) async fn execute(
+        &self,
+        df: datafusion::dataframe::DataFrame,
+    ) -> Result<datafusion::execution::SendableRecordBatchStream, StatementError> {
+        let plan = crate::continuous::physical_plan(df, self.options.follow)
+            .await
+            .map_err(continuous_error)?;
+        Ok(datafusion::physical_plan::execute_stream(
+            plan,
+            self.ctx.task_ctx(),
+        )?)
     }
 
     /// Runs a sink pipeline now, or in follow mode in the background (see [`Engine::wait`]).
@@ -283,5 +306,15 @@ impl Engine {
         let mut rows = CollectRows::default();
         self.run_script(sql, &mut rows).await?;
         Ok(rows.into_batches())
+    }
+}
+
+/// A refusal to run a query continuously is one line of its own; other errors keep their kind.
+fn continuous_error(e: datafusion::error::DataFusionError) -> StatementError {
+    match e {
+        datafusion::error::DataFusionError::Plan(why) if !why.is_empty() => {
+            StatementError::NotContinuous(why)
+        }
+        other => other.into(),
     }
 }

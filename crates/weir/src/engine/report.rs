@@ -23,6 +23,10 @@ pub struct SourceReport {
     pub skipped: u64,
     /// Bad messages dead-lettered.
     pub dead_lettered: u64,
+    /// Rows behind the watermark, dropped before their window.
+    pub late: u64,
+    /// Windows still open when a run without state stopped.
+    pub windows_dropped: u64,
 }
 
 /// What one sink wrote during a run.
@@ -56,6 +60,8 @@ impl SourceStatsHandle {
                     decoded: s.decoded.load(Ordering::Relaxed),
                     skipped: s.skipped.load(Ordering::Relaxed),
                     dead_lettered: s.dead_lettered.load(Ordering::Relaxed),
+                    late: s.late.load(Ordering::Relaxed),
+                    windows_dropped: s.windows_dropped.load(Ordering::Relaxed),
                 }
             })
             .collect()

@@ -11,6 +11,7 @@
 //! - [`steps`]: exactly-once output, and the clean-up of what a crash left.
 //! - [`scan`]: the scans DataFusion runs (stateless in parallel, or one reader with state).
 //! - [`threads`]: putting a reader on a thread of its own.
+//! - [`window`]: event time, windows and their aggregation, for continuous queries.
 //!
 //! The engine only wires these together: it never reads a message itself.
 
@@ -20,3 +21,4 @@ pub(crate) mod scan;
 pub(crate) mod state;
 pub(crate) mod steps;
 pub(crate) mod threads;
+pub(crate) mod window;

@@ -39,6 +39,19 @@ pub(crate) trait PositionedReader: Send {
 
     /// How long to wait after [`Next::Idle`] before asking again.
     fn idle_wait(&self) -> Duration;
+
+    /// The channel of the last batch: what keeps its own event-time order (a Kafka
+    /// partition; a file reader is one channel, 0).
+    fn channel(&self) -> usize {
+        0
+    }
+
+    /// The channels that hold the watermark back before their first row (a Kafka partition
+    /// may be slow to deliver). A file reader has none: the feed hands blocks out in file
+    /// order, so a reader still waiting for its first block holds nothing back.
+    fn channels(&self) -> Vec<usize> {
+        Vec::new()
+    }
 }
 
 /// The checkpoint key prefix of a file's position.
@@ -238,9 +251,16 @@ pub(crate) struct KafkaReader {
     next: Vec<i64>,
     /// As of the last batch returned.
     current: Vec<i64>,
-    ready: VecDeque<(RecordBatch, Vec<i64>)>,
+    /// Batches ready, with the positions as of their last row and their partition.
+    ready: VecDeque<(RecordBatch, Vec<i64>, usize)>,
     ended: bool,
     failed: Option<SourceError>,
+    /// Whether every batch holds one partition's records only (event time is tracked per
+    /// partition), and the partition of the rows being decoded.
+    split: bool,
+    partition: usize,
+    /// The partition of the last batch returned.
+    channel: usize,
 }
 
 impl KafkaReader {
@@ -275,12 +295,21 @@ impl KafkaReader {
             ready: VecDeque::new(),
             ended: false,
             failed: None,
+            split: false,
+            partition: 0,
+            channel: 0,
         })
+    }
+
+    /// Makes every batch hold the records of one partition only.
+    pub(crate) fn split_by_partition(mut self) -> Self {
+        self.split = true;
+        self
     }
 
     fn finish(&mut self) -> Result<(), SourceError> {
         if let Some(b) = self.decoder.flush()? {
-            self.ready.push_back((b, self.next.clone()));
+            self.ready.push_back((b, self.next.clone(), self.partition));
         }
         self.ended = true;
         Ok(())
@@ -298,8 +327,9 @@ fn set_next(next: &mut Vec<i64>, partition: i32, offset: i64) {
 impl PositionedReader for KafkaReader {
     fn next(&mut self) -> Result<Next, SourceError> {
         loop {
-            if let Some((b, pos)) = self.ready.pop_front() {
+            if let Some((b, pos, channel)) = self.ready.pop_front() {
                 self.current = pos;
+                self.channel = channel;
                 return Ok(Next::Batch(b));
             }
             if let Some(e) = self.failed.take() {
@@ -319,9 +349,23 @@ impl PositionedReader for KafkaReader {
                 next,
                 ready,
                 failed,
+                split,
+                partition,
                 ..
             } = self;
             let status = consumer.poll(Duration::from_millis(200), |rec: &Record<'_>| {
+                let p = rec.partition.max(0) as usize;
+                if *split && p != *partition {
+                    match decoder.flush() {
+                        Ok(Some(batch)) => ready.push_back((batch, next.clone(), *partition)),
+                        Ok(None) => {}
+                        Err(e) => {
+                            *failed = Some(e);
+                            return Err("the source failed");
+                        }
+                    }
+                    *partition = p;
+                }
                 if let Err(e) = decoder.record(rec) {
                     // The rows before the bad record go out first, positioned at it.
                     set_next(next, rec.partition, rec.offset);
@@ -331,7 +375,7 @@ impl PositionedReader for KafkaReader {
                 set_next(next, rec.partition, rec.offset + 1);
                 if decoder.full() {
                     match decoder.flush() {
-                        Ok(Some(batch)) => ready.push_back((batch, next.clone())),
+                        Ok(Some(batch)) => ready.push_back((batch, next.clone(), *partition)),
                         Ok(None) => {}
                         Err(e) => {
                             *failed = Some(e);
@@ -343,7 +387,7 @@ impl PositionedReader for KafkaReader {
             });
             if self.failed.is_some() {
                 if let Some(b) = self.decoder.flush()? {
-                    self.ready.push_back((b, self.next.clone()));
+                    self.ready.push_back((b, self.next.clone(), self.partition));
                 }
                 continue;
             }
@@ -352,7 +396,7 @@ impl PositionedReader for KafkaReader {
                 PollStatus::Records(_) => {}
                 // A quiet topic: hand over what is buffered rather than keep it back.
                 PollStatus::Idle => match self.decoder.flush()? {
-                    Some(b) => self.ready.push_back((b, self.next.clone())),
+                    Some(b) => self.ready.push_back((b, self.next.clone(), self.partition)),
                     None => {
                         self.current = self.next.clone();
                         return Ok(Next::Idle);
@@ -375,5 +419,17 @@ impl PositionedReader for KafkaReader {
     fn idle_wait(&self) -> Duration {
         // The poll itself waited for records.
         Duration::ZERO
+    }
+
+    fn channel(&self) -> usize {
+        self.channel
+    }
+
+    fn channels(&self) -> Vec<usize> {
+        self.consumer
+            .partitions()
+            .into_iter()
+            .map(|p| p.max(0) as usize)
+            .collect()
     }
 }

@@ -20,6 +20,7 @@ use self::dead_letter::DeadLetterFile;
 use self::meta::MetaKind;
 use crate::error::{SourceError, SourceErrorKind};
 use crate::pipeline::state::StateSpec;
+use crate::pipeline::window::WatermarkSpec;
 
 /// The options of every source, whatever its connector and encoding.
 pub(crate) const SOURCE_OPTIONS: &[OptionSpec] = &[
@@ -30,6 +31,8 @@ pub(crate) const SOURCE_OPTIONS: &[OptionSpec] = &[
     CONFLUENT_WIRE,
     TIMESTAMP_UNIT,
     FIELDS,
+    SCAN_BOUNDED,
+    WATERMARK_IDLE_TIMEOUT,
 ];
 
 pub(crate) const CONNECTOR: OptionSpec = OptionSpec::new(
@@ -74,6 +77,21 @@ pub(crate) const FIELDS: OptionSpec = OptionSpec::new(
     OptionKind::Text,
     "bind a column to a field path (protobuf) or key path (json) explicitly: `path.to.field`",
 );
+
+pub(crate) const SCAN_BOUNDED: OptionSpec = OptionSpec::new(
+    "scan.bounded",
+    OptionKind::Bool,
+    "read to the end as of when the scan begins even with `--follow`: a static table to join \
+     a stream with",
+)
+.default_value("false");
+pub(crate) const WATERMARK_IDLE_TIMEOUT: OptionSpec = OptionSpec::new(
+    "watermark.idle.timeout",
+    OptionKind::Duration,
+    "with a `WATERMARK`: a partition (or file reader) with no data for this long stops holding \
+     the watermark back",
+)
+.default_value("30s");
 
 /// What to do with a message that cannot be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +179,10 @@ pub(crate) struct SourceStats {
     pub(crate) skipped: AtomicU64,
     /// Bad messages written to the dead-letter file.
     pub(crate) dead_lettered: AtomicU64,
+    /// Rows behind the watermark, dropped before their window.
+    pub(crate) late: AtomicU64,
+    /// Windows still open when a run without state stopped (their rows are in no output).
+    pub(crate) windows_dropped: AtomicU64,
 }
 
 /// The connector of a source.
@@ -209,6 +231,8 @@ pub(crate) struct SourceDefinition {
     pub(crate) stats: Arc<SourceStats>,
     /// Dedup and checkpoints (`'state.dir'`), if set.
     pub(crate) state: Option<StateSpec>,
+    /// The event-time column and its watermark (`WATERMARK FOR`), if declared.
+    pub(crate) watermark: Option<WatermarkSpec>,
     /// What a bad-message error tells the user to do (it depends on the command run).
     pub(crate) bad_message_hint: &'static str,
 }
@@ -226,7 +250,7 @@ pub(crate) struct SourceParts {
 }
 
 impl SourceDefinition {
-    /// A definition; the state settings are added once the schema is known.
+    /// A definition; the state and watermark settings are added once the schema is known.
     pub(crate) fn new(parts: SourceParts) -> Self {
         let decoded = parts.prepared.schema();
         let mut fields: Vec<Field> = decoded
@@ -249,6 +273,7 @@ impl SourceDefinition {
             stop: parts.stop,
             stats: Arc::default(),
             state: None,
+            watermark: None,
             bad_message_hint: parts.bad_message_hint,
         }
     }

@@ -23,6 +23,11 @@ pub(crate) struct SourceTable {
 }
 
 impl SourceTable {
+    /// True when a scan of it never ends (follow mode).
+    pub(crate) fn unbounded(&self) -> bool {
+        self.source.follow
+    }
+
     /// A table over `source`, scanned by `partitions` readers in parallel.
     pub(crate) fn new(source: Arc<SourceDefinition>, partitions: usize) -> Self {
         Self {

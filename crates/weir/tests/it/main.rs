@@ -10,3 +10,4 @@ mod engine;
 mod kafka;
 mod readme;
 mod state;
+mod windows;

@@ -1,0 +1,87 @@
+//! Event time and windows: the state a continuous query keeps between batches.
+//!
+//! - [`time`]: a source's watermark (`WATERMARK FOR ts AS ts - delay`), tracked per channel (a
+//!   Kafka partition, or a reader of the file connector), idle channels, and late rows.
+//! - [`assign`]: `TUMBLE` and `HOP` give each row its windows (`window_start`, `window_end`).
+//! - [`ops`]: the stateless steps around an aggregation (filters, projections, joins with a
+//!   static table), evaluated with DataFusion's own physical expressions.
+//! - [`aggregate`]: windowed aggregation with DataFusion's accumulators: partial state per
+//!   reader, merged per window, emitted once when the watermark passes the window's end, and
+//!   snapshotted (as Arrow IPC) for exactly-once checkpoints.
+//! - [`session`]: `SESSION` windows per group key, merged as rows bridge them.
+//! - [`query`]: a compiled continuous query, and the worker and merge loops that run it.
+
+pub(crate) mod aggregate;
+pub(crate) mod assign;
+pub(crate) mod join;
+pub(crate) mod ops;
+pub(crate) mod query;
+pub(crate) mod session;
+pub(crate) mod time;
+
+use std::time::Duration;
+
+use arrow::datatypes::TimeUnit;
+
+/// A source's event-time column and how far its watermark trails the largest time seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WatermarkSpec {
+    /// The column's index in the source's table.
+    pub(crate) column: usize,
+    /// The column's name.
+    pub(crate) name: String,
+    /// The column's unit: every time below is in it.
+    pub(crate) unit: TimeUnit,
+    /// The watermark is the largest event time seen minus this.
+    pub(crate) delay: i64,
+    /// A channel with no data for this long stops holding the watermark back.
+    pub(crate) idle_timeout: Duration,
+}
+
+/// The window a table function gives each row, in the event-time column's unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WindowKind {
+    /// `TUMBLE(t, col, size [, offset])`: back-to-back windows of `size`.
+    Tumble {
+        /// The window's length.
+        size: i64,
+        /// Where windows are aligned (0: on the epoch).
+        offset: i64,
+    },
+    /// `HOP(t, col, slide, size [, offset])`: windows of `size` starting every `slide`.
+    Hop {
+        /// The distance between window starts.
+        slide: i64,
+        /// The window's length.
+        size: i64,
+        /// Where windows are aligned.
+        offset: i64,
+    },
+    /// `SESSION(t, col, gap)`: per group key, rows closer than `gap` share a window.
+    Session {
+        /// The largest gap inside a session.
+        gap: i64,
+    },
+}
+
+impl WindowKind {
+    /// The SQL function name.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Tumble { .. } => "TUMBLE",
+            Self::Hop { .. } => "HOP",
+            Self::Session { .. } => "SESSION",
+        }
+    }
+}
+
+/// A duration in `unit`, saturating.
+pub(crate) fn in_unit(nanos: i128, unit: TimeUnit) -> i64 {
+    let v = match unit {
+        TimeUnit::Second => nanos / 1_000_000_000,
+        TimeUnit::Millisecond => nanos / 1_000_000,
+        TimeUnit::Microsecond => nanos / 1_000,
+        TimeUnit::Nanosecond => nanos,
+    };
+    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}

@@ -1,0 +1,447 @@
+//! A continuous query, compiled, and the two loops that run it.
+//!
+//! ```text
+//! reader -> Worker (lateness, windows, stateless steps, partial aggregation)
+//!        -> Merge  (the source's watermark, merged windows emitted once, steps after)
+//! ```
+//!
+//! Without state, each reader runs a [`Worker`] on a thread of its own and one [`Merge`] takes
+//! their output (`crate::continuous::exec`). With state (exactly once), one thread runs a worker
+//! and the merge together, and a step's commit records the merge's windows, the worker's event
+//! times, the source positions and the step's file atomically (`crate::pipeline::steps`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::{cast, filter_record_batch};
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::error::{DataFusionError, Result};
+
+use super::aggregate::{AggregateStage, FinalWindows, PartialState, PartialWindows};
+use super::assign::assign;
+use super::ops::{apply_all, Op};
+use super::session::SessionWindows;
+use super::time::{EventTime, NONE};
+use super::{WatermarkSpec, WindowKind};
+use crate::source::SourceDefinition;
+
+/// A continuous query over one source, compiled from DataFusion's plan.
+pub(crate) struct ContinuousQuery {
+    /// The source.
+    pub(crate) source: Arc<SourceDefinition>,
+    /// The source's columns the query reads (the event-time column among them).
+    pub(crate) read: Vec<usize>,
+    /// The event-time column's index in `read`.
+    pub(crate) time_in_read: usize,
+    /// The event-time column's type (`window_start` and `window_end` have it too).
+    pub(crate) time_type: DataType,
+    /// How rows get their windows.
+    pub(crate) window: WindowKind,
+    /// The read columns, then `window_start` and `window_end`.
+    pub(crate) windowed: SchemaRef,
+    /// The columns of `windowed` the window table's scan gives (DataFusion's projection).
+    pub(crate) scan_projection: Vec<usize>,
+    /// The source's watermark; `None` when it declares none (a bounded run only).
+    pub(crate) watermark: Option<WatermarkSpec>,
+    /// The stateless steps before the aggregation (or all of them).
+    pub(crate) pre: Vec<Op>,
+    /// The windowed aggregation, if any.
+    pub(crate) aggregate: Option<Arc<AggregateStage>>,
+    /// The stateless steps after the aggregation.
+    pub(crate) post: Vec<Op>,
+    /// The query's output.
+    pub(crate) schema: SchemaRef,
+}
+
+impl ContinuousQuery {
+    fn session_gap(&self) -> Option<i64> {
+        match self.window {
+            WindowKind::Session { gap } => Some(gap),
+            _ => None,
+        }
+    }
+}
+
+/// What a worker hands the merge.
+pub(crate) enum Emit {
+    /// Rows after the stateless steps (no aggregation, or session windows, which are
+    /// aggregated by the merge).
+    Rows(RecordBatch),
+    /// A window's partial aggregate.
+    Partial(PartialState),
+}
+
+/// One reader's share of a continuous query.
+pub(crate) struct Worker {
+    query: Arc<ContinuousQuery>,
+    time: Option<EventTime>,
+    partial: Option<PartialWindows>,
+    /// Rows found late since the last [`Worker::take_late`].
+    late: u64,
+}
+
+impl Worker {
+    /// A worker for one reader.
+    pub(crate) fn new(query: &Arc<ContinuousQuery>) -> Self {
+        let partial = match (&query.aggregate, query.session_gap()) {
+            (Some(stage), None) => Some(PartialWindows::new(Arc::clone(stage))),
+            _ => None,
+        };
+        Self {
+            time: query
+                .watermark
+                .as_ref()
+                .map(|w| EventTime::new(w.delay, w.idle_timeout)),
+            query: Arc::clone(query),
+            partial,
+            late: 0,
+        }
+    }
+
+    /// Makes a channel known before its first row (it holds the watermark back until it
+    /// delivers or goes idle).
+    pub(crate) fn register(&mut self, channel: usize) {
+        if let Some(t) = &mut self.time {
+            t.register(channel);
+        }
+    }
+
+    /// Takes one batch of the read columns from `channel`; `floor` is the source's published
+    /// watermark. Pushes what goes to the merge.
+    pub(crate) fn batch(
+        &mut self,
+        batch: RecordBatch,
+        channel: usize,
+        floor: i64,
+        out: &mut Vec<Emit>,
+    ) -> Result<()> {
+        let q = Arc::clone(&self.query);
+        let mut times: ArrayRef = cast(batch.column(q.time_in_read), &DataType::Int64)?;
+        let mut batch = batch;
+        if let Some(t) = &mut self.time {
+            let seen = t.observe(channel, &times, floor);
+            if let Some(keep) = seen.keep {
+                self.late += seen.late as u64;
+                batch = filter_record_batch(&batch, &keep)?;
+                times = arrow::compute::filter(&times, &keep)?;
+            }
+        } else if times.null_count() > 0 {
+            // Without a watermark nothing is late, but a row without an event time has no window.
+            let keep = arrow::compute::is_not_null(&times)?;
+            self.late += times.null_count() as u64;
+            batch = filter_record_batch(&batch, &keep)?;
+            times = arrow::compute::filter(&times, &keep)?;
+        }
+        if batch.num_rows() > 0 {
+            let windowed = assign(q.window, &batch, &times, &q.time_type, &q.windowed)?;
+            let scanned = windowed.project(&q.scan_projection)?;
+            if let Some(rows) = apply_all(&q.pre, scanned)? {
+                match &mut self.partial {
+                    Some(p) => p.update(&rows)?,
+                    None => out.push(Emit::Rows(rows)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The reader's progress, after handing over the partial windows it has passed: the
+    /// windows ending at or before its watermark, or every window when it is idle (it holds
+    /// nothing back then). The merge must get the windows before the progress, which is
+    /// computed once here so that the two agree.
+    pub(crate) fn progress(&mut self, out: &mut Vec<Emit>) -> Result<Progress> {
+        let watermark = self.watermark();
+        if let Some(p) = &mut self.partial {
+            if !p.is_empty() {
+                out.extend(p.take_until(watermark)?.into_iter().map(Emit::Partial));
+            }
+        }
+        Ok(match watermark {
+            Some(w) => Progress::At(w),
+            None => Progress::Idle,
+        })
+    }
+
+    /// Hands over every partial window (the end of the input, or a step's commit).
+    pub(crate) fn flush_all(&mut self, out: &mut Vec<Emit>) -> Result<()> {
+        if let Some(p) = &mut self.partial {
+            if !p.is_empty() {
+                out.extend(p.take_until(None)?.into_iter().map(Emit::Partial));
+            }
+        }
+        Ok(())
+    }
+
+    /// The reader's watermark: `Some(NONE)` holds everything back, `None` is idle (holds
+    /// nothing back). Without a declared watermark it holds everything until the end.
+    fn watermark(&self) -> Option<i64> {
+        match &self.time {
+            Some(t) => t.watermark(Instant::now()),
+            None => Some(NONE),
+        }
+    }
+
+    /// Rows found late since the last call.
+    pub(crate) fn take_late(&mut self) -> u64 {
+        std::mem::take(&mut self.late)
+    }
+
+    /// The event times of the worker's channels (for a checkpoint).
+    pub(crate) fn maxima(&self) -> Vec<(usize, i64)> {
+        self.time
+            .as_ref()
+            .map(EventTime::maxima)
+            .unwrap_or_default()
+    }
+
+    /// Restores the event times of a checkpoint.
+    pub(crate) fn restore(&mut self, maxima: &[(usize, i64)]) {
+        if let Some(t) = &mut self.time {
+            t.restore(maxima);
+        }
+    }
+}
+
+/// The windows the merge keeps.
+enum Windows {
+    Fixed(FinalWindows),
+    Session(SessionWindows),
+}
+
+/// Where a reader is, as the merge sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// Its watermark.
+    At(i64),
+    /// All its channels are idle: it holds nothing back.
+    Idle,
+    /// It has read everything.
+    Done,
+}
+
+/// The merge: the source's watermark over its readers, the merged windows, the steps after.
+pub(crate) struct Merge {
+    query: Arc<ContinuousQuery>,
+    windows: Option<Windows>,
+    readers: Vec<Progress>,
+    watermark: i64,
+    /// Rows of windows that came after the window was emitted.
+    late: u64,
+}
+
+/// What a snapshot of a merge holds besides the windows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SnapshotHeader {
+    /// The source's watermark.
+    pub(crate) watermark: i64,
+    /// Windows ending at or before this were emitted.
+    pub(crate) closed_through: i64,
+    /// The readers' channels and their largest event times.
+    pub(crate) maxima: Vec<(usize, i64)>,
+    /// Open windows.
+    pub(crate) open_windows: usize,
+}
+
+impl Merge {
+    /// A merge over `readers` readers.
+    pub(crate) fn new(query: &Arc<ContinuousQuery>, readers: usize) -> Self {
+        let windows = query
+            .aggregate
+            .as_ref()
+            .map(|stage| match query.session_gap() {
+                Some(gap) => Windows::Session(SessionWindows::new(Arc::clone(stage), gap)),
+                None => Windows::Fixed(FinalWindows::new(Arc::clone(stage))),
+            });
+        Self {
+            query: Arc::clone(query),
+            windows,
+            readers: vec![Progress::At(NONE); readers],
+            watermark: NONE,
+            late: 0,
+        }
+    }
+
+    /// The source's watermark as published to the readers.
+    pub(crate) fn watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// Takes what a worker handed over; pushes output rows.
+    pub(crate) fn take(&mut self, e: Emit, out: &mut Vec<RecordBatch>) -> Result<()> {
+        match (e, &mut self.windows) {
+            (Emit::Partial(p), Some(Windows::Fixed(w))) => self.late += w.merge(p)?,
+            (Emit::Rows(rows), Some(Windows::Session(s))) => {
+                let start = self
+                    .query
+                    .aggregate
+                    .as_ref()
+                    .map_or(0, |stage| stage.start_col);
+                let times = cast(rows.column(start), &DataType::Int64)?;
+                s.update(&rows, &times)?;
+            }
+            (Emit::Rows(rows), None) => {
+                if let Some(r) = apply_all(&self.query.post, rows)? {
+                    out.push(r);
+                }
+            }
+            _ => {
+                return Err(DataFusionError::Internal(
+                    "a continuous query's worker and merge disagree on its windows".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a reader's progress, moves the watermark, and emits the windows it passed.
+    pub(crate) fn progress(
+        &mut self,
+        reader: usize,
+        p: Progress,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<()> {
+        if let Some(slot) = self.readers.get_mut(reader) {
+            if *slot != Progress::Done {
+                *slot = p;
+            }
+        }
+        let active = self.readers.iter().filter_map(|r| match r {
+            Progress::At(w) => Some(*w),
+            _ => None,
+        });
+        let Some(min) = active.min() else {
+            // Nobody holds the watermark: every reader is idle or done. Idle readers do not
+            // move it either (no data says nothing about time); the end closes what is left.
+            return Ok(());
+        };
+        if min > self.watermark {
+            self.watermark = min;
+            self.close(out)?;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
+        let batches = match &mut self.windows {
+            Some(Windows::Fixed(w)) => w.close_until(self.watermark)?,
+            Some(Windows::Session(s)) => s.close_until(self.watermark)?,
+            None => Vec::new(),
+        };
+        self.emit(batches, out)
+    }
+
+    fn emit(&mut self, batches: Vec<RecordBatch>, out: &mut Vec<RecordBatch>) -> Result<()> {
+        for b in batches {
+            if let Some(r) = apply_all(&self.query.post, b)? {
+                out.push(r);
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of every reader: a bounded input closes every window; a stop (follow mode)
+    /// without state drops the open ones and returns how many.
+    pub(crate) fn end(&mut self, bounded: bool, out: &mut Vec<RecordBatch>) -> Result<usize> {
+        if bounded {
+            self.watermark = i64::MAX;
+            self.close(out)?;
+            return Ok(0);
+        }
+        Ok(match &mut self.windows {
+            Some(Windows::Fixed(w)) => w.drop_open(),
+            Some(Windows::Session(s)) => s.drop_open(),
+            None => 0,
+        })
+    }
+
+    /// Rows found late here since the last call.
+    pub(crate) fn take_late(&mut self) -> u64 {
+        std::mem::take(&mut self.late)
+    }
+
+    /// Open windows now.
+    pub(crate) fn open_windows(&self) -> usize {
+        match &self.windows {
+            Some(Windows::Fixed(w)) => w.open_windows(),
+            Some(Windows::Session(s)) => s.open_windows(),
+            None => 0,
+        }
+    }
+
+    /// The merge's state for a checkpoint: a header (JSON: the watermark, what was emitted, the
+    /// readers' event times) and the open windows (Arrow IPC).
+    pub(crate) fn snapshot(&mut self, maxima: Vec<(usize, i64)>) -> Result<Vec<u8>> {
+        let (windows, closed) = match &mut self.windows {
+            Some(Windows::Fixed(w)) => (w.snapshot()?, w.closed_through()),
+            Some(Windows::Session(s)) => (s.snapshot()?, s.closed_through()),
+            None => (Vec::new(), NONE),
+        };
+        let header = SnapshotHeader {
+            watermark: self.watermark,
+            closed_through: closed,
+            maxima,
+            open_windows: self.open_windows(),
+        };
+        Ok(encode_snapshot(&header, &windows))
+    }
+
+    /// Restores [`Merge::snapshot`]'s bytes; returns the readers' event times.
+    pub(crate) fn restore(&mut self, bytes: &[u8]) -> Result<Vec<(usize, i64)>> {
+        if bytes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (header, windows) = decode_snapshot(bytes)?;
+        self.watermark = header.watermark;
+        match &mut self.windows {
+            Some(Windows::Fixed(w)) => w.restore(windows, header.closed_through)?,
+            Some(Windows::Session(s)) => s.restore(windows, header.closed_through)?,
+            None => {}
+        }
+        Ok(header.maxima)
+    }
+}
+
+/// `[u32 header length][header JSON][windows]`.
+fn encode_snapshot(header: &SnapshotHeader, windows: &[u8]) -> Vec<u8> {
+    let json = serde_json::json!({
+        "watermark": header.watermark,
+        "closed_through": header.closed_through,
+        "open_windows": header.open_windows,
+        "maxima": header.maxima.iter().map(|(c, m)| [*c as i64, *m]).collect::<Vec<_>>(),
+    })
+    .to_string();
+    let mut out = Vec::with_capacity(4 + json.len() + windows.len());
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(json.as_bytes());
+    out.extend_from_slice(windows);
+    out
+}
+
+/// The header and the window bytes of a snapshot.
+pub(crate) fn decode_snapshot(bytes: &[u8]) -> Result<(SnapshotHeader, &[u8])> {
+    let bad = || DataFusionError::Plan("the state directory's window state is damaged".into());
+    let len = bytes
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or_else(bad)?;
+    let json = bytes.get(4..4 + len).ok_or_else(bad)?;
+    let v: serde_json::Value = serde_json::from_slice(json).map_err(|_| bad())?;
+    let int = |k: &str| v[k].as_i64().ok_or_else(bad);
+    let maxima = v["maxima"]
+        .as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|p| Some((p[0].as_i64()? as usize, p[1].as_i64()?)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(bad)?;
+    Ok((
+        SnapshotHeader {
+            watermark: int("watermark")?,
+            closed_through: int("closed_through")?,
+            maxima,
+            open_windows: v["open_windows"].as_u64().unwrap_or(0) as usize,
+        },
+        &bytes[4 + len..],
+    ))
+}
