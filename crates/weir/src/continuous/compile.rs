@@ -25,6 +25,7 @@ use datafusion::physical_plan::aggregates::{aggregate_expressions, AggregateExec
 #[allow(deprecated)]
 use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::HashJoinExec;
@@ -380,7 +381,11 @@ fn fold(
     // The continuous node has one partition and no batching of its own to undo.
     #[allow(deprecated)]
     let batching = plan.is::<CoalesceBatchesExec>();
-    if batching || plan.is::<CoalescePartitionsExec>() || plan.is::<RepartitionExec>() {
+    if batching
+        || plan.is::<CoalescePartitionsExec>()
+        || plan.is::<RepartitionExec>()
+        || plan.is::<CooperativeExec>()
+    {
         return Ok(Some(q));
     }
     if let Some(a) = plan.downcast_ref::<AggregateExec>() {

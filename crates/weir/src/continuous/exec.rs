@@ -15,7 +15,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -45,7 +45,9 @@ impl ContinuousExec {
             // DataFusion plans the query as a bounded one; weir refuses, in follow mode, what
             // would wait for the end of its output (`super::compile`).
             Boundedness::Bounded,
-        );
+        )
+        // Its stream waits on a tokio channel, which takes part in tokio's task budget.
+        .with_scheduling_type(SchedulingType::Cooperative);
         Self {
             plan,
             properties: Arc::new(properties),

@@ -236,3 +236,253 @@ async fn late_rows_are_dropped_counted_and_the_rest_is_exact() {
     assert_eq!(bars(&rows), want);
     assert_eq!(e.source_reports()[0].late, 500);
 }
+
+/// Rows of a query as text lines, sorted (for comparing two queries' rows).
+fn lines(batches: &[RecordBatch]) -> Vec<String> {
+    let mut out: Vec<String> = arrow::util::pretty::pretty_format_batches(batches)
+        .unwrap()
+        .to_string()
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hop_windows_count_each_row_in_every_window_that_holds_it() {
+    let (_dir, data, pb) = fixture(6_000, 3, 1_000_000);
+    let e = engine(2);
+    let rows = e
+        .query(&format!(
+            "{}\nSELECT window_start, window_end, count(*) AS n FROM HOP(q, timestamp, INTERVAL '500 milliseconds', INTERVAL '2 seconds') \
+             GROUP BY window_start, window_end ORDER BY window_start;",
+            source(&data, &pb, "")
+        ))
+        .await
+        .unwrap();
+    let mut want: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut g = QuoteGenerator::new(3).with_event_time(START, 1_000_000);
+    for _ in 0..6_000 {
+        let t = g.next_quote().timestamp;
+        let mut s = t.div_euclid(500_000_000) * 500_000_000;
+        while s + 2_000_000_000 > t {
+            *want.entry(s).or_default() += 1;
+            s -= 500_000_000;
+        }
+    }
+    let mut got = BTreeMap::new();
+    for b in &rows {
+        let s = cast(b.column(0), &DataType::Int64).unwrap();
+        let e = cast(b.column(1), &DataType::Int64).unwrap();
+        let (s, e) = (s.as_primitive::<Int64Type>(), e.as_primitive::<Int64Type>());
+        let n = b.column(2).as_primitive::<Int64Type>();
+        for r in 0..b.num_rows() {
+            assert_eq!(e.value(r) - s.value(r), 2_000_000_000);
+            got.insert(s.value(r), n.value(r));
+        }
+    }
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_windows_split_a_key_where_its_rows_are_a_gap_apart() {
+    // Three tickers' quotes, written as JSON lines with chosen times (ms): sessions of 1 s gap.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("s.jsonl");
+    let rows = [
+        ("A", 0, 1.0),
+        ("A", 500, 2.0),
+        ("B", 600, 5.0),
+        ("A", 1400, 3.0), // 900 ms after 500: same session [0, 2400)
+        ("B", 3000, 6.0), // 2.4 s after B's first: a new session
+        ("A", 5000, 4.0),
+        ("A", 3000, 9.0), // bridges A's [0, 2400) and [5000, 6000)? no: 3000 >= 2400, 5000-3000 > 1000
+        ("C", 9000, 7.0),
+    ];
+    let text: String = rows
+        .iter()
+        .map(|(t, ms, p)| format!("{{\"ticker\": \"{t}\", \"ts\": {}, \"price\": {p}}}\n", ms))
+        .collect();
+    std::fs::write(&data, text).unwrap();
+    let e = engine(1);
+    let out = e
+        .query(&format!(
+            "CREATE SOURCE s (ticker VARCHAR, ts TIMESTAMP(3), price DOUBLE, WATERMARK FOR ts AS ts - INTERVAL '10 seconds') \
+             WITH ('connector' = 'file', 'path' = '{}', 'framing' = 'lines', 'encoding' = 'json');\n\
+             SELECT ticker, CAST(window_start AS BIGINT) AS s, CAST(window_end AS BIGINT) AS e, count(*) AS n, sum(price) AS p \
+             FROM SESSION(s, ts, INTERVAL '1 second') GROUP BY window_start, window_end, ticker ORDER BY ticker, s;",
+            data.display()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        lines(&out),
+        [
+            "| A      | 0    | 2400  | 3 | 6.0 |",
+            "| A      | 3000 | 4000  | 1 | 9.0 |",
+            "| A      | 5000 | 6000  | 1 | 4.0 |",
+            "| B      | 3000 | 4000  | 1 | 6.0 |",
+            "| B      | 600  | 1600  | 1 | 5.0 |",
+            "| C      | 9000 | 10000 | 1 | 7.0 |",
+        ]
+    );
+    // A row between two sessions of its key merges them.
+    std::fs::write(
+        &data,
+        "{\"ticker\": \"A\", \"ts\": 0, \"price\": 1}\n{\"ticker\": \"A\", \"ts\": 1800, \"price\": 2}\n{\"ticker\": \"A\", \"ts\": 900, \"price\": 4}\n",
+    )
+    .unwrap();
+    let e = engine(1);
+    let out = e
+        .query(&format!(
+            "CREATE SOURCE s (ticker VARCHAR, ts TIMESTAMP(3), price DOUBLE, WATERMARK FOR ts AS ts - INTERVAL '10 seconds') \
+             WITH ('connector' = 'file', 'path' = '{}', 'framing' = 'lines', 'encoding' = 'json');\n\
+             SELECT ticker, CAST(window_start AS BIGINT) AS s, CAST(window_end AS BIGINT) AS e, count(*) AS n, sum(price) AS p \
+             FROM SESSION(s, ts, INTERVAL '1 second') GROUP BY window_start, window_end, ticker;",
+            data.display()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(lines(&out), ["| A      | 0 | 2800 | 3 | 7.0 |"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_aggregate_having_expressions_and_a_join_with_a_static_table() {
+    let (dir, data, pb) = fixture(20_000, 9, 1_000_000);
+    // A static table of the tickers' underlying symbols, from a file read once.
+    let names = dir.path().join("names.jsonl");
+    let mut g = QuoteGenerator::new(9).with_event_time(START, 1_000_000);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut text = String::new();
+    for _ in 0..20_000 {
+        let q = g.next_quote();
+        if seen.insert(q.ticker.to_string()) {
+            // O:<underlying><yymmdd><C|P><strike>: the letters after "O:".
+            let underlying: String = q.ticker[2..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphabetic())
+                .collect();
+            text.push_str(&format!("{{\"ticker\": \"{}\", \"underlying\": \"{underlying}\"}}\n", q.ticker));
+        }
+    }
+    std::fs::write(&names, text).unwrap();
+    let windowed = format!(
+        "{}\nCREATE SOURCE names (ticker VARCHAR, underlying VARCHAR) WITH ('connector' = 'file', \
+         'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', 'scan.bounded' = 'true');\n\
+         SELECT window_start, n.underlying, count(*) AS quotes, approx_distinct(t.ticker) AS tickers, \
+           round(stddev(bid_price), 6) AS sd, median(ask_price) AS p50, \
+           approx_percentile_cont(0.5) WITHIN GROUP (ORDER BY ask_price) AS ap50, \
+           max(ask_price) - min(bid_price) AS range \
+         FROM TUMBLE(q, timestamp, INTERVAL '5 seconds') AS t JOIN names n ON t.ticker = n.ticker \
+         WHERE bid_price > 0.05 \
+         GROUP BY window_start, window_end, n.underlying HAVING count(*) > 10",
+        source(&data, &pb, ""),
+        names.display()
+    );
+    let e = engine(2);
+    let got = e.query(&format!("{windowed};")).await.unwrap();
+    // The same aggregation written over the plain source with date_bin, in DataFusion.
+    let e = engine(2);
+    let bounded = e
+        .query(&format!(
+            "{}\nCREATE SOURCE names (ticker VARCHAR, underlying VARCHAR) WITH ('connector' = 'file', \
+             'path' = '{}', 'framing' = 'lines', 'encoding' = 'json');\n\
+             SELECT date_bin(INTERVAL '5 seconds', timestamp, TIMESTAMP '1970-01-01') AS w, n.underlying, count(*) AS quotes, \
+               approx_distinct(q.ticker) AS tickers, round(stddev(bid_price), 6) AS sd, \
+               median(ask_price) AS p50, approx_percentile_cont(0.5) WITHIN GROUP (ORDER BY ask_price) AS ap50, \
+               max(ask_price) - min(bid_price) AS range \
+             FROM q JOIN names n ON q.ticker = n.ticker WHERE bid_price > 0.05 \
+             GROUP BY w, n.underlying HAVING count(*) > 10;",
+            source(&data, &pb, ""),
+            names.display()
+        ))
+        .await
+        .unwrap();
+    // Exact aggregates must be equal; stddev's last digits depend on the order partial states
+    // are merged in, and the t-digest's estimate too (checked against the exact median).
+    let rows = |batches: &[RecordBatch]| {
+        let mut m = BTreeMap::new();
+        for b in batches {
+            let w = cast(b.column(0), &DataType::Int64).unwrap();
+            let w = w.as_primitive::<Int64Type>();
+            let u = b.column(1).as_string::<i32>();
+            let n = b.column(2).as_primitive::<Int64Type>();
+            let d = cast(b.column(3), &DataType::Int64).unwrap();
+            let d = d.as_primitive::<Int64Type>();
+            let f = |i: usize| b.column(i).as_primitive::<Float64Type>().clone();
+            let (sd, p50, ap50, range) = (f(4), f(5), f(6), f(7));
+            for r in 0..b.num_rows() {
+                // The t-digest's estimate is near the exact median.
+                let (e, a) = (p50.value(r), ap50.value(r));
+                assert!((a - e).abs() <= 0.25 * e.abs().max(1.0), "{e} ~ {a}");
+                m.insert(
+                    (w.value(r), u.value(r).to_string()),
+                    (n.value(r), d.value(r), sd.value(r), e, range.value(r)),
+                );
+            }
+        }
+        m
+    };
+    let (got, bounded) = (rows(&got), rows(&bounded));
+    assert!(got.len() > 20, "{got:?}");
+    assert_eq!(got.keys().collect::<Vec<_>>(), bounded.keys().collect::<Vec<_>>());
+    for (k, a) in &got {
+        let b = &bounded[k];
+        assert_eq!((a.0, a.1, a.3, a.4), (b.0, b.1, b.3, b.4), "{k:?}");
+        assert!((a.2 - b.2).abs() < 1e-6, "{k:?}: {a:?} {b:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_that_cannot_run_continuously_get_one_line() {
+    let (_dir, data, pb) = fixture(100, 1, 1_000_000);
+    let cases = [
+        ("SELECT ticker, count(*) FROM q GROUP BY ticker", "GROUP BY window_start, window_end of TUMBLE"),
+        ("SELECT * FROM q ORDER BY bid_price", "a global ORDER BY waits for the end"),
+        (
+            "SELECT window_start, count(*) AS n FROM TUMBLE(q, timestamp, INTERVAL '1 second') GROUP BY window_start, window_end ORDER BY n",
+            "a global ORDER BY waits for the end",
+        ),
+        ("SELECT a.ticker FROM q a JOIN q b ON a.ticker = b.ticker", "a join of two unbounded sources"),
+        ("SELECT ticker, row_number() OVER (ORDER BY bid_price) FROM q", "window function (OVER)"),
+    ];
+    for (query, want) in cases {
+        let e = Engine::new(EngineOptions {
+            follow: true,
+            partitions: 1,
+            ..EngineOptions::default()
+        });
+        let err = e
+            .run_script(
+                &format!("{}\nCREATE SINK s FROM ({query}) WITH ('connector' = 'stdout');", source(&data, &pb, "")),
+                &mut crate::common::Collect::default(),
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{query}\n{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains("AggregateExec"), "{err}");
+    }
+    // Windows over a source without a watermark cannot close in follow mode.
+    let e = Engine::new(EngineOptions {
+        follow: true,
+        partitions: 1,
+        ..EngineOptions::default()
+    });
+    let err = e
+        .run_script(
+            &format!(
+                "{}\nCREATE SINK s FROM (SELECT window_start, count(*) FROM TUMBLE(q, timestamp, INTERVAL '1 second') GROUP BY window_start, window_end) WITH ('connector' = 'stdout');",
+                source(&data, &pb, "").replace(", WATERMARK FOR timestamp AS timestamp - INTERVAL '100 milliseconds'", "")
+            ),
+            &mut crate::common::Collect::default(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("declares no watermark") && err.contains("WATERMARK FOR timestamp"), "{err}");
+}
