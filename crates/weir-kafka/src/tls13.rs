@@ -397,3 +397,6 @@ impl Write for Tls13Stream {
         self.tcp.flush()
     }
 }
+
+#[cfg(test)]
+mod tests;
