@@ -11,7 +11,8 @@
 //! plaintext once, into the caller's buffer (the fetch response). Nothing is allocated per
 //! record. When the broker sends slower than this reads (it encrypts in Java), a read that
 //! must wait for the rest of a record lingers 100 µs first so it takes many records at once. Key updates and session tickets go to rustls's `KernelConnection`; alerts end the
-//! stream. Writes (small requests) go through rustls's record encrypter.
+//! stream. Writes (small requests) go through rustls's record encrypter, with a KeyUpdate
+//! before a send key reaches its AEAD's confidentiality limit.
 //!
 //! A broker that only speaks TLS 1.2 refuses the TLS-1.3-only handshake; the connector then
 //! uses rustls's buffered stream for it (see `connection.rs`).
@@ -39,6 +40,9 @@ const MAX_RECORD: usize = (1 << 14) + 256;
 const MIN_RECORD: usize = 17;
 /// Plaintext per record sent.
 const MAX_FRAGMENT: usize = 1 << 14;
+/// Records per send key when the suite has no confidentiality limit (ChaCha20-Poly1305):
+/// rustls's, far from the sequence number wrapping.
+const SEQ_SOFT_LIMIT: u64 = 0xffff_ffff_ffff_0000;
 
 fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
@@ -143,6 +147,7 @@ pub(crate) fn connect(
         kernel,
         suite,
         tx_seq,
+        tx_limit: suite.common.confidentiality_limit.min(SEQ_SOFT_LIMIT),
         rx_seq,
         buf,
         start: 0,
@@ -202,6 +207,8 @@ pub(crate) struct Tls13Stream {
     rx_seq: u64,
     tx: Box<dyn MessageEncrypter>,
     tx_seq: u64,
+    /// Records one send key may protect: the suite's confidentiality limit.
+    tx_limit: u64,
     /// Received bytes; `buf[start..end]` are not processed yet (they begin with a record
     /// header), `buf[plain]` is decrypted plaintext not handed out yet.
     buf: Box<[u8]>,
@@ -281,10 +288,7 @@ impl Tls13Stream {
                     self.rx = decrypter(self.suite, secrets).map_err(tls_error)?;
                     self.rx_seq = seq;
                     if requested {
-                        self.write_record(ContentType::Handshake, &[24, 0, 0, 1, 0])?;
-                        let (seq, secrets) = self.kernel.update_tx_secret().map_err(tls_error)?;
-                        self.tx = encrypter(self.suite, secrets).map_err(tls_error)?;
-                        self.tx_seq = seq;
+                        self.send_key_update()?;
                     }
                 }
                 other => {
@@ -296,7 +300,26 @@ impl Tls13Stream {
         }
     }
 
+    /// Sends a record, after a KeyUpdate when the send key has protected as many records as
+    /// its AEAD may (RFC 8446 section 5.5: 2^24 for AES-GCM; rustls does the same).
     fn write_record(&mut self, typ: ContentType, data: &[u8]) -> io::Result<()> {
+        if self.tx_seq >= self.tx_limit {
+            self.send_key_update()?;
+        }
+        self.seal(typ, data)
+    }
+
+    /// Sends a KeyUpdate (update not requested) with the current key, then switches to the
+    /// next one.
+    fn send_key_update(&mut self) -> io::Result<()> {
+        self.seal(ContentType::Handshake, &[24, 0, 0, 1, 0])?;
+        let (seq, secrets) = self.kernel.update_tx_secret().map_err(tls_error)?;
+        self.tx = encrypter(self.suite, secrets).map_err(tls_error)?;
+        self.tx_seq = seq;
+        Ok(())
+    }
+
+    fn seal(&mut self, typ: ContentType, data: &[u8]) -> io::Result<()> {
         let msg = OutboundPlainMessage {
             typ,
             version: ProtocolVersion::TLSv1_2,

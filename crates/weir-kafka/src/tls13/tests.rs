@@ -583,3 +583,28 @@ fn takes_tickets_and_key_updates_split_across_records() {
     assert_eq!(rest, b"four");
     server.join().unwrap();
 }
+
+#[test]
+fn a_send_key_is_updated_at_its_confidentiality_limit() {
+    // The suites rustls prefers are AES-GCM: 2^24 records per key. Start just under it.
+    let (mut client, server) = raw_pair(|raw| {
+        let limit = raw.suite.common.confidentiality_limit;
+        assert_eq!(limit, 1 << 24);
+        raw.rx_seq = limit - 2;
+        assert_eq!(raw.recv_data(5 * 20_000), pattern(5 * 20_000));
+        assert_eq!(raw.key_updates, 1);
+        // A KeyUpdate asked for is answered with the new key, which counts from 0.
+        raw.key_update(true);
+        raw.send(ContentType::ApplicationData, b"ok");
+        assert_eq!(raw.recv_data(2), b"ok");
+        assert_eq!(raw.key_updates, 2);
+        assert_eq!(raw.rx_seq, 1);
+    });
+    client.tx_seq = (1 << 24) - 2;
+    // Five records: two under the old key, the KeyUpdate, three under the new one.
+    client.write_all(&pattern(5 * 20_000)[..]).unwrap();
+    let mut buf = [0u8; 2];
+    client.read_exact(&mut buf).unwrap();
+    client.write_all(&buf).unwrap();
+    server.join().unwrap();
+}
