@@ -154,6 +154,12 @@ fn pair<T: Send + 'static>(
     }
 }
 
+/// The length of the record at the start of `b`, when all of it is there.
+fn whole_record(b: &[u8]) -> Option<usize> {
+    let n = 5 + usize::from(u16::from_be_bytes([*b.get(3)?, *b.get(4)?]));
+    (b.len() >= n).then_some(n)
+}
+
 /// A server that writes records of its own making after rustls's handshake.
 struct Raw {
     tcp: TcpStream,
@@ -176,9 +182,12 @@ impl Raw {
         let mut used = 0;
         let mut outgoing = vec![0u8; 1 << 16];
         let mut out = 0;
+        // Records offered to rustls: one at a time, so that it stops at the client's Finished
+        // and leaves the records after it (which the client may send at once) to `recv`.
+        let mut fed = 0;
         loop {
             let UnbufferedStatus { discard, state } =
-                conn.process_tls_records(&mut incoming[..used]);
+                conn.process_tls_records(&mut incoming[..fed]);
             let mut read = false;
             match state.unwrap() {
                 ConnectionState::EncodeTlsData(mut s) => {
@@ -194,9 +203,14 @@ impl Raw {
             }
             incoming.copy_within(discard..used, 0);
             used -= discard;
+            fed -= discard;
             if read {
                 if !conn.is_handshaking() {
                     break;
+                }
+                if let Some(n) = whole_record(&incoming[fed..used]) {
+                    fed += n;
+                    continue;
                 }
                 let n = tcp.read(&mut incoming[used..]).unwrap();
                 assert!(n > 0, "EOF during the handshake");
