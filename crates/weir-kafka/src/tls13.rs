@@ -30,8 +30,8 @@ use rustls::kernel::KernelConnection;
 use rustls::pki_types::ServerName;
 use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 use rustls::{
-    AlertDescription, ClientConfig, ConnectionTrafficSecrets, ContentType, ProtocolVersion,
-    SupportedCipherSuite, Tls13CipherSuite,
+    AlertDescription, ClientConfig, ConnectionTrafficSecrets, ContentType, PeerMisbehaved,
+    ProtocolVersion, SupportedCipherSuite, Tls13CipherSuite,
 };
 
 /// The largest TLS 1.3 record body: 2^14 bytes of plaintext plus 256 of expansion.
@@ -40,6 +40,8 @@ const MAX_RECORD: usize = (1 << 14) + 256;
 const MIN_RECORD: usize = 17;
 /// Plaintext per record sent.
 const MAX_FRAGMENT: usize = 1 << 14;
+/// KeyUpdate messages accepted in a row without application data (rustls's limit).
+const MAX_KEY_UPDATES: u8 = 32;
 /// Records per send key when the suite has no confidentiality limit (ChaCha20-Poly1305):
 /// rustls's, far from the sequence number wrapping.
 const SEQ_SOFT_LIMIT: u64 = 0xffff_ffff_ffff_0000;
@@ -154,6 +156,7 @@ pub(crate) fn connect(
         end: in_used,
         plain: 0..0,
         handshake: Vec::new(),
+        key_updates: 0,
         peer_closed: false,
         last_short: false,
     })
@@ -217,6 +220,8 @@ pub(crate) struct Tls13Stream {
     plain: std::ops::Range<usize>,
     /// Post-handshake messages (tickets, key updates) not complete yet.
     handshake: Vec<u8>,
+    /// KeyUpdate messages received since the last application data.
+    key_updates: u8,
     peer_closed: bool,
     /// The last read returned less than [`SHORT_READ`].
     last_short: bool,
@@ -266,6 +271,12 @@ impl Tls13Stream {
             let typ = h[0];
             let body: Vec<u8> = h[4..4 + len].to_vec();
             self.handshake.drain(..4 + len);
+            // RFC 8446 section 5.1: a message before a key change ends its record.
+            if typ == 24 && !self.handshake.is_empty() {
+                return Err(tls_error(
+                    PeerMisbehaved::KeyEpochWithPendingFragment.into(),
+                ));
+            }
             match typ {
                 // NewSessionTicket: kept by rustls (weir does not resume sessions).
                 4 => self
@@ -275,6 +286,12 @@ impl Tls13Stream {
                 // KeyUpdate: later records use the next receive key; answer a request with
                 // a KeyUpdate of ours, then switch the send key.
                 24 => {
+                    // As rustls (and BoringSSL): a peer may not keep the connection busy
+                    // with key updates alone.
+                    if self.key_updates == MAX_KEY_UPDATES {
+                        return Err(tls_error(PeerMisbehaved::TooManyKeyUpdateRequests.into()));
+                    }
+                    self.key_updates += 1;
                     let requested = match body.as_slice() {
                         [0] => false,
                         [1] => true,
@@ -375,8 +392,17 @@ impl Read for Tls13Stream {
             // TLS 1.3 decrypts in place, from the start of the record body.
             let offset = plain.payload.as_ptr() as usize - record_at;
             let n = plain.payload.len();
+            // RFC 8446 section 5.1: nothing between the records of a handshake message.
+            if plain.typ != ContentType::Handshake && !self.handshake.is_empty() {
+                return Err(tls_error(
+                    PeerMisbehaved::MessageInterleavedWithHandshakeMessage.into(),
+                ));
+            }
             match plain.typ {
-                ContentType::ApplicationData => self.plain = body + offset..body + offset + n,
+                ContentType::ApplicationData => {
+                    self.plain = body + offset..body + offset + n;
+                    self.key_updates = 0;
+                }
                 ContentType::Handshake => {
                     let payload = plain.payload.to_vec();
                     self.handshake.extend_from_slice(&payload);

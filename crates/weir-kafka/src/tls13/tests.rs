@@ -567,10 +567,6 @@ fn eof_without_close_notify_is_an_error() {
 #[test]
 fn takes_tickets_and_key_updates_split_across_records() {
     // A NewSessionTicket in three records; two messages in one record; KeyUpdate requested.
-    // lifetime 60 s, age_add, nonce, ticket, no extensions.
-    const TICKET: &[u8] = &[
-        4, 0, 0, 18, 0, 0, 0, 60, 0, 0, 0, 1, 1, 0, 0, 4, 1, 2, 3, 4, 0, 0,
-    ];
     let ticket = TICKET;
     let (mut client, server) = raw_pair(move |raw| {
         raw.send(ContentType::Handshake, &ticket[..2]);
@@ -621,4 +617,84 @@ fn a_send_key_is_updated_at_its_confidentiality_limit() {
     client.read_exact(&mut buf).unwrap();
     client.write_all(&buf).unwrap();
     server.join().unwrap();
+}
+
+/// lifetime 60 s, age_add, nonce, ticket, no extensions.
+const TICKET: &[u8] = &[
+    4, 0, 0, 18, 0, 0, 0, 60, 0, 0, 0, 1, 1, 0, 0, 4, 1, 2, 3, 4, 0, 0,
+];
+const KEY_UPDATE: &[u8] = &[24, 0, 0, 1, 0];
+
+#[test]
+fn a_key_update_ends_its_record() {
+    // Last in its record: fine.
+    let (got, end) = client_reads(|raw| {
+        raw.send(ContentType::Handshake, &cat(&[TICKET, KEY_UPDATE]));
+        raw.update_tx();
+        raw.send(ContentType::ApplicationData, b"after");
+        raw.send(ContentType::Alert, &[1, 0]);
+    });
+    end.unwrap();
+    assert_eq!(got, b"after");
+    // A message after it in the same record, whole or in part.
+    for split in [TICKET.len(), 2] {
+        let (got, end) = client_reads(move |raw| {
+            raw.send(
+                ContentType::Handshake,
+                &cat(&[KEY_UPDATE, &TICKET[..split]]),
+            );
+            raw.update_tx();
+            if split < TICKET.len() {
+                raw.send(ContentType::Handshake, &TICKET[split..]);
+            }
+            raw.send(ContentType::ApplicationData, b"after");
+        });
+        assert!(got.is_empty());
+        assert_eq!(
+            rustls_error(&end.unwrap_err()),
+            &PeerMisbehaved::KeyEpochWithPendingFragment.into()
+        );
+    }
+}
+
+#[test]
+fn nothing_comes_between_the_records_of_a_handshake_message() {
+    for between in [ContentType::ApplicationData, ContentType::Alert] {
+        let (got, end) = client_reads(move |raw| {
+            raw.send(ContentType::Handshake, &TICKET[..5]);
+            match between {
+                ContentType::Alert => raw.send(between, &[1, 0]),
+                _ => raw.send(between, b"between"),
+            }
+            raw.send(ContentType::Handshake, &TICKET[5..]);
+            raw.send(ContentType::Alert, &[1, 0]);
+        });
+        assert!(got.is_empty());
+        assert_eq!(
+            rustls_error(&end.unwrap_err()),
+            &PeerMisbehaved::MessageInterleavedWithHandshakeMessage.into()
+        );
+    }
+}
+
+#[test]
+fn key_updates_without_data_are_limited() {
+    // 32 in a row, twice, are answered; a 33rd in a row is refused.
+    let (got, end) = client_reads(|raw| {
+        for round in 0..2 {
+            for i in 0..32 {
+                raw.key_update(i % 2 == 0);
+            }
+            raw.send(ContentType::ApplicationData, &[round]);
+        }
+        for _ in 0..33 {
+            raw.key_update(true);
+        }
+        raw.send(ContentType::ApplicationData, b"never");
+    });
+    assert_eq!(got, [0, 1]);
+    assert_eq!(
+        rustls_error(&end.unwrap_err()),
+        &PeerMisbehaved::TooManyKeyUpdateRequests.into()
+    );
 }
