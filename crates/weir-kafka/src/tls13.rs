@@ -10,9 +10,10 @@
 //! nonce, AAD, padding and content type) open each record in place there, and copies the
 //! plaintext once, into the caller's buffer (the fetch response). Nothing is allocated per
 //! record. When the broker sends slower than this reads (it encrypts in Java), a read that
-//! must wait for the rest of a record lingers 100 µs first so it takes many records at once. Key updates and session tickets go to rustls's `KernelConnection`; alerts end the
-//! stream. Writes (small requests) go through rustls's record encrypter, with a KeyUpdate
-//! before a send key reaches its AEAD's confidentiality limit.
+//! must wait for the rest of a record lingers 100 µs first so it takes many records at once.
+//! Key updates and session tickets go to rustls's `KernelConnection`; alerts end the stream
+//! (user_canceled is ignored). Writes (small requests) go through rustls's record encrypter,
+//! with a KeyUpdate before a send key reaches its AEAD's confidentiality limit.
 //!
 //! A broker that only speaks TLS 1.2 refuses the TLS-1.3-only handshake; the connector then
 //! uses rustls's buffered stream for it (see `connection.rs`).
@@ -42,6 +43,8 @@ const MIN_RECORD: usize = 17;
 const MAX_FRAGMENT: usize = 1 << 14;
 /// KeyUpdate messages accepted in a row without application data (rustls's limit).
 const MAX_KEY_UPDATES: u8 = 32;
+/// user_canceled alerts ignored (rustls's limit on warning alerts).
+const MAX_USER_CANCELED: u8 = 4;
 /// Records per send key when the suite has no confidentiality limit (ChaCha20-Poly1305):
 /// rustls's, far from the sequence number wrapping.
 const SEQ_SOFT_LIMIT: u64 = 0xffff_ffff_ffff_0000;
@@ -157,6 +160,7 @@ pub(crate) fn connect(
         plain: 0..0,
         handshake: Vec::new(),
         key_updates: 0,
+        user_canceled: 0,
         peer_closed: false,
         last_short: false,
     })
@@ -222,6 +226,8 @@ pub(crate) struct Tls13Stream {
     handshake: Vec<u8>,
     /// KeyUpdate messages received since the last application data.
     key_updates: u8,
+    /// user_canceled alerts received.
+    user_canceled: u8,
     peer_closed: bool,
     /// The last read returned less than [`SHORT_READ`].
     last_short: bool,
@@ -415,14 +421,25 @@ impl Read for Tls13Stream {
                             return Err(tls_error(rustls::Error::General("malformed alert".into())))
                         }
                     };
-                    if desc == 0 {
-                        // close_notify
-                        self.peer_closed = true;
-                        return Ok(0);
+                    match AlertDescription::from(desc) {
+                        AlertDescription::CloseNotify => {
+                            self.peer_closed = true;
+                            return Ok(0);
+                        }
+                        // A closure alert that "SHOULD be followed by a close_notify" (RFC
+                        // 8446 section 6.1; Java's SSLSocket sends both when it closes): not
+                        // an error. rustls, BoringSSL and OpenSSL ignore it too, rustls up to
+                        // 4 times.
+                        AlertDescription::UserCanceled => {
+                            if self.user_canceled == MAX_USER_CANCELED {
+                                return Err(tls_error(
+                                    PeerMisbehaved::TooManyWarningAlertsReceived.into(),
+                                ));
+                            }
+                            self.user_canceled += 1;
+                        }
+                        other => return Err(tls_error(rustls::Error::AlertReceived(other))),
                     }
-                    return Err(tls_error(rustls::Error::AlertReceived(
-                        AlertDescription::from(desc),
-                    )));
                 }
                 other => {
                     return Err(tls_error(rustls::Error::General(format!(

@@ -698,3 +698,27 @@ fn key_updates_without_data_are_limited() {
         &PeerMisbehaved::TooManyKeyUpdateRequests.into()
     );
 }
+
+#[test]
+fn user_canceled_is_not_an_error() {
+    // Java's SSLSocket closes a TLS 1.3 connection with user_canceled, then close_notify.
+    let (got, end) = client_reads(|raw| {
+        raw.send(ContentType::ApplicationData, b"data");
+        raw.send(ContentType::Alert, &[1, 90]);
+        raw.send(ContentType::Alert, &[1, 0]);
+    });
+    end.unwrap();
+    assert_eq!(got, b"data");
+    // Not without end, though.
+    let (got, end) = client_reads(|raw| {
+        for _ in 0..5 {
+            raw.send(ContentType::Alert, &[1, 90]);
+        }
+        raw.send(ContentType::ApplicationData, b"never");
+    });
+    assert!(got.is_empty());
+    assert_eq!(
+        rustls_error(&end.unwrap_err()),
+        &PeerMisbehaved::TooManyWarningAlertsReceived.into()
+    );
+}
