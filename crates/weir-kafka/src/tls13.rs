@@ -37,6 +37,8 @@ use rustls::{
 
 /// The largest TLS 1.3 record body: 2^14 bytes of plaintext plus 256 of expansion.
 const MAX_RECORD: usize = (1 << 14) + 256;
+/// The largest record body rustls takes during the handshake (TLS 1.2's allowance).
+const MAX_HANDSHAKE_RECORD: usize = (1 << 14) + 2048;
 /// A record body holds at least the content type byte and the 16-byte tag.
 const MIN_RECORD: usize = 17;
 /// Plaintext per record sent.
@@ -73,10 +75,15 @@ pub(crate) fn connect(
     let mut outgoing = vec![0u8; MAX_RECORD + 5];
     let mut out_used = 0;
     let deadline = Instant::now() + timeout;
+    // The bytes rustls is given: whole records, one more each time it is blocked, so that it
+    // stops at the server's Finished and leaves the records after it (tickets, key updates,
+    // data) to the record layer. Given them, rustls would process them too: a message split
+    // across records would stay half-decrypted in `incoming`, the answer to a KeyUpdate
+    // would be queued in rustls and lost at the handover.
+    let mut fed = 0;
     loop {
-        let UnbufferedStatus { discard, state } =
-            conn.process_tls_records(&mut incoming[..in_used]);
-        let mut done = false;
+        let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming[..fed]);
+        let (mut done, mut blocked) = (false, false);
         match state.map_err(HandshakeError::Tls)? {
             ConnectionState::EncodeTlsData(mut s) => loop {
                 match s.encode(&mut outgoing[out_used..]) {
@@ -96,21 +103,7 @@ pub(crate) fn connect(
                 out_used = 0;
                 s.done();
             }
-            ConnectionState::BlockedHandshake => {
-                if Instant::now() > deadline {
-                    return Err(HandshakeError::Io(io::ErrorKind::TimedOut.into()));
-                }
-                if in_used == incoming.len() {
-                    incoming.resize(incoming.len() * 2, 0);
-                }
-                let n = tcp
-                    .read(&mut incoming[in_used..])
-                    .map_err(HandshakeError::Io)?;
-                if n == 0 {
-                    return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into()));
-                }
-                in_used += n;
-            }
+            ConnectionState::BlockedHandshake => blocked = true,
             ConnectionState::WriteTraffic(_) => done = true,
             ConnectionState::PeerClosed | ConnectionState::Closed => {
                 return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into()))
@@ -123,8 +116,29 @@ pub(crate) fn connect(
         }
         incoming.copy_within(discard..in_used, 0);
         in_used -= discard;
+        fed -= discard;
         if done {
             break;
+        }
+        if blocked {
+            let next = handshake_record(&incoming[fed..in_used]);
+            if next > 0 {
+                fed += next;
+                continue;
+            }
+            if Instant::now() > deadline {
+                return Err(HandshakeError::Io(io::ErrorKind::TimedOut.into()));
+            }
+            if in_used == incoming.len() {
+                incoming.resize(incoming.len() * 2, 0);
+            }
+            let n = tcp
+                .read(&mut incoming[in_used..])
+                .map_err(HandshakeError::Io)?;
+            if n == 0 {
+                return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into()));
+            }
+            in_used += n;
         }
     }
     if conn.protocol_version() != Some(ProtocolVersion::TLSv1_3) {
@@ -164,6 +178,24 @@ pub(crate) fn connect(
         peer_closed: false,
         last_short: false,
     })
+}
+
+/// How many of the bytes `b` received during the handshake rustls may process next: the
+/// first record when all of it is there (0 when not), or all of them when they do not begin
+/// with a TLS record header (rustls then says what is wrong).
+fn handshake_record(b: &[u8]) -> usize {
+    match *b {
+        [0x14..=0x18, 3, _, hi, lo, ..] => {
+            let n = 5 + usize::from(u16::from_be_bytes([hi, lo]));
+            match n {
+                _ if n > 5 + MAX_HANDSHAKE_RECORD => b.len(),
+                _ if b.len() >= n => n,
+                _ => 0,
+            }
+        }
+        [_, _, _, _, _, ..] => b.len(),
+        _ => 0,
+    }
 }
 
 fn keys(

@@ -722,3 +722,68 @@ fn user_canceled_is_not_an_error() {
         &PeerMisbehaved::TooManyWarningAlertsReceived.into()
     );
 }
+
+#[test]
+fn records_right_after_the_servers_finished_are_the_record_layers() {
+    // A server may write right after its Finished ("half-RTT" data, or a ticket): in the same
+    // read as the Finished, the record goes to the record layer, not to rustls.
+    let (mut client, server) = pair(0, |mut tcp, config| {
+        let mut config = Arc::unwrap_or_clone(config);
+        config.send_half_rtt_data = true;
+        let mut conn = ServerConnection::new(Arc::new(config)).unwrap();
+        conn.writer().write_all(b"half-RTT").unwrap();
+        while !conn.wants_write() {
+            conn.read_tls(&mut tcp).unwrap();
+            conn.process_new_packets().unwrap();
+        }
+        let mut flight = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut flight).unwrap();
+        }
+        tcp.write_all(&flight).unwrap();
+        let mut s = StreamOwned::new(conn, tcp);
+        s.write_all(b", then more").unwrap();
+        s.conn.send_close_notify();
+        s.flush().unwrap();
+        s
+    });
+    let (got, end) = read_all(&mut client);
+    end.unwrap();
+    assert_eq!(got, b"half-RTT, then more");
+    server.join().unwrap();
+}
+
+#[test]
+fn an_answer_that_is_not_tls_is_reported_at_once() {
+    for answer in [
+        &b"HTTP/1.1 400 Bad Request\r\n\r\n"[..],
+        &[0, 0, 0, 8, 0, 0, 0, 1],
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = thread::spawn(move || {
+            let (mut tcp, _) = listener.accept().unwrap();
+            assert!(tcp.read(&mut [0u8; 4096]).unwrap() > 0);
+            tcp.write_all(answer).unwrap();
+            // Open until the client gives up.
+            let _ = tcp.read(&mut [0u8; 4096]);
+        });
+        let (cert, _) = self_signed();
+        let config = tls::client_config_tls13(&TlsConfig {
+            ca: Some(PemSource::Inline(Secret::new(pem(&cert)))),
+            ..TlsConfig::default()
+        })
+        .unwrap();
+        let tcp = TcpStream::connect(addr).unwrap();
+        let name = tls::server_name(&addr.to_string()).unwrap();
+        let started = Instant::now();
+        match connect(config, name, tcp, TIMEOUT) {
+            Err(HandshakeError::Tls(rustls::Error::InvalidMessage(_))) => {}
+            Err(HandshakeError::Tls(e)) => panic!("{e}"),
+            Err(HandshakeError::Io(e)) => panic!("{e}"),
+            Ok(_) => panic!("a handshake with no server"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(2));
+        server.join().unwrap();
+    }
+}
