@@ -316,7 +316,9 @@ impl Tls13Stream {
                 ));
             }
             match typ {
-                // NewSessionTicket: kept by rustls (weir does not resume sessions).
+                // NewSessionTicket: kept in the configuration's session store (rustls's
+                // default, in memory); the connector's next connections to the broker resume
+                // with it.
                 4 => self
                     .kernel
                     .handle_new_session_ticket(&body)
