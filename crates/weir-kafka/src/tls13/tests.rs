@@ -448,10 +448,13 @@ fn records_in_any_split_padding_and_size() {
 
 #[test]
 fn bad_records_are_errors() {
-    // The outer header: not application data, a length over 2^14 + 256 (refused before its
-    // body arrives), a length under a tag.
+    // The outer header: not application data (a handshake record, a change_cipher_spec
+    // record, which TLS 1.3 allows only before the server's Finished, an alert in the clear),
+    // a length over 2^14 + 256 (refused before its body arrives), a length under a tag.
     for header in [
         [0x16, 3, 3, 0, 40],
+        [0x14, 3, 3, 0, 1],
+        [0x15, 3, 3, 0, 2],
         [0x17, 3, 3, 0x41, 0x01],
         [0x17, 3, 3, 0xff, 0xff],
         [0x17, 3, 3, 0, 16],
