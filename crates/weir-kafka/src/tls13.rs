@@ -10,8 +10,10 @@
 //! nonce, AAD, padding and content type) open each record in place there, and copies the
 //! plaintext once, into the caller's buffer (the fetch response). Nothing is allocated per
 //! record. When the broker sends slower than this reads (it encrypts in Java), a read that
-//! must wait for the rest of a record lingers 100 µs first so it takes many records at once. Key updates and session tickets go to rustls's `KernelConnection`; alerts end the
-//! stream. Writes (small requests) go through rustls's record encrypter.
+//! must wait for the rest of a record lingers 100 µs first so it takes many records at once.
+//! Key updates and session tickets go to rustls's `KernelConnection`; alerts end the stream
+//! (user_canceled is ignored). Writes (small requests) go through rustls's record encrypter,
+//! with a KeyUpdate before a send key reaches its AEAD's confidentiality limit.
 //!
 //! A broker that only speaks TLS 1.2 refuses the TLS-1.3-only handshake; the connector then
 //! uses rustls's buffered stream for it (see `connection.rs`).
@@ -29,16 +31,25 @@ use rustls::kernel::KernelConnection;
 use rustls::pki_types::ServerName;
 use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 use rustls::{
-    AlertDescription, ClientConfig, ConnectionTrafficSecrets, ContentType, ProtocolVersion,
-    SupportedCipherSuite, Tls13CipherSuite,
+    AlertDescription, ClientConfig, ConnectionTrafficSecrets, ContentType, PeerMisbehaved,
+    ProtocolVersion, SupportedCipherSuite, Tls13CipherSuite,
 };
 
 /// The largest TLS 1.3 record body: 2^14 bytes of plaintext plus 256 of expansion.
 const MAX_RECORD: usize = (1 << 14) + 256;
+/// The largest record body rustls takes during the handshake (TLS 1.2's allowance).
+const MAX_HANDSHAKE_RECORD: usize = (1 << 14) + 2048;
 /// A record body holds at least the content type byte and the 16-byte tag.
 const MIN_RECORD: usize = 17;
 /// Plaintext per record sent.
 const MAX_FRAGMENT: usize = 1 << 14;
+/// KeyUpdate messages accepted in a row without application data (rustls's limit).
+const MAX_KEY_UPDATES: u8 = 32;
+/// user_canceled alerts ignored (rustls's limit on warning alerts).
+const MAX_USER_CANCELED: u8 = 4;
+/// Records per send key when the suite has no confidentiality limit (ChaCha20-Poly1305):
+/// rustls's, far from the sequence number wrapping.
+const SEQ_SOFT_LIMIT: u64 = 0xffff_ffff_ffff_0000;
 
 fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
@@ -64,10 +75,15 @@ pub(crate) fn connect(
     let mut outgoing = vec![0u8; MAX_RECORD + 5];
     let mut out_used = 0;
     let deadline = Instant::now() + timeout;
+    // The bytes rustls is given: whole records, one more each time it is blocked, so that it
+    // stops at the server's Finished and leaves the records after it (tickets, key updates,
+    // data) to the record layer. Given them, rustls would process them too: a message split
+    // across records would stay half-decrypted in `incoming`, the answer to a KeyUpdate
+    // would be queued in rustls and lost at the handover.
+    let mut fed = 0;
     loop {
-        let UnbufferedStatus { discard, state } =
-            conn.process_tls_records(&mut incoming[..in_used]);
-        let mut done = false;
+        let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming[..fed]);
+        let (mut done, mut blocked) = (false, false);
         match state.map_err(HandshakeError::Tls)? {
             ConnectionState::EncodeTlsData(mut s) => loop {
                 match s.encode(&mut outgoing[out_used..]) {
@@ -87,21 +103,7 @@ pub(crate) fn connect(
                 out_used = 0;
                 s.done();
             }
-            ConnectionState::BlockedHandshake => {
-                if Instant::now() > deadline {
-                    return Err(HandshakeError::Io(io::ErrorKind::TimedOut.into()));
-                }
-                if in_used == incoming.len() {
-                    incoming.resize(incoming.len() * 2, 0);
-                }
-                let n = tcp
-                    .read(&mut incoming[in_used..])
-                    .map_err(HandshakeError::Io)?;
-                if n == 0 {
-                    return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into()));
-                }
-                in_used += n;
-            }
+            ConnectionState::BlockedHandshake => blocked = true,
             ConnectionState::WriteTraffic(_) => done = true,
             ConnectionState::PeerClosed | ConnectionState::Closed => {
                 return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into()))
@@ -114,8 +116,29 @@ pub(crate) fn connect(
         }
         incoming.copy_within(discard..in_used, 0);
         in_used -= discard;
+        fed -= discard;
         if done {
             break;
+        }
+        if blocked {
+            let next = handshake_record(&incoming[fed..in_used]);
+            if next > 0 {
+                fed += next;
+                continue;
+            }
+            if Instant::now() > deadline {
+                return Err(HandshakeError::Io(io::ErrorKind::TimedOut.into()));
+            }
+            if in_used == incoming.len() {
+                incoming.resize(incoming.len() * 2, 0);
+            }
+            let n = tcp
+                .read(&mut incoming[in_used..])
+                .map_err(HandshakeError::Io)?;
+            if n == 0 {
+                return Err(HandshakeError::Io(io::ErrorKind::UnexpectedEof.into()));
+            }
+            in_used += n;
         }
     }
     if conn.protocol_version() != Some(ProtocolVersion::TLSv1_3) {
@@ -143,15 +166,36 @@ pub(crate) fn connect(
         kernel,
         suite,
         tx_seq,
+        tx_limit: suite.common.confidentiality_limit.min(SEQ_SOFT_LIMIT),
         rx_seq,
         buf,
         start: 0,
         end: in_used,
         plain: 0..0,
         handshake: Vec::new(),
+        key_updates: 0,
+        user_canceled: 0,
         peer_closed: false,
         last_short: false,
     })
+}
+
+/// How many of the bytes `b` received during the handshake rustls may process next: the
+/// first record when all of it is there (0 when not), or all of them when they do not begin
+/// with a TLS record header (rustls then says what is wrong).
+fn handshake_record(b: &[u8]) -> usize {
+    match *b {
+        [0x14..=0x18, 3, _, hi, lo, ..] => {
+            let n = 5 + usize::from(u16::from_be_bytes([hi, lo]));
+            match n {
+                _ if n > 5 + MAX_HANDSHAKE_RECORD => b.len(),
+                _ if b.len() >= n => n,
+                _ => 0,
+            }
+        }
+        [_, _, _, _, _, ..] => b.len(),
+        _ => 0,
+    }
 }
 
 fn keys(
@@ -202,6 +246,8 @@ pub(crate) struct Tls13Stream {
     rx_seq: u64,
     tx: Box<dyn MessageEncrypter>,
     tx_seq: u64,
+    /// Records one send key may protect: the suite's confidentiality limit.
+    tx_limit: u64,
     /// Received bytes; `buf[start..end]` are not processed yet (they begin with a record
     /// header), `buf[plain]` is decrypted plaintext not handed out yet.
     buf: Box<[u8]>,
@@ -210,6 +256,10 @@ pub(crate) struct Tls13Stream {
     plain: std::ops::Range<usize>,
     /// Post-handshake messages (tickets, key updates) not complete yet.
     handshake: Vec<u8>,
+    /// KeyUpdate messages received since the last application data.
+    key_updates: u8,
+    /// user_canceled alerts received.
+    user_canceled: u8,
     peer_closed: bool,
     /// The last read returned less than [`SHORT_READ`].
     last_short: bool,
@@ -259,8 +309,16 @@ impl Tls13Stream {
             let typ = h[0];
             let body: Vec<u8> = h[4..4 + len].to_vec();
             self.handshake.drain(..4 + len);
+            // RFC 8446 section 5.1: a message before a key change ends its record.
+            if typ == 24 && !self.handshake.is_empty() {
+                return Err(tls_error(
+                    PeerMisbehaved::KeyEpochWithPendingFragment.into(),
+                ));
+            }
             match typ {
-                // NewSessionTicket: kept by rustls (weir does not resume sessions).
+                // NewSessionTicket: kept in the configuration's session store (rustls's
+                // default, in memory); the connector's next connections to the broker resume
+                // with it.
                 4 => self
                     .kernel
                     .handle_new_session_ticket(&body)
@@ -268,6 +326,12 @@ impl Tls13Stream {
                 // KeyUpdate: later records use the next receive key; answer a request with
                 // a KeyUpdate of ours, then switch the send key.
                 24 => {
+                    // As rustls (and BoringSSL): a peer may not keep the connection busy
+                    // with key updates alone.
+                    if self.key_updates == MAX_KEY_UPDATES {
+                        return Err(tls_error(PeerMisbehaved::TooManyKeyUpdateRequests.into()));
+                    }
+                    self.key_updates += 1;
                     let requested = match body.as_slice() {
                         [0] => false,
                         [1] => true,
@@ -281,10 +345,7 @@ impl Tls13Stream {
                     self.rx = decrypter(self.suite, secrets).map_err(tls_error)?;
                     self.rx_seq = seq;
                     if requested {
-                        self.write_record(ContentType::Handshake, &[24, 0, 0, 1, 0])?;
-                        let (seq, secrets) = self.kernel.update_tx_secret().map_err(tls_error)?;
-                        self.tx = encrypter(self.suite, secrets).map_err(tls_error)?;
-                        self.tx_seq = seq;
+                        self.send_key_update()?;
                     }
                 }
                 other => {
@@ -296,7 +357,26 @@ impl Tls13Stream {
         }
     }
 
+    /// Sends a record, after a KeyUpdate when the send key has protected as many records as
+    /// its AEAD may (RFC 8446 section 5.5: 2^24 for AES-GCM; rustls does the same).
     fn write_record(&mut self, typ: ContentType, data: &[u8]) -> io::Result<()> {
+        if self.tx_seq >= self.tx_limit {
+            self.send_key_update()?;
+        }
+        self.seal(typ, data)
+    }
+
+    /// Sends a KeyUpdate (update not requested) with the current key, then switches to the
+    /// next one.
+    fn send_key_update(&mut self) -> io::Result<()> {
+        self.seal(ContentType::Handshake, &[24, 0, 0, 1, 0])?;
+        let (seq, secrets) = self.kernel.update_tx_secret().map_err(tls_error)?;
+        self.tx = encrypter(self.suite, secrets).map_err(tls_error)?;
+        self.tx_seq = seq;
+        Ok(())
+    }
+
+    fn seal(&mut self, typ: ContentType, data: &[u8]) -> io::Result<()> {
         let msg = OutboundPlainMessage {
             typ,
             version: ProtocolVersion::TLSv1_2,
@@ -352,8 +432,17 @@ impl Read for Tls13Stream {
             // TLS 1.3 decrypts in place, from the start of the record body.
             let offset = plain.payload.as_ptr() as usize - record_at;
             let n = plain.payload.len();
+            // RFC 8446 section 5.1: nothing between the records of a handshake message.
+            if plain.typ != ContentType::Handshake && !self.handshake.is_empty() {
+                return Err(tls_error(
+                    PeerMisbehaved::MessageInterleavedWithHandshakeMessage.into(),
+                ));
+            }
             match plain.typ {
-                ContentType::ApplicationData => self.plain = body + offset..body + offset + n,
+                ContentType::ApplicationData => {
+                    self.plain = body + offset..body + offset + n;
+                    self.key_updates = 0;
+                }
                 ContentType::Handshake => {
                     let payload = plain.payload.to_vec();
                     self.handshake.extend_from_slice(&payload);
@@ -366,14 +455,25 @@ impl Read for Tls13Stream {
                             return Err(tls_error(rustls::Error::General("malformed alert".into())))
                         }
                     };
-                    if desc == 0 {
-                        // close_notify
-                        self.peer_closed = true;
-                        return Ok(0);
+                    match AlertDescription::from(desc) {
+                        AlertDescription::CloseNotify => {
+                            self.peer_closed = true;
+                            return Ok(0);
+                        }
+                        // A closure alert that "SHOULD be followed by a close_notify" (RFC
+                        // 8446 section 6.1; Java's SSLSocket sends both when it closes): not
+                        // an error. rustls, BoringSSL and OpenSSL ignore it too, rustls up to
+                        // 4 times.
+                        AlertDescription::UserCanceled => {
+                            if self.user_canceled == MAX_USER_CANCELED {
+                                return Err(tls_error(
+                                    PeerMisbehaved::TooManyWarningAlertsReceived.into(),
+                                ));
+                            }
+                            self.user_canceled += 1;
+                        }
+                        other => return Err(tls_error(rustls::Error::AlertReceived(other))),
                     }
-                    return Err(tls_error(rustls::Error::AlertReceived(
-                        AlertDescription::from(desc),
-                    )));
                 }
                 other => {
                     return Err(tls_error(rustls::Error::General(format!(
@@ -397,3 +497,6 @@ impl Write for Tls13Stream {
         self.tcp.flush()
     }
 }
+
+#[cfg(test)]
+mod tests;
