@@ -202,6 +202,7 @@ impl QueryPlan {
         Ok(ContinuousQuery {
             source: Arc::clone(&self.source),
             read: self.read.clone(),
+            hidden: ContinuousQuery::hidden_for(&self.source),
             time_in_read: self.time_in_read,
             time_type: self.time_type.clone(),
             window: self.window,

@@ -161,7 +161,10 @@ type OpenReader = Box<dyn FnOnce() -> Result<Box<dyn PositionedReader>, SourceEr
 /// each (every batch one partition's, for event time per partition).
 async fn readers(query: &Arc<ContinuousQuery>, partitions: usize) -> Result<Vec<OpenReader>> {
     let source = Arc::clone(&query.source);
-    let shape = Arc::new(ScanShape::new(&source, Some(&query.read)).map_err(SourceError::into_df)?);
+    let shape = Arc::new(
+        ScanShape::with_hidden(&source, Some(&query.read), &query.hidden)
+            .map_err(SourceError::into_df)?,
+    );
     match &source.connector {
         Connector::File(settings) => {
             let feed = Arc::new(
@@ -213,8 +216,8 @@ async fn readers(query: &Arc<ContinuousQuery>, partitions: usize) -> Result<Vec<
 
 /// What a worker thread tells the merge.
 enum Message {
-    /// Output of reader `i`, and the rows it found late.
-    Emits(usize, Vec<Emit>, u64),
+    /// A reader's output, and the rows it found late.
+    Emits(Vec<Emit>, u64),
     /// Reader `i`'s progress.
     Progress(usize, Progress),
     /// A reader failed.
@@ -302,8 +305,7 @@ fn work(
         };
         let late = worker.take_late();
         if !emits.is_empty() || late > 0 {
-            tx.send(Message::Emits(i, emits, late))
-                .map_err(|_| gone())?;
+            tx.send(Message::Emits(emits, late)).map_err(|_| gone())?;
         }
         tx.send(Message::Progress(i, progress))
             .map_err(|_| gone())?;
@@ -330,7 +332,7 @@ fn merge(
             break;
         };
         match msg {
-            Message::Emits(_, emits, late) => {
+            Message::Emits(emits, late) => {
                 source.stats.late.fetch_add(late, Ordering::Relaxed);
                 for e in emits {
                     merge.take(e, &mut out)?;

@@ -29,7 +29,11 @@ pub(crate) async fn physical_plan(df: DataFrame, follow: bool) -> Result<Arc<dyn
     let folded = compile::rewrite(Arc::clone(&plan), follow)?;
     if std::env::var_os("WEIR_SHOW_PLAN").is_some() {
         use datafusion::physical_plan::displayable;
-        eprintln!("{}\n=>\n{}", displayable(plan.as_ref()).indent(true), displayable(folded.as_ref()).indent(true));
+        eprintln!(
+            "{}\n=>\n{}",
+            displayable(plan.as_ref()).indent(true),
+            displayable(folded.as_ref()).indent(true)
+        );
     }
     Ok(folded)
 }

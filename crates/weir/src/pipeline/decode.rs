@@ -37,6 +37,16 @@ impl ScanShape {
         source: &SourceDefinition,
         projection: Option<&[usize]>,
     ) -> Result<Self, SourceError> {
+        Self::with_hidden(source, projection, &[])
+    }
+
+    /// The same, with metadata columns `hidden` appended after the projection even if the
+    /// source does not include them (a continuous query's positions of late rows).
+    pub(crate) fn with_hidden(
+        source: &SourceDefinition,
+        projection: Option<&[usize]>,
+        hidden: &[MetaKind],
+    ) -> Result<Self, SourceError> {
         let all: Vec<usize> = (0..source.schema.fields().len()).collect();
         let projection = projection.unwrap_or(&all);
         let decoded_count = source.decoded_columns();
@@ -53,6 +63,15 @@ impl ScanShape {
                 slots.push(Slot::Meta(metas.len()));
                 metas.push(source.includes[i - decoded_count].0);
             }
+        }
+        for &kind in hidden {
+            fields.push(arrow::datatypes::Field::new(
+                kind.default_name(),
+                kind.data_type(),
+                kind.nullable(),
+            ));
+            slots.push(Slot::Meta(metas.len()));
+            metas.push(kind);
         }
         Ok(Self {
             prepared: source.prepared_for(&decoded)?,

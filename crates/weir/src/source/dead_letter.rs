@@ -35,6 +35,7 @@ impl DeadLetterFile {
         &self.path
     }
 
+    /// Appends a message that could not be decoded.
     pub(crate) fn write(
         &self,
         source: &str,
@@ -69,8 +70,31 @@ impl DeadLetterFile {
                 "message_base64": b64(message),
             }),
         };
+        self.append(&line)
+    }
+
+    /// Appends decoded rows that came behind the watermark: each with its position (fields of
+    /// `position`), why it is late, and the row as JSON.
+    pub(crate) fn write_late(
+        &self,
+        source: &str,
+        rows: impl IntoIterator<Item = (serde_json::Value, String, serde_json::Value)>,
+    ) -> std::io::Result<()> {
+        for (position, error, row) in rows {
+            let mut line = serde_json::json!({ "source": source });
+            if let (Some(l), serde_json::Value::Object(p)) = (line.as_object_mut(), position) {
+                l.extend(p);
+                l.insert("error".into(), error.into());
+                l.insert("row".into(), row);
+            }
+            self.append(&line)?;
+        }
+        Ok(())
+    }
+
+    fn append(&self, line: &serde_json::Value) -> std::io::Result<()> {
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        serde_json::to_writer(&mut *out, &line)?;
+        serde_json::to_writer(&mut *out, line)?;
         out.write_all(b"\n")?;
         // Dead letters are rare and must survive a crash of the run that wrote them.
         out.flush()

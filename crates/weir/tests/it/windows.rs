@@ -235,6 +235,42 @@ async fn late_rows_are_dropped_counted_and_the_rest_is_exact() {
     let want = reference(10_000, 1, START, 1_000_000, 1_000_000_000);
     assert_eq!(bars(&rows), want);
     assert_eq!(e.source_reports()[0].late, 500);
+    // With a dead-letter file, each late row is written with its file and byte offset.
+    let dl = dir.path().join("late.jsonl");
+    let e = engine(2);
+    let rows = e
+        .query(&format!(
+            "{}\n{BARS};",
+            source(
+                &data,
+                &pb,
+                &format!(
+                    ", 'on.error' = 'dead_letter', 'dead_letter.path' = '{}'",
+                    dl.display()
+                )
+            )
+        ))
+        .await
+        .unwrap();
+    assert_eq!(bars(&rows), want);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&dl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 500);
+    let first_late_offset = {
+        let mut b = Vec::new();
+        QuoteGenerator::new(1)
+            .with_event_time(START, 1_000_000)
+            .write(&mut b, 10_000, QuoteFormat::Protobuf, Framing::Varint)
+            .unwrap();
+        b.len() as i64
+    };
+    assert_eq!(lines[0]["offset"], first_late_offset, "{}", lines[0]);
+    assert!(lines[0]["file"].as_str().unwrap().ends_with("q.bin"));
+    assert!(lines[0]["error"].as_str().unwrap().starts_with("late"));
+    assert!(lines[0]["row"]["ticker"].is_string(), "{}", lines[0]);
 }
 
 /// Rows of a query as text lines, sorted (for comparing two queries' rows).
@@ -365,7 +401,10 @@ async fn any_aggregate_having_expressions_and_a_join_with_a_static_table() {
                 .chars()
                 .take_while(|c| c.is_ascii_alphabetic())
                 .collect();
-            text.push_str(&format!("{{\"ticker\": \"{}\", \"underlying\": \"{underlying}\"}}\n", q.ticker));
+            text.push_str(&format!(
+                "{{\"ticker\": \"{}\", \"underlying\": \"{underlying}\"}}\n",
+                q.ticker
+            ));
         }
     }
     std::fs::write(&names, text).unwrap();
@@ -428,7 +467,10 @@ async fn any_aggregate_having_expressions_and_a_join_with_a_static_table() {
     };
     let (got, bounded) = (rows(&got), rows(&bounded));
     assert!(got.len() > 20, "{got:?}");
-    assert_eq!(got.keys().collect::<Vec<_>>(), bounded.keys().collect::<Vec<_>>());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        bounded.keys().collect::<Vec<_>>()
+    );
     for (k, a) in &got {
         let b = &bounded[k];
         assert_eq!((a.0, a.1, a.3, a.4), (b.0, b.1, b.3, b.4), "{k:?}");
@@ -457,7 +499,10 @@ async fn queries_that_cannot_run_continuously_get_one_line() {
         });
         let err = e
             .run_script(
-                &format!("{}\nCREATE SINK s FROM ({query}) WITH ('connector' = 'stdout');", source(&data, &pb, "")),
+                &format!(
+                    "{}\nCREATE SINK s FROM ({query}) WITH ('connector' = 'stdout');",
+                    source(&data, &pb, "")
+                ),
                 &mut crate::common::Collect::default(),
             )
             .await
@@ -484,5 +529,8 @@ async fn queries_that_cannot_run_continuously_get_one_line() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("declares no watermark") && err.contains("WATERMARK FOR timestamp"), "{err}");
+    assert!(
+        err.contains("declares no watermark") && err.contains("WATERMARK FOR timestamp"),
+        "{err}"
+    );
 }

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
@@ -24,7 +24,8 @@ use super::ops::{apply_all, Op};
 use super::session::SessionWindows;
 use super::time::{EventTime, NONE};
 use super::{WatermarkSpec, WindowKind};
-use crate::source::SourceDefinition;
+use crate::source::meta::MetaKind;
+use crate::source::{OnError, SourceDefinition};
 
 /// A continuous query over one source, compiled from DataFusion's plan.
 pub(crate) struct ContinuousQuery {
@@ -32,6 +33,8 @@ pub(crate) struct ContinuousQuery {
     pub(crate) source: Arc<SourceDefinition>,
     /// The source's columns the query reads (the event-time column among them).
     pub(crate) read: Vec<usize>,
+    /// Metadata columns read after them for the dead letters of late rows (their position).
+    pub(crate) hidden: Vec<MetaKind>,
     /// The event-time column's index in `read`.
     pub(crate) time_in_read: usize,
     /// The event-time column's type (`window_start` and `window_end` have it too).
@@ -55,6 +58,18 @@ pub(crate) struct ContinuousQuery {
 }
 
 impl ContinuousQuery {
+    /// The metadata columns a reader adds for the positions of late rows, when they go to a
+    /// dead-letter file.
+    pub(crate) fn hidden_for(source: &SourceDefinition) -> Vec<MetaKind> {
+        if source.settings.on_error != OnError::DeadLetter || source.watermark.is_none() {
+            return Vec::new();
+        }
+        match source.connector.name() {
+            "kafka" => vec![MetaKind::Topic, MetaKind::Partition, MetaKind::Offset],
+            _ => vec![MetaKind::File, MetaKind::Offset],
+        }
+    }
+
     fn session_gap(&self) -> Option<i64> {
         match self.window {
             WindowKind::Session { gap } => Some(gap),
@@ -118,11 +133,20 @@ impl Worker {
     ) -> Result<()> {
         let q = Arc::clone(&self.query);
         let mut times: ArrayRef = cast(batch.column(q.time_in_read), &DataType::Int64)?;
-        let mut batch = batch;
+        let (mut batch, hidden) = if q.hidden.is_empty() {
+            (batch, Vec::new())
+        } else {
+            let n = q.read.len();
+            let hidden = batch.columns()[n..].to_vec();
+            (batch.project(&(0..n).collect::<Vec<_>>())?, hidden)
+        };
         if let Some(t) = &mut self.time {
             let seen = t.observe(channel, &times, floor);
             if let Some(keep) = seen.keep {
                 self.late += seen.late as u64;
+                if !hidden.is_empty() {
+                    self.dead_letter_late(&batch, &hidden, &keep)?;
+                }
                 batch = filter_record_batch(&batch, &keep)?;
                 times = arrow::compute::filter(&times, &keep)?;
             }
@@ -144,6 +168,61 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// Writes the late rows of `batch` (`keep` false) to the dead-letter file, each with its
+    /// position from the `hidden` metadata columns and the row as JSON.
+    fn dead_letter_late(
+        &self,
+        batch: &RecordBatch,
+        hidden: &[ArrayRef],
+        keep: &arrow::array::BooleanArray,
+    ) -> Result<()> {
+        let Some(dl) = &self.query.source.settings.dead_letter else {
+            return Ok(());
+        };
+        let mut lines = Vec::new();
+        for i in (0..batch.num_rows()).filter(|&i| !keep.value(i)) {
+            let mut position = serde_json::Map::new();
+            for (kind, column) in self.query.hidden.iter().zip(hidden) {
+                let value = match kind {
+                    MetaKind::Offset => serde_json::json!(column
+                        .as_primitive::<arrow::datatypes::Int64Type>()
+                        .value(i)),
+                    MetaKind::Partition => serde_json::json!(column
+                        .as_primitive::<arrow::datatypes::Int32Type>()
+                        .value(i)),
+                    MetaKind::File | MetaKind::Topic => {
+                        serde_json::json!(column.as_string::<i32>().value(i))
+                    }
+                    _ => continue,
+                };
+                let key = match kind {
+                    MetaKind::Offset => "offset",
+                    MetaKind::Partition => "partition",
+                    MetaKind::File => "file",
+                    _ => "topic",
+                };
+                position.insert(key.into(), value);
+            }
+            let mut json = Vec::new();
+            {
+                let mut w = crate::sink::json_writer(&mut json);
+                w.write(&batch.slice(i, 1))?;
+                w.finish()?;
+            }
+            let row: serde_json::Value =
+                serde_json::from_slice(&json).unwrap_or(serde_json::Value::Null);
+            lines.push((
+                serde_json::Value::Object(position),
+                "late: the row's event time is behind the watermark (its window has closed or \
+                 its partition had moved past it by more than the delay)"
+                    .to_string(),
+                row,
+            ));
+        }
+        dl.write_late(&self.query.source.name, lines)
+            .map_err(|e| DataFusionError::External(Box::new(e)))
     }
 
     /// The reader's progress, after handing over the partial windows it has passed: the
