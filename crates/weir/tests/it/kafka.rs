@@ -570,3 +570,104 @@ fn sources_gen_and_produce_reach_a_sasl_ssl_listener_without_a_secret_in_the_sql
         "{err}"
     );
 }
+
+#[test]
+fn windows_over_kafka_partitions_close_on_the_slowest_partition_and_match_the_generator() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pb = crate::common::write_schema(dir.path());
+    let topic = topic("weir-windows");
+    create_topic(std::slice::from_ref(&broker), &topic, 3, 1, &[], false).unwrap();
+    let mut producer = Producer::connect(&ProducerConfig {
+        brokers: vec![broker.clone()],
+        topic: topic.clone(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let start = crate::windows::START;
+    let n = 30_000;
+    let mut g = QuoteGenerator::new(8).with_event_time(start, 1_000_000);
+    let mut msg = Vec::new();
+    for _ in 0..n {
+        msg.clear();
+        let q = g.next_quote();
+        q.encode_protobuf(&mut msg);
+        producer
+            .send(None, Some(q.ticker.as_bytes()), &msg)
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    let want = crate::windows::reference(n, 8, start, 1_000_000, 1_000_000_000);
+    let source = format!(
+        "CREATE SOURCE q (ticker VARCHAR, timestamp TIMESTAMP, bid_price DOUBLE, ask_price DOUBLE, \
+         WATERMARK FOR timestamp AS timestamp - INTERVAL '100 milliseconds') \
+         WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'protobuf', \
+         'message' = 'stocks.QuoteNBBO', 'location' = '{}');",
+        pb.display()
+    );
+    // Bounded: the end of every partition closes every window.
+    for partitions in [1, 3] {
+        let e = Engine::new(EngineOptions {
+            partitions,
+            ..EngineOptions::default()
+        });
+        let rows = rt
+            .block_on(e.query(&format!("{source}\n{};", crate::windows::BARS)))
+            .unwrap();
+        assert_eq!(crate::windows::bars(&rows), want, "{partitions} readers");
+    }
+    // Follow: the windows the watermark has passed on every partition come out once; the last
+    // ones stay open until the stop, which drops them.
+    let e = Engine::new(EngineOptions {
+        follow: true,
+        partitions: 2,
+        ..EngineOptions::default()
+    });
+    let out = dir.path().join("bars.arrows");
+    rt.block_on(e.run_script(
+        &format!(
+            "{source}\nCREATE SINK bars FROM ({}) WITH ('connector' = 'ipc', 'ipc.format' = 'stream', 'path' = '{}');",
+            crate::windows::BARS,
+            out.display()
+        ),
+        &mut crate::common::Collect::default(),
+    ))
+    .unwrap();
+    // The watermark is the smallest over the partitions of (largest time - 100 ms): every
+    // partition has quotes in the last tenth of a second, so it is within 0.2 s of the end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let emitted = loop {
+        let got = crate::windows::bars(&crate::windows::read_stream(&out));
+        if got.len() + 2_000 >= want.len() && !got.is_empty() {
+            std::thread::sleep(Duration::from_millis(500));
+            break crate::windows::bars(&crate::windows::read_stream(&out));
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "windows did not close: {}",
+            got.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    e.stop();
+    rt.block_on(e.wait()).unwrap();
+    rt.block_on(e.finish()).unwrap();
+    // Every emitted window is exactly the bounded answer; the missing ones are the newest.
+    assert!(!emitted.is_empty());
+    let newest_emitted = emitted.keys().map(|(w, _)| *w).max().unwrap();
+    for (k, v) in &want {
+        match emitted.get(k) {
+            Some(got) => assert_eq!(got, v, "{k:?}"),
+            None => assert!(
+                k.0 > newest_emitted - 1_000_000_000,
+                "window {k:?} is missing"
+            ),
+        }
+    }
+    assert!(e.source_reports()[0].windows_dropped >= 1);
+}

@@ -78,7 +78,7 @@ pub fn bars(batches: &[RecordBatch]) -> BTreeMap<(i64, String), Bar> {
     out
 }
 
-const START: i64 = 1_800_000_000_000_000_000;
+pub const START: i64 = 1_800_000_000_000_000_000;
 
 fn fixture(n: u64, seed: u64, max_gap: u64) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -103,7 +103,8 @@ fn source(data: &Path, pb: &Path, extra: &str) -> String {
     )
 }
 
-const BARS: &str = "SELECT window_start, ticker, count(*) AS n, min(bid_price), max(ask_price), \
+pub const BARS: &str =
+    "SELECT window_start, ticker, count(*) AS n, min(bid_price), max(ask_price), \
      first_value(bid_price ORDER BY timestamp), last_value(bid_price ORDER BY timestamp) \
      FROM TUMBLE(q, timestamp, INTERVAL '1 second') GROUP BY window_start, window_end, ticker";
 
@@ -146,7 +147,7 @@ async fn tumbling_bars_match_the_generator_on_any_number_of_readers() {
 }
 
 /// Reads an Arrow IPC stream file written so far (a sink in follow mode flushes each batch).
-fn read_stream(path: &Path) -> Vec<RecordBatch> {
+pub fn read_stream(path: &Path) -> Vec<RecordBatch> {
     let Ok(f) = std::fs::File::open(path) else {
         return Vec::new();
     };
