@@ -60,6 +60,17 @@ pub enum DedupError {
     Corrupt(String),
 }
 
+impl DedupError {
+    /// RocksDB's error `e` while doing `what` in the state directory `dir`.
+    pub(crate) fn db(dir: &std::path::Path, what: &str, e: rocksdb::Error) -> Self {
+        Self::Db {
+            dir: dir.display().to_string(),
+            what: what.to_string(),
+            error: e.to_string(),
+        }
+    }
+}
+
 /// Parses a duration such as `90s`, `15m`, `1h`, `7d` or `250ms` (a bare number is seconds).
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let t = s.trim();
