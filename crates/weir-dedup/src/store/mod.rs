@@ -12,9 +12,9 @@
 mod commit;
 mod dedup;
 mod filter_file;
-mod tuning;
 mod record;
 mod stats;
+mod tuning;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -25,11 +25,11 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use self::commit::{CommitJob, Committer, Pending, TableFiles};
 use self::filter_file::{load_filter, save_filter, scan_filter};
+pub use self::record::Checkpoint;
 use self::record::{
     checkpoint_key, encode_checkpoint, file_key, file_name, file_prefix, read_checkpoint,
-    FORMAT_1_CHECKPOINT, KEYS, META, SETUP,
+    FORMAT_1_CHECKPOINT, KEYS, MAX_RECORD, META, SETUP,
 };
-pub use self::record::Checkpoint;
 use self::stats::{dir_bytes, stats_of, Counters, TICKERS};
 use crate::filter::KeyFilter;
 use crate::keys::{KeyColumns, KeyMode, RowKeys};
@@ -314,7 +314,7 @@ impl StateStore {
         let stats = stats_of(
             &c,
             !setup.is_empty(),
-            checkpoint.step,
+            (checkpoint.step, checkpoint.state.len() as u64),
             estimate,
             (0, 0),
             (0, 0),
@@ -333,14 +333,26 @@ impl StateStore {
         &self.dir
     }
 
-    /// Commits the open step: this step's keys and `checkpoint` in one atomic RocksDB commit
-    /// (see `write_commit`). Call it only once the step's output is durable under its final
-    /// name. It returns once the previous step's commit is durable; this one's is written on
-    /// the commit thread ([`StateStore::finish`] waits for it).
+    /// Commits the open step: this step's keys and `checkpoint` (its positions, files and
+    /// operator state) in one atomic RocksDB commit (see `write_commit`). Call it only once the
+    /// step's output is durable under its final name. It returns once the previous step's
+    /// commit is durable; this one's is written on the commit thread ([`StateStore::finish`]
+    /// waits for it). A checkpoint record over 3 GiB (RocksDB's limit for a value) is refused
+    /// before anything is written, and the step stays open.
     pub fn commit(&mut self, mut checkpoint: Checkpoint) -> Result<(), DedupError> {
         checkpoint.step = self.committed.step + 1;
         let counters = self.counters();
         let record = encode_checkpoint(&checkpoint, self.max_time, &counters);
+        if record.len() > MAX_RECORD {
+            return Err(DedupError::Config(format!(
+                "state directory {}: the checkpoint of step {} is {} bytes with {} bytes of operator state, over the {} bytes a checkpoint can hold",
+                self.dir.display(),
+                checkpoint.step,
+                record.len(),
+                checkpoint.state.len(),
+                MAX_RECORD
+            )));
+        }
         let record_hash = xxh3_64(&record);
         let mut records = vec![(checkpoint_key(), record)];
         let mut files: Vec<&String> = checkpoint.files.iter().collect();
@@ -425,7 +437,7 @@ impl StateStore {
         let mut st = stats_of(
             &self.counters(),
             self.key.is_some(),
-            self.committed.step,
+            (self.committed.step, self.committed.state.len() as u64),
             estimate,
             (
                 self.recent[0].len() + self.recent[1].len(),
@@ -463,4 +475,3 @@ impl StateStore {
         Ok(files)
     }
 }
-

@@ -15,7 +15,14 @@ pub(super) const KEYS: &str = "keys";
 pub(super) const META: &str = "meta";
 /// The dedup settings the directory was created with, in `META`.
 pub(super) const SETUP: &[u8] = b"setup";
-const FORMAT: u8 = 2;
+/// The checkpoint record's format. 3 ends the record with the operator state; a format 2
+/// record is the same without it, and reads as an empty state.
+const FORMAT: u8 = 3;
+/// The format before the operator state.
+const FORMAT_2: u8 = 2;
+/// The largest checkpoint record: RocksDB takes values up to 3 GiB (and a table file's block
+/// stores an entry's length in 32 bits).
+pub(super) const MAX_RECORD: usize = 3 << 30;
 /// Format 1 kept the checkpoint in the `meta` column family under this key.
 pub(super) const FORMAT_1_CHECKPOINT: &[u8] = b"checkpoint";
 /// The prefix of the step records (the checkpoint and the committed file names) in the `keys`
@@ -47,9 +54,9 @@ pub(super) fn file_name(rest: &[u8]) -> Option<&[u8]> {
     rest.get(21..)
 }
 
-/// What one commit records: how far each source partition has been read, and the output files
-/// this step completed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What one commit records: how far each source partition has been read, the output files
+/// this step completed, and the operator state to resume from.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Checkpoint {
     /// Commits so far (the first commit is step 1).
     pub step: u64,
@@ -58,6 +65,21 @@ pub struct Checkpoint {
     pub positions: Vec<(String, i64)>,
     /// The files the step committed, as their final names.
     pub files: Vec<String>,
+    /// Operator state: opaque bytes the engine commits with the step, for example the open
+    /// windows of a continuous query; empty when there is none.
+    pub state: Vec<u8>,
+}
+
+/// Shows the state's size, not its bytes (it can be megabytes).
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("step", &self.step)
+            .field("positions", &self.positions)
+            .field("files", &self.files)
+            .field("state", &format_args!("{} bytes", self.state.len()))
+            .finish()
+    }
 }
 
 /// The last checkpoint, the largest event time, the counters (defaults before a commit), and a
@@ -91,8 +113,16 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// The checkpoint record: the format, the step, the largest event time, the positions (each a
+/// name and a position) and the files, each list after its length; the counters; then the
+/// operator state after its length (8 bytes). Numbers are little-endian, names length-prefixed.
 pub(super) fn encode_checkpoint(c: &Checkpoint, max_time: i64, counters: &Counters) -> Vec<u8> {
-    let mut out = vec![FORMAT];
+    // Sized up front: the state can be megabytes, and growing would copy it over and over.
+    let names: usize = c.positions.iter().map(|(n, _)| 12 + n.len()).sum::<usize>()
+        + c.files.iter().map(|f| 4 + f.len()).sum::<usize>();
+    let mut out =
+        Vec::with_capacity(1 + 8 + 8 + 4 + 4 + names + 8 * (6 + TICKERS.len()) + 8 + c.state.len());
+    out.push(FORMAT);
     out.extend_from_slice(&c.step.to_le_bytes());
     out.extend_from_slice(&max_time.to_le_bytes());
     out.extend_from_slice(&(c.positions.len() as u32).to_le_bytes());
@@ -117,6 +147,8 @@ pub(super) fn encode_checkpoint(c: &Checkpoint, max_time: i64, counters: &Counte
     {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    out.extend_from_slice(&(c.state.len() as u64).to_le_bytes());
+    out.extend_from_slice(&c.state);
     out
 }
 
@@ -134,17 +166,21 @@ impl Reader<'_> {
     fn u32(&mut self) -> Option<u32> {
         self.take::<4>().map(u32::from_le_bytes)
     }
-    fn string(&mut self) -> Option<String> {
-        let n = self.u32()? as usize;
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
         let (s, rest) = self.0.split_at_checked(n)?;
         self.0 = rest;
-        String::from_utf8(s.to_vec()).ok()
+        Some(s)
+    }
+    fn string(&mut self) -> Option<String> {
+        let n = self.u32()? as usize;
+        String::from_utf8(self.bytes(n)?.to_vec()).ok()
     }
 }
 
 fn decode_checkpoint(bytes: &[u8]) -> Option<(Checkpoint, i64, Counters)> {
     let mut r = Reader(bytes);
-    if r.take::<1>()? != [FORMAT] {
+    let [format] = r.take::<1>()?;
+    if format != FORMAT && format != FORMAT_2 {
         return None;
     }
     let step = r.u64()?;
@@ -170,13 +206,77 @@ fn decode_checkpoint(bytes: &[u8]) -> Option<(Checkpoint, i64, Counters)> {
     for t in counters.tickers.iter_mut() {
         *t = r.u64()?;
     }
+    let state = if format == FORMAT_2 {
+        Vec::new()
+    } else {
+        let n = usize::try_from(r.u64()?).ok()?;
+        r.bytes(n)?.to_vec()
+    };
     Some((
         Checkpoint {
             step,
             positions,
             files,
+            state,
         },
         max_time,
         counters,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checkpoint(state: Vec<u8>) -> Checkpoint {
+        Checkpoint {
+            step: 7,
+            positions: vec![("kafka/quotes/3".into(), 42), ("file:/q.bin".into(), -1)],
+            files: vec!["part-7.parquet".into()],
+            state,
+        }
+    }
+
+    fn counters() -> Counters {
+        let mut c = Counters {
+            rows: 10,
+            dropped: 2,
+            expired: 1,
+            ..Counters::default()
+        };
+        c.tickers[3] = 99;
+        c
+    }
+
+    #[test]
+    fn the_record_round_trips_with_and_without_a_state() {
+        for state in [Vec::new(), b"open windows".to_vec(), vec![0xFF; 100_000]] {
+            let c = checkpoint(state);
+            let bytes = encode_checkpoint(&c, 1234, &counters());
+            assert_eq!(bytes[0], FORMAT);
+            let (back, max_time, n) = decode_checkpoint(&bytes).unwrap();
+            assert_eq!(back, c);
+            assert_eq!(max_time, 1234);
+            assert_eq!((n.rows, n.dropped, n.expired), (10, 2, 1));
+            assert_eq!(n.tickers[3], 99);
+            // A record cut anywhere in the state does not read.
+            assert!(decode_checkpoint(&bytes[..bytes.len() - 1]).is_none());
+        }
+    }
+
+    #[test]
+    fn a_format_2_record_reads_with_an_empty_state() {
+        // Format 2 is format 3 without the state's length and bytes.
+        let c = checkpoint(Vec::new());
+        let mut bytes = encode_checkpoint(&c, 5, &counters());
+        bytes.truncate(bytes.len() - 8);
+        bytes[0] = FORMAT_2;
+        let (back, max_time, n) = decode_checkpoint(&bytes).unwrap();
+        assert_eq!(back, c);
+        assert_eq!((max_time, n.rows), (5, 10));
+        bytes[0] = 1;
+        assert!(decode_checkpoint(&bytes).is_none());
+        bytes[0] = 4;
+        assert!(decode_checkpoint(&bytes).is_none());
+    }
 }

@@ -37,7 +37,7 @@ pub(super) const TICKERS: [Ticker; 11] = [
 pub(super) fn stats_of(
     c: &Counters,
     dedup: bool,
-    step: u64,
+    (step, state_bytes): (u64, u64),
     keys_held_estimate: u64,
     (recent_keys_in_memory, recent_bytes): (usize, usize),
     (block_cache_bytes, block_cache_usage): (u64, u64),
@@ -53,6 +53,7 @@ pub(super) fn stats_of(
     DedupStats {
         dedup,
         step,
+        state_bytes,
         rows: c.rows,
         duplicates_dropped: c.dropped,
         recent_hits: c.recent_hits,
