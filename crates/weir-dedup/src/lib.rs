@@ -6,7 +6,8 @@
 //!   a batch (first occurrence wins; a TTL on an event-time column expires old keys), and
 //!   [`StateStore::commit`] writes, in one atomic RocksDB commit (a sorted table file it
 //!   ingests, or a synced write batch when there is no dedup key), the keys of the step, the
-//!   next position of every source partition and the files the step completed.
+//!   next position of every source partition, the files the step completed and the operator
+//!   state (opaque bytes, such as a continuous query's open windows) in [`Checkpoint`].
 //! - [`KeyColumns`] and [`KeyMode`]: which columns make a key, stored hashed (xxh3-128) or raw.
 //! - [`DedupStats`]: block-cache hit rates overall and for data, index and filter blocks apart,
 //!   bloom-filter usefulness, keys held and expired, duplicates dropped and bytes on disk. The
@@ -60,6 +61,17 @@ pub enum DedupError {
     Corrupt(String),
 }
 
+impl DedupError {
+    /// RocksDB's error `e` while doing `what` in the state directory `dir`.
+    pub(crate) fn db(dir: &std::path::Path, what: &str, e: rocksdb::Error) -> Self {
+        Self::Db {
+            dir: dir.display().to_string(),
+            what: what.to_string(),
+            error: e.to_string(),
+        }
+    }
+}
+
 /// Parses a duration such as `90s`, `15m`, `1h`, `7d` or `250ms` (a bare number is seconds).
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let t = s.trim();
@@ -109,6 +121,8 @@ pub struct DedupStats {
     pub dedup: bool,
     /// Steps committed.
     pub step: u64,
+    /// Bytes of operator state in the last checkpoint ([`Checkpoint::state`]).
+    pub state_bytes: u64,
     /// Rows checked.
     pub rows: u64,
     /// Rows dropped as duplicates.
@@ -171,6 +185,16 @@ fn rate(hit: u64, miss: u64) -> String {
 impl fmt::Display for DedupStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "steps committed:        {}", self.step)?;
+        if self.state_bytes == 0 {
+            writeln!(f, "operator state:         none")?;
+        } else {
+            writeln!(
+                f,
+                "operator state:         {} bytes ({:.1} MiB)",
+                self.state_bytes,
+                self.state_bytes as f64 / (1u64 << 20) as f64
+            )?;
+        }
         if !self.dedup {
             return writeln!(f, "dedup:                  off (checkpoints only)");
         }

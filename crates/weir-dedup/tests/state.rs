@@ -347,3 +347,244 @@ fn a_clean_finish_saves_the_key_filter_and_a_crash_makes_it_stale() {
     let b = batch(&[(Some("A"), Some(3), 0), (Some("A"), Some(4), 0)]);
     assert_eq!(kept(&mut s, &b), vec![1]);
 }
+
+/// Commits a step whose checkpoint holds `state`.
+fn commit_state(store: &mut StateStore, pos: i64, state: Vec<u8>) {
+    store
+        .commit(Checkpoint {
+            positions: vec![("p0".into(), pos)],
+            files: vec![format!("part-{pos}.parquet")],
+            state,
+            ..Checkpoint::default()
+        })
+        .unwrap();
+}
+
+/// `n` bytes that differ from one seed to another and do not repeat.
+fn state_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Checkpoints only, and with a dedup key: the checkpoint record goes in through a write batch
+/// in the first, in the step's table file in the second.
+fn both_kinds() -> [StateOptions; 2] {
+    [
+        StateOptions::default(),
+        key(&["seq"], KeyMode::Xxh3_128, None),
+    ]
+}
+
+#[test]
+fn the_operator_state_round_trips_through_commit_and_reopen() {
+    for opts in both_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+            assert!(s.checkpoint().state.is_empty());
+            kept(&mut s, &batch(&[(Some("A"), Some(1), 0)]));
+            commit_state(&mut s, 1, b"window [0, 60): count 1".to_vec());
+            assert_eq!(s.checkpoint().state, b"window [0, 60): count 1");
+            kept(&mut s, &batch(&[(Some("A"), Some(2), 0)]));
+            commit_state(&mut s, 2, b"window [0, 60): count 2".to_vec());
+            s.finish().unwrap();
+        }
+        let s = StateStore::open(dir.path(), opts.clone()).unwrap();
+        assert_eq!(s.checkpoint().step, 2);
+        assert_eq!(s.checkpoint().positions, vec![("p0".to_string(), 2)]);
+        assert_eq!(s.checkpoint().state, b"window [0, 60): count 2");
+        assert_eq!(s.stats().state_bytes, 23);
+        drop(s);
+        let (checkpoint, _, stats) = StateStore::inspect(dir.path()).unwrap();
+        assert_eq!(checkpoint.state, b"window [0, 60): count 2");
+        assert_eq!(stats.state_bytes, 23);
+        assert!(
+            stats
+                .to_string()
+                .contains("operator state:         23 bytes"),
+            "{stats}"
+        );
+    }
+}
+
+#[test]
+fn a_reopen_without_finish_keeps_the_last_committed_state() {
+    for opts in both_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+            kept(&mut s, &batch(&[(Some("A"), Some(1), 0)]));
+            commit_state(&mut s, 1, state_bytes(1000, 1));
+            kept(&mut s, &batch(&[(Some("A"), Some(2), 0)]));
+            commit_state(&mut s, 2, state_bytes(1000, 2));
+            // A step read but never committed, and no finish: as after a crash.
+            kept(&mut s, &batch(&[(Some("A"), Some(3), 0)]));
+        }
+        let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+        assert_eq!(s.checkpoint().step, 2);
+        assert_eq!(s.checkpoint().state, state_bytes(1000, 2));
+        if opts.key.is_some() {
+            // Committed keys stay, the uncommitted one is new again.
+            let b = batch(&[(Some("A"), Some(2), 0), (Some("A"), Some(3), 0)]);
+            assert_eq!(kept(&mut s, &b), vec![1]);
+        }
+        // The next step goes on from there.
+        commit_state(&mut s, 3, state_bytes(10, 3));
+        drop(s);
+        let s = StateStore::open(dir.path(), opts).unwrap();
+        assert_eq!(s.checkpoint().step, 3);
+        assert_eq!(s.checkpoint().state, state_bytes(10, 3));
+    }
+}
+
+#[test]
+fn an_empty_state_stays_empty_and_replaces_a_committed_one() {
+    for opts in both_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+            commit(&mut s, 1);
+            s.finish().unwrap();
+        }
+        let (checkpoint, _, stats) = StateStore::inspect(dir.path()).unwrap();
+        assert!(checkpoint.state.is_empty());
+        assert_eq!(stats.state_bytes, 0);
+        assert!(stats.to_string().contains("operator state:         none"));
+        {
+            let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+            assert!(s.checkpoint().state.is_empty());
+            commit_state(&mut s, 2, b"open window".to_vec());
+            // The windows closed: the step commits no state, and none is left.
+            commit_state(&mut s, 3, Vec::new());
+            assert!(s.checkpoint().state.is_empty());
+            s.finish().unwrap();
+        }
+        let s = StateStore::open(dir.path(), opts).unwrap();
+        assert_eq!(s.checkpoint().step, 3);
+        assert!(s.checkpoint().state.is_empty());
+    }
+}
+
+/// A checkpoint record as the previous version wrote it (format 2, before the operator state):
+/// the format byte, the step, the largest event time, the positions, the files, then 6 counters
+/// and 11 RocksDB tickers, all little-endian, and nothing after.
+fn format_2_record(step: u64, positions: &[(&str, i64)], files: &[&str], rows: u64) -> Vec<u8> {
+    let mut out = vec![2u8];
+    out.extend_from_slice(&step.to_le_bytes());
+    out.extend_from_slice(&i64::MIN.to_le_bytes());
+    out.extend_from_slice(&(positions.len() as u32).to_le_bytes());
+    for (name, pos) in positions {
+        out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&pos.to_le_bytes());
+    }
+    out.extend_from_slice(&(files.len() as u32).to_le_bytes());
+    for f in files {
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f.as_bytes());
+    }
+    out.extend_from_slice(&rows.to_le_bytes());
+    out.extend_from_slice(&[0; 8 * (5 + 11)]);
+    out
+}
+
+#[test]
+fn a_checkpoint_record_of_the_previous_format_reads_with_an_empty_state() {
+    for opts in both_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // A directory as the previous version leaves it: its column families and setup,
+            // and its checkpoint record in the previous format.
+            let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+            commit(&mut s, 1);
+            s.finish().unwrap();
+        }
+        {
+            let db =
+                rocksdb::DB::open_cf(&rocksdb::Options::default(), dir.path(), ["keys", "meta"])
+                    .unwrap();
+            let record = format_2_record(
+                4,
+                &[("kafka/q/0", 17), ("kafka/q/1", 9)],
+                &["a.parquet"],
+                33,
+            );
+            let key = [&[0xFFu8; 17][..], b"checkpoint"].concat();
+            db.put_cf(db.cf_handle("keys").unwrap(), key, record)
+                .unwrap();
+        }
+        let (checkpoint, _, stats) = StateStore::inspect(dir.path()).unwrap();
+        assert_eq!(checkpoint.step, 4);
+        assert!(checkpoint.state.is_empty());
+        assert_eq!(stats.state_bytes, 0);
+        {
+            let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+            let c = s.checkpoint();
+            assert_eq!(c.step, 4);
+            assert_eq!(
+                c.positions,
+                vec![("kafka/q/0".to_string(), 17), ("kafka/q/1".to_string(), 9)]
+            );
+            assert_eq!(c.files, vec!["a.parquet"]);
+            assert!(c.state.is_empty());
+            assert_eq!(s.stats().rows, 33);
+            // The next commit writes the new format, state and all.
+            commit_state(&mut s, 5, b"first state".to_vec());
+            s.finish().unwrap();
+        }
+        let s = StateStore::open(dir.path(), opts).unwrap();
+        assert_eq!(s.checkpoint().step, 5);
+        assert_eq!(s.checkpoint().state, b"first state");
+        assert_eq!(s.stats().rows, 33);
+    }
+}
+
+#[test]
+fn a_4_mib_state_is_committed_and_read_back() {
+    for opts in both_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = |step: u64| state_bytes(4 << 20, step);
+        {
+            let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+            for step in 1..=3 {
+                let rows: Vec<_> = (0..1000)
+                    .map(|i| (Some("X"), Some(step as i64 * 1000 + i), 0))
+                    .collect();
+                assert_eq!(kept(&mut s, &batch(&rows)).len(), 1000);
+                commit_state(&mut s, step as i64, big(step));
+            }
+            assert_eq!(s.checkpoint().state, big(3));
+            s.finish().unwrap();
+        }
+        let mut s = StateStore::open(dir.path(), opts.clone()).unwrap();
+        assert_eq!(s.checkpoint().step, 3);
+        assert!(
+            s.checkpoint().state == big(3),
+            "the state read back differs"
+        );
+        assert_eq!(s.stats().state_bytes, 4 << 20);
+        if opts.key.is_some() {
+            // The keys committed beside the states are all there.
+            let rows: Vec<_> = (1000..4000)
+                .step_by(3)
+                .map(|i| (Some("X"), Some(i), 0))
+                .collect();
+            assert!(kept(&mut s, &batch(&rows)).is_empty());
+        }
+        drop(s);
+        let (checkpoint, _, stats) = StateStore::inspect(dir.path()).unwrap();
+        assert!(checkpoint.state == big(3));
+        assert_eq!(stats.state_bytes, 4 << 20);
+        assert!(
+            stats.to_string().contains("4194304 bytes (4.0 MiB)"),
+            "{stats}"
+        );
+    }
+}
