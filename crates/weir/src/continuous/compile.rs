@@ -280,7 +280,7 @@ pub(crate) fn rewrite(
         return Ok(Arc::new(ContinuousExec::new(folded)));
     }
     if follow {
-        if let Some(i) = children.iter().position(|c| is_continuous(c)) {
+        if let Some(i) = children.iter().position(is_continuous) {
             refuse_in_follow_mode(&plan, &children[i])?;
         }
     }

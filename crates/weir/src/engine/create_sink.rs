@@ -11,14 +11,24 @@ use weir_codec::{
 };
 
 use super::Engine;
+use crate::continuous::exec::ContinuousExec;
 use crate::error::StatementError;
 use crate::pipeline::steps::{self, StepFiles};
+use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::{
     open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, Target,
     SINK_CONNECTOR_OPTIONS,
 };
 use crate::source::SourceDefinition;
 use crate::sql::{CreateSink, SqlText};
+
+/// What an exactly-once sink writes.
+enum ExactlyOnce {
+    /// The rows of a source with state, as they are.
+    Rows(Arc<SourceDefinition>),
+    /// A continuous query over a source with state.
+    Query(Arc<ContinuousQuery>),
+}
 
 /// A sink: its settings, and its writer once the first rows have come.
 pub(super) struct SinkState {
@@ -158,20 +168,56 @@ impl Engine {
             SinkFormat::Parquet | SinkFormat::IpcFile | SinkFormat::IpcStream
         );
         match (s.from, stateful) {
-            (Some(_), Some(source)) if files => self.exactly_once_sink(&name, source, line).await,
-            (Some(query), _) => self.write_to_sink(&name, query).await,
+            (Some(_), Some(source)) if files => {
+                self.exactly_once_sink(&name, ExactlyOnce::Rows(source), line)
+                    .await
+            }
+            (Some(query), _) => {
+                if files {
+                    if let Some(q) = self.continuous_with_state(&query).await? {
+                        return self
+                            .exactly_once_sink(&name, ExactlyOnce::Query(q), line)
+                            .await;
+                    }
+                }
+                self.write_to_sink(&name, query).await
+            }
             (None, _) => Ok(()),
         }
     }
 
-    /// A file sink fed straight from a source with state: exactly-once steps. Its `'path'` is a
-    /// directory of step files.
+    /// The query compiled whole into a continuous query over a source with state, if it is one:
+    /// a sink it feeds is then exactly once.
+    async fn continuous_with_state(
+        &self,
+        query: &SqlText,
+    ) -> Result<Option<Arc<ContinuousQuery>>, StatementError> {
+        let df = self.ctx.sql(&query.padded).await?;
+        let plan = crate::continuous::physical_plan(df, self.options.follow)
+            .await
+            .map_err(super::continuous_error)?;
+        let Some(c) = plan.downcast_ref::<ContinuousExec>() else {
+            return Ok(None);
+        };
+        if c.plan().source.state.is_none() {
+            return Ok(None);
+        }
+        let q = c.plan().instantiate(self.ctx.task_ctx()).await?;
+        Ok(Some(Arc::new(q)))
+    }
+
+    /// A file sink fed straight from a source with state, or by a continuous query over one:
+    /// exactly-once steps. Its `'path'` is a directory of step files.
     async fn exactly_once_sink(
         &self,
         sink: &str,
-        source: Arc<SourceDefinition>,
+        job: ExactlyOnce,
         line: u64,
     ) -> Result<(), StatementError> {
+        let (source, schema) = match &job {
+            ExactlyOnce::Rows(s) => (Arc::clone(s), Arc::clone(&s.schema)),
+            ExactlyOnce::Query(q) => (Arc::clone(&q.source), Arc::clone(&q.schema)),
+        };
         let fail = |e: SinkError| StatementError::Sink {
             sink: sink.to_string(),
             source: Box::new(e),
@@ -199,8 +245,7 @@ impl Engine {
             )));
         };
         let mut store = spec.open(&source.name)?;
-        let mut files = StepFiles::new(&dir, sink, format, options, Arc::clone(&source.schema))
-            .map_err(fail)?;
+        let mut files = StepFiles::new(&dir, sink, format, options, schema).map_err(fail)?;
         let deleted = files.clean(store.checkpoint().step).map_err(fail)?;
         if !deleted.is_empty() {
             eprintln!(
@@ -211,7 +256,10 @@ impl Engine {
         }
         let name = sink.to_string();
         let handle = tokio::task::spawn_blocking(move || -> Result<(), StatementError> {
-            let rows = steps::run(&source, &mut store, &mut files)?;
+            let rows = match &job {
+                ExactlyOnce::Rows(source) => steps::run(source, &mut store, &mut files)?,
+                ExactlyOnce::Query(q) => steps::run_query(q, &mut store, &mut files)?,
+            };
             state.blocking_lock().rows += rows;
             Ok(())
         });

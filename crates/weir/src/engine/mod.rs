@@ -310,7 +310,7 @@ impl Engine {
 }
 
 /// A refusal to run a query continuously is one line of its own; other errors keep their kind.
-fn continuous_error(e: datafusion::error::DataFusionError) -> StatementError {
+pub(super) fn continuous_error(e: datafusion::error::DataFusionError) -> StatementError {
     match e {
         datafusion::error::DataFusionError::Plan(why) if !why.is_empty() => {
             StatementError::NotContinuous(why)

@@ -125,7 +125,19 @@ pub(crate) fn open_whole(
     source: &Arc<SourceDefinition>,
     checkpoint: &Checkpoint,
 ) -> Result<Box<dyn PositionedReader>, SourceError> {
-    let shape = ScanShape::new(source, None)?;
+    open_positioned(source, checkpoint, &[], false)
+}
+
+/// A reader of every column of `source` and the `hidden` metadata columns after them, from
+/// `checkpoint`; with `by_partition`, each Kafka batch holds one partition's records (event
+/// time is tracked per partition).
+pub(crate) fn open_positioned(
+    source: &Arc<SourceDefinition>,
+    checkpoint: &Checkpoint,
+    hidden: &[crate::source::meta::MetaKind],
+    by_partition: bool,
+) -> Result<Box<dyn PositionedReader>, SourceError> {
+    let shape = ScanShape::with_hidden(source, None, hidden)?;
     let decoder = SourceDecoder::new(source, &shape);
     Ok(match &source.connector {
         Connector::File(settings) => Box::new(FileReader::resume(
@@ -138,7 +150,12 @@ pub(crate) fn open_whole(
         Connector::Kafka(template) => {
             let mut config = template.as_ref().clone();
             config.bounded = !source.follow;
-            Box::new(KafkaReader::open(config, decoder, &checkpoint.positions)?)
+            let reader = KafkaReader::open(config, decoder, &checkpoint.positions)?;
+            if by_partition {
+                Box::new(reader.split_by_partition())
+            } else {
+                Box::new(reader)
+            }
         }
     })
 }
@@ -258,10 +275,11 @@ fn read_with_state(
     };
     let mut store = spec.open(&source.name)?;
     let reader = open_whole(source, store.checkpoint())?;
-    let read = with_read_ahead(&source.name, reader, |next| -> Result<_, SourceError> {
+    let read = with_read_ahead(&source.name, reader, |_, next| -> Result<_, SourceError> {
         loop {
-            match next()? {
-                (Next::Batch(b), _) => {
+            let item = next()?;
+            match item.next {
+                Next::Batch(b) => {
                     let b = dedup(&mut store, b, &source.name)?;
                     if b.num_rows() == 0 {
                         continue;
@@ -284,8 +302,8 @@ fn read_with_state(
                     }
                 }
                 // The reading thread waits between idle answers.
-                (Next::Idle, _) => {}
-                (Next::End, positions) => return Ok(Some(positions)),
+                Next::Idle => {}
+                Next::End => return Ok(Some(item.positions)),
             }
         }
     })?;

@@ -17,10 +17,13 @@ use arrow::datatypes::SchemaRef;
 use weir_codec::Options;
 use weir_dedup::{Checkpoint, StateStore};
 
+use std::sync::atomic::Ordering;
+
 use super::reader::Next;
-use super::scan::open_whole;
+use super::scan::{open_positioned, open_whole};
 use super::state::dedup;
 use super::threads::{with_read_ahead, ReadItem};
+use super::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::error::{SourceError, SourceErrorKind};
 use crate::sink::{open_writer, BatchWriter, SinkError, SinkFormat, Target};
 use crate::source::SourceDefinition;
@@ -149,6 +152,141 @@ impl StepFiles {
     }
 }
 
+/// What an exactly-once pipeline does with the rows between the dedup and the step file.
+trait StepTransform {
+    /// Turns one deduplicated batch (of `channel`) into output rows.
+    fn batch(
+        &mut self,
+        batch: RecordBatch,
+        channel: usize,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<(), SourceError>;
+
+    /// Nothing to read now: time may still move the output on (an idle partition).
+    fn idle(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), SourceError>;
+
+    /// The state to commit with the step that ends now.
+    fn state(&mut self) -> Result<Vec<u8>, SourceError>;
+
+    /// The end of the input (`bounded`), or a stop; pushes the last rows.
+    fn end(&mut self, bounded: bool, out: &mut Vec<RecordBatch>) -> Result<(), SourceError>;
+}
+
+/// A sink fed straight from the source: the rows as they are.
+struct Rows;
+
+impl StepTransform for Rows {
+    fn batch(
+        &mut self,
+        b: RecordBatch,
+        _: usize,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<(), SourceError> {
+        out.push(b);
+        Ok(())
+    }
+
+    fn idle(&mut self, _: &mut Vec<RecordBatch>) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn state(&mut self) -> Result<Vec<u8>, SourceError> {
+        Ok(Vec::new())
+    }
+
+    fn end(&mut self, _: bool, _: &mut Vec<RecordBatch>) -> Result<(), SourceError> {
+        Ok(())
+    }
+}
+
+/// A continuous query on one thread: its worker and merge, whose windows and event times are
+/// committed with each step.
+struct Query {
+    query: Arc<ContinuousQuery>,
+    worker: Worker,
+    merge: Merge,
+    /// The query's columns (and hidden position columns) among the source's.
+    project: Vec<usize>,
+}
+
+impl Query {
+    fn df(&self, e: datafusion::error::DataFusionError) -> SourceError {
+        SourceError::new(
+            &self.query.source.name,
+            SourceErrorKind::Thread(e.to_string()),
+        )
+    }
+
+    fn pass(
+        &mut self,
+        emits: Vec<Emit>,
+        progress: Progress,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<(), SourceError> {
+        for e in emits {
+            self.merge.take(e, out).map_err(|e| self.df(e))?;
+        }
+        self.merge
+            .progress(0, progress, out)
+            .map_err(|e| self.df(e))?;
+        let late = self.worker.take_late() + self.merge.take_late();
+        self.query
+            .source
+            .stats
+            .late
+            .fetch_add(late, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl StepTransform for Query {
+    fn batch(
+        &mut self,
+        b: RecordBatch,
+        channel: usize,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<(), SourceError> {
+        let b = b.project(&self.project).map_err(|e| self.df(e.into()))?;
+        let mut emits = Vec::new();
+        let floor = self.merge.watermark();
+        self.worker
+            .batch(b, channel, floor, &mut emits)
+            .map_err(|e| self.df(e))?;
+        let progress = self.worker.progress(&mut emits).map_err(|e| self.df(e))?;
+        self.pass(emits, progress, out)
+    }
+
+    fn idle(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), SourceError> {
+        let mut emits = Vec::new();
+        let progress = self.worker.progress(&mut emits).map_err(|e| self.df(e))?;
+        self.pass(emits, progress, out)
+    }
+
+    fn state(&mut self) -> Result<Vec<u8>, SourceError> {
+        // Every partial window goes to the merge, whose windows are the state.
+        let mut emits = Vec::new();
+        self.worker.flush_all(&mut emits).map_err(|e| self.df(e))?;
+        let mut none = Vec::new();
+        for e in emits {
+            self.merge.take(e, &mut none).map_err(|e| self.df(e))?;
+        }
+        let maxima = self.worker.maxima();
+        self.merge.snapshot(maxima).map_err(|e| self.df(e))
+    }
+
+    fn end(&mut self, bounded: bool, out: &mut Vec<RecordBatch>) -> Result<(), SourceError> {
+        if !bounded {
+            // A stop with state keeps the open windows: the step's commit records them.
+            return Ok(());
+        }
+        let mut emits = Vec::new();
+        self.worker.flush_all(&mut emits).map_err(|e| self.df(e))?;
+        self.pass(emits, Progress::Done, out)?;
+        self.merge.end(true, out).map_err(|e| self.df(e))?;
+        Ok(())
+    }
+}
+
 /// Runs the exactly-once loop of `source` into `files`: read (on a thread of its own), dedup,
 /// write each batch, and at each step's end seal the file before the state commit that records
 /// it. Returns the rows written.
@@ -158,17 +296,53 @@ pub(crate) fn run(
     files: &mut StepFiles,
 ) -> Result<u64, SourceError> {
     let reader = open_whole(source, store.checkpoint())?;
-    with_read_ahead(&source.name, reader, |next| {
-        step_loop(source, store, files, next)
+    with_read_ahead(&source.name, reader, |_, next| {
+        step_loop(source, store, files, next, &mut Rows)
     })?
 }
 
-/// [`run`]'s loop, fed by the reading thread.
+/// Runs a continuous query over a source with state into `files`, exactly once: each step's
+/// commit records the positions, the step's file, and the query's open windows and event
+/// times, so that after a crash every window is emitted once with the values of the bounded
+/// query.
+pub(crate) fn run_query(
+    query: &Arc<ContinuousQuery>,
+    store: &mut StateStore,
+    files: &mut StepFiles,
+) -> Result<u64, SourceError> {
+    let source = &query.source;
+    let reader = open_positioned(source, store.checkpoint(), &query.hidden, true)?;
+    let columns = source.schema.fields().len();
+    let mut project = query.read.clone();
+    project.extend(columns..columns + query.hidden.len());
+    let mut worker = Worker::new(query);
+    let mut merge = Merge::new(query, 1);
+    let df = |e: datafusion::error::DataFusionError| {
+        SourceError::new(&source.name, SourceErrorKind::Thread(e.to_string()))
+    };
+    let maxima = merge.restore(&store.checkpoint().state).map_err(df)?;
+    worker.restore(&maxima);
+    let mut transform = Query {
+        query: Arc::clone(query),
+        worker,
+        merge,
+        project,
+    };
+    with_read_ahead(&source.name, reader, |channels, next| {
+        for &c in channels {
+            transform.worker.register(c);
+        }
+        step_loop(source, store, files, next, &mut transform)
+    })?
+}
+
+/// The loop of [`run`] and [`run_query`], fed by the reading thread.
 fn step_loop(
     source: &Arc<SourceDefinition>,
     store: &mut StateStore,
     files: &mut StepFiles,
     read: &mut dyn FnMut() -> ReadItem,
+    transform: &mut dyn StepTransform,
 ) -> Result<u64, SourceError> {
     let Some(spec) = &source.state else {
         return Ok(0);
@@ -188,24 +362,35 @@ fn step_loop(
     let mut step_rows = 0u64;
     let mut started = Instant::now();
     let mut moved = false;
+    let mut out = Vec::new();
     loop {
-        let (next, positions) = read()?;
-        let end = matches!(next, Next::End);
-        if let Next::Batch(b) = next {
-            step_rows += b.num_rows() as u64;
-            moved = true;
-            let b = dedup(store, b, &source.name)?;
-            if b.num_rows() > 0 {
-                files.write(store.checkpoint().step + 1, &b).map_err(sink)?;
-                rows_out += b.num_rows() as u64;
+        let item = read()?;
+        let end = matches!(item.next, Next::End);
+        match item.next {
+            Next::Batch(b) => {
+                step_rows += b.num_rows() as u64;
+                moved = true;
+                let b = dedup(store, b, &source.name)?;
+                if b.num_rows() > 0 {
+                    transform.batch(b, item.channel, &mut out)?;
+                }
             }
+            Next::Idle => transform.idle(&mut out)?,
+            Next::End => transform.end(!source.follow, &mut out)?,
+        }
+        for b in out.drain(..) {
+            moved = true;
+            files.write(store.checkpoint().step + 1, &b).map_err(sink)?;
+            rows_out += b.num_rows() as u64;
         }
         if moved && (end || spec.commit.due(started, step_rows)) {
             let names = files.seal(store.checkpoint().step + 1).map_err(sink)?;
+            let operator_state = transform.state()?;
             store
                 .commit(Checkpoint {
-                    positions,
+                    positions: item.positions,
                     files: names,
+                    state: operator_state,
                     ..Checkpoint::default()
                 })
                 .map_err(state)?;

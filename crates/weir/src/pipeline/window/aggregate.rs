@@ -447,11 +447,6 @@ impl FinalWindows {
         Ok(out)
     }
 
-    /// Emits every open window (the end of a bounded input).
-    pub(crate) fn close_all(&mut self) -> Result<Vec<RecordBatch>> {
-        self.close_until(i64::MAX)
-    }
-
     /// Forgets every open window (a stop without state); returns how many there were.
     pub(crate) fn drop_open(&mut self) -> usize {
         std::mem::take(&mut self.open).len()
