@@ -3,7 +3,8 @@
 # count, a short stable fuzz run, the engine and CLI tests, the Kafka client's tests against a
 # real Apache Kafka broker (started here with scripts/kafka.sh, which needs Java 17+ and Maven,
 # and always stopped on exit), a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
-# installed into a virtualenv under ~/.cache the first time), and the kill -9 exactly-once test.
+# installed into a virtualenv under ~/.cache the first time), and the kill -9 exactly-once tests
+# (rows, and windowed aggregates).
 # RocksDB's C++ needs libclang-dev, installed with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,3 +44,6 @@ echo "== parquet and ipc read back by pyarrow"
 
 echo "== exactly-once under kill -9 (scripts/crash_test.sh)"
 ./scripts/crash_test.sh
+
+echo "== windows exactly once under kill -9 (scripts/window_crash_test.sh)"
+./scripts/window_crash_test.sh

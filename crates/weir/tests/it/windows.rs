@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type};
 use weir::{Engine, EngineOptions};
@@ -534,4 +534,91 @@ async fn queries_that_cannot_run_continuously_get_one_line() {
         err.contains("declares no watermark") && err.contains("WATERMARK FOR timestamp"),
         "{err}"
     );
+}
+
+/// Every bar in the Parquet step files of `dir`.
+fn parquet_bars(dir: &Path) -> BTreeMap<(i64, String), Bar> {
+    let mut batches = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".parquet") || name.starts_with('.') {
+            continue;
+        }
+        let f = std::fs::File::open(&path).unwrap();
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(f, 1024).unwrap();
+        batches.extend(reader.map(Result::unwrap));
+    }
+    bars(&batches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_state_a_stop_keeps_the_open_windows_for_the_next_run() {
+    // 30,000 quotes about 0.5 ms apart (15 seconds); the first run sees 12,000 of them.
+    let (n, first) = (30_000, 12_000);
+    let (dir, data, pb) = fixture(first, 9, 1_000_000);
+    let want = reference(n, 9, START, 1_000_000, 1_000_000_000);
+    let state = dir.path().join("state");
+    let out = dir.path().join("out");
+    let script = format!(
+        "{}\nCREATE SINK bars FROM ({BARS}) WITH ('connector' = 'parquet', 'path' = '{}');",
+        source(
+            &data,
+            &pb,
+            &format!(
+                ", 'state.dir' = '{}', 'commit.interval' = '50ms, 2000 rows'",
+                state.display()
+            )
+        ),
+        out.display()
+    );
+    let e = Engine::new(EngineOptions {
+        follow: true,
+        partitions: 2,
+        batch_size: 1000,
+        ..EngineOptions::default()
+    });
+    e.run_script(&script, &mut crate::common::Collect::default())
+        .await
+        .unwrap();
+    // Wait until all 12,000 quotes are committed: the state holds the position of their end.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while e.source_reports()[0].messages < first || parquet_bars(&out).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing was committed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    e.stop();
+    e.wait().await.unwrap();
+    e.finish().await.unwrap();
+    let r = &e.source_reports()[0];
+    // With state, a stop drops nothing: the open windows are in the last commit.
+    assert_eq!(r.windows_dropped, 0);
+    let early = parquet_bars(&out);
+    assert!(!early.is_empty() && early.len() < want.len());
+    for (k, v) in &early {
+        assert_eq!(want.get(k), Some(v), "window {k:?} of the first run");
+    }
+
+    // The rest of the quotes arrive (the generator's first 12,000 are the same bytes), and a
+    // bounded run closes every window: each comes out once, with the values of the whole input.
+    let mut f = std::fs::File::create(&data).unwrap();
+    QuoteGenerator::new(9)
+        .with_event_time(START, 1_000_000)
+        .write(&mut f, n, QuoteFormat::Protobuf, Framing::Varint)
+        .unwrap();
+    drop(f);
+    let e = engine(2);
+    e.run_script(&script, &mut crate::common::Collect::default())
+        .await
+        .unwrap();
+    e.wait().await.unwrap();
+    e.finish().await.unwrap();
+    assert_eq!(e.source_reports()[0].messages, n - first);
+    assert_eq!(e.source_reports()[0].late, 0);
+    assert_eq!(parquet_bars(&out), want);
 }

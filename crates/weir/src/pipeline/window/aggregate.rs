@@ -447,6 +447,16 @@ impl FinalWindows {
         Ok(out)
     }
 
+    /// Emits every open window (the end of a bounded input). Only those windows count as
+    /// emitted: a later run over new data (with state) still takes windows after them.
+    pub(crate) fn close_all(&mut self) -> Result<Vec<RecordBatch>> {
+        let before = self.closed_through;
+        let last = self.open.keys().next_back().map_or(before, |(end, _)| *end);
+        let out = self.close_until(i64::MAX)?;
+        self.closed_through = before.max(last);
+        Ok(out)
+    }
+
     /// Forgets every open window (a stop without state); returns how many there were.
     pub(crate) fn drop_open(&mut self) -> usize {
         std::mem::take(&mut self.open).len()

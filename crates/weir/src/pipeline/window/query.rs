@@ -423,8 +423,14 @@ impl Merge {
     /// without state drops the open ones and returns how many.
     pub(crate) fn end(&mut self, bounded: bool, out: &mut Vec<RecordBatch>) -> Result<usize> {
         if bounded {
-            self.watermark = i64::MAX;
-            self.close(out)?;
+            // The watermark stays where the data put it: with state, the next run goes on
+            // from there, and only the windows emitted here are closed to it.
+            let batches = match &mut self.windows {
+                Some(Windows::Fixed(w)) => w.close_all()?,
+                Some(Windows::Session(s)) => s.close_all()?,
+                None => Vec::new(),
+            };
+            self.emit(batches, out)?;
             return Ok(0);
         }
         Ok(match &mut self.windows {

@@ -271,6 +271,22 @@ impl SessionWindows {
         self.sessions.iter().map(Vec::len).sum()
     }
 
+    /// Emits every open session (the end of a bounded input); only their time counts as
+    /// emitted for a later run with state.
+    pub(crate) fn close_all(&mut self) -> Result<Vec<RecordBatch>> {
+        let before = self.closed_through;
+        let last = self
+            .sessions
+            .iter()
+            .flatten()
+            .map(|s| s.end)
+            .max()
+            .unwrap_or(before);
+        let out = self.close_until(i64::MAX)?;
+        self.closed_through = before.max(last);
+        Ok(out)
+    }
+
     /// Sessions ending at or before this time have been emitted.
     pub(crate) fn closed_through(&self) -> i64 {
         self.closed_through

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Windows exactly once under kill -9. Quotes (about 10% exact repeats) go into a local Kafka
+# topic in chunks, each chunk a later stretch of event time; after each chunk, `weir run` feeds
+# a windowed query (100 ms tumbling bars by ticker: count, min, max, first and last bid) over a
+# source with 'state.dir' and 'dedup.key' into Parquet, and is killed with SIGKILL at a random
+# moment. Once WEIR_CRASH_KILLS (default 20) kills have landed on a running weir, a last run
+# finishes the topic. pyarrow then reads the committed files and compares every window with the
+# bars Python computes from the generator's own output (written as JSON, deduplicated in Python):
+# each window exactly once, with exactly those values, and no other.
+#
+# Uses the broker at WEIR_KAFKA_BOOTSTRAP, or starts one with scripts/kafka.sh (and stops it).
+# WEIR_CRASH_CHUNK sets the messages per chunk (default 30000), WEIR_CRASH_SEED the first seed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
+KILLS="${WEIR_CRASH_KILLS:-20}"
+CHUNK="${WEIR_CRASH_CHUNK:-30000}"
+SEED="${WEIR_CRASH_SEED:-$RANDOM}"
+
+cargo build -p weir --bin weir --locked --quiet
+WEIR="$CARGO_TARGET_DIR/debug/weir"
+VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
+if ! "$VENV/bin/python" -c "import pyarrow" 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check pyarrow
+fi
+
+WORK="$(mktemp -d)"
+OWN_BROKER=""
+cleanup() {
+  [ -n "${PID:-}" ] && kill -9 "$PID" 2>/dev/null || true
+  [ -n "$OWN_BROKER" ] && scripts/kafka.sh stop || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+if [ -z "${WEIR_KAFKA_BOOTSTRAP:-}" ]; then
+  export WEIR_KAFKA_RUN="$HOME/.cache/weir-kafka/run-window-crash-$$"
+  OWN_BROKER=1
+  WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start)"
+fi
+TOPIC="weir-window-crash-$$-$SEED"
+echo "window crash test: broker $WEIR_KAFKA_BOOTSTRAP, topic $TOPIC, $KILLS kills, $CHUNK messages a chunk, seed $SEED"
+
+"$WEIR" gen quotes --count 1 --out "$WORK/unused.bin" --schema-dir "$WORK/schema" 2>/dev/null
+cat > "$WORK/p.sql" <<SQL
+CREATE SOURCE quotes (ticker VARCHAR, timestamp TIMESTAMP, sequence_number BIGINT,
+                      bid_price DOUBLE, ask_price DOUBLE,
+                      WATERMARK FOR timestamp AS timestamp - INTERVAL '50 milliseconds')
+  WITH ('connector' = 'kafka', 'brokers' = '$WEIR_KAFKA_BOOTSTRAP', 'topic' = '$TOPIC',
+        'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO',
+        'location' = '$WORK/schema/stocks.pb',
+        'state.dir' = '$WORK/state', 'dedup.key' = 'ticker,sequence_number',
+        'commit.interval' = '150ms, 3000 rows');
+CREATE SINK bars FROM (
+  SELECT window_start, window_end, ticker, count(*) AS n, min(bid_price) AS lo,
+         max(ask_price) AS hi, first_value(bid_price ORDER BY timestamp) AS first_bid,
+         last_value(bid_price ORDER BY timestamp) AS last_bid
+  FROM TUMBLE(quotes, timestamp, INTERVAL '100 milliseconds')
+  GROUP BY window_start, window_end, ticker
+) WITH ('connector' = 'parquet', 'path' = '$WORK/out');
+SQL
+
+# Chunk c covers event time from 2026-03-02T14:30:00Z + c seconds, 100,000 quotes a second:
+# 0.3 s of a chunk's 1 s, so a chunk's windows hold only its own quotes.
+start_of() { date -u -d "@$((1772461800 + $1))" +%Y-%m-%dT%H:%M:%SZ; }
+chunk=0
+landed=0
+finished_early=0
+while [ "$landed" -lt "$KILLS" ]; do
+  chunk=$((chunk + 1))
+  if [ "$chunk" -gt $((KILLS * 3)) ]; then
+    echo "window crash test: only $landed of $KILLS kills landed in $((chunk - 1)) runs" >&2
+    exit 1
+  fi
+  seed=$((SEED + chunk))
+  start="$(start_of "$chunk")"
+  "$WEIR" gen quotes --count "$CHUNK" --seed "$seed" --duplicates 0.1 --start "$start" \
+    --per-second 100000 --to "kafka://$WEIR_KAFKA_BOOTSTRAP/$TOPIC" --topic-partitions 3 2>/dev/null
+  "$WEIR" gen quotes --count "$CHUNK" --seed "$seed" --duplicates 0.1 --start "$start" \
+    --per-second 100000 --format json --out "$WORK/ref-$chunk.jsonl" 2>/dev/null
+  "$WEIR" run --quiet "$WORK/p.sql" >"$WORK/run.log" 2>&1 &
+  PID=$!
+  sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", 0.02 + (r % 780) / 1000 }')"
+  if kill -9 "$PID" 2>/dev/null; then
+    landed=$((landed + 1))
+  else
+    finished_early=$((finished_early + 1))
+  fi
+  status=0
+  { wait "$PID"; } 2>/dev/null || status=$?
+  PID=""
+  if [ "$status" -ne 0 ] && [ "$status" -ne 137 ]; then
+    echo "window crash test: weir failed (exit $status) in run $chunk:" >&2
+    cat "$WORK/run.log" >&2
+    exit 1
+  fi
+done
+echo "window crash test: $landed kills landed, $finished_early runs ended before their kill; finishing"
+"$WEIR" run --quiet "$WORK/p.sql"
+"$WEIR" stats "$WORK/state"
+
+"$VENV/bin/python" - "$WORK" "$chunk" <<'PY'
+import glob, json, os, sys
+import pyarrow.parquet as pq
+work, chunks = sys.argv[1], int(sys.argv[2])
+WINDOW = 100_000_000  # ns
+seen = set()
+bars = {}
+sent = 0
+for c in range(1, chunks + 1):
+    with open(f"{work}/ref-{c}.jsonl") as f:
+        for line in f:
+            q = json.loads(line)
+            sent += 1
+            b = q["base"]
+            key = (b["ticker"], b["sequence_number"])
+            if key in seen:  # dedup before the window: the first occurrence counts
+                continue
+            seen.add(key)
+            t = b["timestamp"]
+            w = t - t % WINDOW
+            k = (w, b["ticker"])
+            bid, ask = q.get("bid_price", 0.0), q.get("ask_price", 0.0)
+            e = bars.get(k)
+            if e is None:
+                bars[k] = [1, bid, ask, (t, bid), (t, bid)]
+            else:
+                e[0] += 1
+                e[1] = min(e[1], bid)
+                e[2] = max(e[2], ask)
+                if t < e[3][0]:
+                    e[3] = (t, bid)
+                if t >= e[4][0]:
+                    e[4] = (t, bid)
+files = sorted(glob.glob(f"{work}/out/*.parquet"))
+leftovers = [n for n in os.listdir(f"{work}/out") if n.endswith(".tmp")]
+assert not leftovers, f"temporary files left after the final run: {leftovers}"
+got = {}
+doubled = 0
+for path in files:
+    t = pq.read_table(path)
+    starts = t.column("window_start").cast("int64").to_pylist()
+    ends = t.column("window_end").cast("int64").to_pylist()
+    cols = [t.column(c).to_pylist() for c in ("ticker", "n", "lo", "hi", "first_bid", "last_bid")]
+    for i, (s, e) in enumerate(zip(starts, ends)):
+        assert e - s == WINDOW, (s, e)
+        k = (s, cols[0][i])
+        if k in got:
+            doubled += 1
+        got[k] = [cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i]]
+want = {k: [v[0], v[1], v[2], v[3][1], v[4][1]] for k, v in bars.items()}
+missing = [k for k in want if k not in got]
+extra = [k for k in got if k not in want]
+wrong = [k for k in want if k in got and got[k] != want[k]]
+print(f"window crash test: {sent} messages sent, {len(seen)} distinct, {len(want)} bars expected; "
+      f"{len(files)} committed files hold {len(got)} bars, {doubled} doubled, {len(missing)} missing, "
+      f"{len(extra)} unexpected, {len(wrong)} with other values")
+for k in wrong[:5]:
+    print("  ", k, "want", want[k], "got", got[k])
+assert doubled == 0 and not missing and not extra and not wrong, "exactly-once windows violated"
+assert len(seen) < sent, "the stream had no duplicates to drop"
+PY
+echo "window crash test: passed"
