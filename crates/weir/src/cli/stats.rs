@@ -25,5 +25,26 @@ pub(crate) fn stats(dir: &Path) -> Result<()> {
     if !checkpoint.files.is_empty() {
         println!("files of the last step:  {}", checkpoint.files.join(", "));
     }
+    if let Some(w) = weir::WindowStateReport::from_state(&checkpoint.state) {
+        println!("windows (continuous query):");
+        println!("  watermark:            {}", time(w.watermark));
+        println!("  emitted through:      {}", time(w.closed_through));
+        println!("  open windows:         {}", w.open_windows);
+        println!("  late rows (all runs): {}", w.late_rows);
+        for (channel, t) in &w.event_times {
+            println!("  latest event time, partition {channel}: {}", time(*t));
+        }
+    }
     Ok(())
+}
+
+/// A time in nanoseconds since the epoch, as UTC.
+fn time(ns: i64) -> String {
+    if ns == i64::MIN {
+        return "none yet".into();
+    }
+    match arrow::temporal_conversions::timestamp_ns_to_datetime(ns) {
+        Some(t) => format!("{}Z", t.format("%Y-%m-%dT%H:%M:%S%.3f")),
+        None => ns.to_string(),
+    }
 }

@@ -114,3 +114,37 @@ impl Engine {
         Ok(reports)
     }
 }
+
+/// The window state a continuous query committed with its last step (shown by `weir stats`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowStateReport {
+    /// The source's watermark, in nanoseconds since the epoch (`i64::MIN` before any row).
+    pub watermark: i64,
+    /// Windows ending at or before this time (nanoseconds) have been emitted.
+    pub closed_through: i64,
+    /// Windows open, with their partial aggregates, in the checkpoint.
+    pub open_windows: usize,
+    /// Rows dropped as late over every run with this state.
+    pub late_rows: u64,
+    /// The largest event time (nanoseconds) read from each channel: a Kafka partition, or 0 for
+    /// a file source.
+    pub event_times: Vec<(usize, i64)>,
+}
+
+impl WindowStateReport {
+    /// Reads the summary from a checkpoint's operator state; `None` when it holds no windows
+    /// or is not a continuous query's state.
+    pub fn from_state(bytes: &[u8]) -> Option<Self> {
+        if bytes.is_empty() {
+            return None;
+        }
+        let (h, _) = crate::pipeline::window::query::decode_snapshot(bytes).ok()?;
+        Some(Self {
+            watermark: h.watermark,
+            closed_through: h.closed_through,
+            open_windows: h.open_windows,
+            late_rows: h.late_rows,
+            event_times: h.maxima,
+        })
+    }
+}

@@ -207,6 +207,8 @@ struct Query {
     merge: Merge,
     /// The query's columns (and hidden position columns) among the source's.
     project: Vec<usize>,
+    /// Late rows over every run with this state (committed with the windows).
+    late_rows: u64,
 }
 
 impl Query {
@@ -230,6 +232,7 @@ impl Query {
             .progress(0, progress, out)
             .map_err(|e| self.df(e))?;
         let late = self.worker.take_late() + self.merge.take_late();
+        self.late_rows += late;
         self.query
             .source
             .stats
@@ -271,7 +274,9 @@ impl StepTransform for Query {
             self.merge.take(e, &mut none).map_err(|e| self.df(e))?;
         }
         let maxima = self.worker.maxima();
-        self.merge.snapshot(maxima).map_err(|e| self.df(e))
+        self.merge
+            .snapshot(maxima, self.late_rows)
+            .map_err(|e| self.df(e))
     }
 
     fn end(&mut self, bounded: bool, out: &mut Vec<RecordBatch>) -> Result<(), SourceError> {
@@ -320,13 +325,14 @@ pub(crate) fn run_query(
     let df = |e: datafusion::error::DataFusionError| {
         SourceError::new(&source.name, SourceErrorKind::Thread(e.to_string()))
     };
-    let maxima = merge.restore(&store.checkpoint().state).map_err(df)?;
-    worker.restore(&maxima);
+    let header = merge.restore(&store.checkpoint().state).map_err(df)?;
+    worker.restore(&header.maxima);
     let mut transform = Query {
         query: Arc::clone(query),
         worker,
         merge,
         project,
+        late_rows: header.late_rows,
     };
     with_read_ahead(&source.name, reader, |channels, next| {
         for &c in channels {

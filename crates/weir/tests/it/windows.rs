@@ -621,4 +621,19 @@ async fn with_state_a_stop_keeps_the_open_windows_for_the_next_run() {
     assert_eq!(e.source_reports()[0].messages, n - first);
     assert_eq!(e.source_reports()[0].late, 0);
     assert_eq!(parquet_bars(&out), want);
+    // What `weir stats` shows: every window emitted, none open, the watermark where the data
+    // put it (the last event time less the delay), not moved to the end of time.
+    let (checkpoint, _, _) = weir_dedup::StateStore::inspect(&state).unwrap();
+    let w = weir::WindowStateReport::from_state(&checkpoint.state).unwrap();
+    let last = {
+        let mut g = QuoteGenerator::new(9).with_event_time(START, 1_000_000);
+        (0..n).map(|_| g.next_quote().timestamp).max().unwrap()
+    };
+    assert_eq!(w.open_windows, 0);
+    assert_eq!(w.late_rows, 0);
+    assert_eq!(w.watermark, last - 100_000_000);
+    assert_eq!(
+        w.closed_through,
+        want.keys().map(|k| k.0).max().unwrap() + 1_000_000_000
+    );
 }

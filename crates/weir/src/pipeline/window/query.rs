@@ -320,6 +320,8 @@ pub(crate) struct SnapshotHeader {
     pub(crate) maxima: Vec<(usize, i64)>,
     /// Open windows.
     pub(crate) open_windows: usize,
+    /// Late rows so far, over every run with this state.
+    pub(crate) late_rows: u64,
 }
 
 impl Merge {
@@ -456,7 +458,11 @@ impl Merge {
 
     /// The merge's state for a checkpoint: a header (JSON: the watermark, what was emitted, the
     /// readers' event times) and the open windows (Arrow IPC).
-    pub(crate) fn snapshot(&mut self, maxima: Vec<(usize, i64)>) -> Result<Vec<u8>> {
+    pub(crate) fn snapshot(
+        &mut self,
+        maxima: Vec<(usize, i64)>,
+        late_rows: u64,
+    ) -> Result<Vec<u8>> {
         let (windows, closed) = match &mut self.windows {
             Some(Windows::Fixed(w)) => (w.snapshot()?, w.closed_through()),
             Some(Windows::Session(s)) => (s.snapshot()?, s.closed_through()),
@@ -467,14 +473,16 @@ impl Merge {
             closed_through: closed,
             maxima,
             open_windows: self.open_windows(),
+            late_rows,
         };
         Ok(encode_snapshot(&header, &windows))
     }
 
-    /// Restores [`Merge::snapshot`]'s bytes; returns the readers' event times.
-    pub(crate) fn restore(&mut self, bytes: &[u8]) -> Result<Vec<(usize, i64)>> {
+    /// Restores [`Merge::snapshot`]'s bytes; returns their header (the readers' event times
+    /// and the late rows so far).
+    pub(crate) fn restore(&mut self, bytes: &[u8]) -> Result<SnapshotHeader> {
         if bytes.is_empty() {
-            return Ok(Vec::new());
+            return Ok(SnapshotHeader::default());
         }
         let (header, windows) = decode_snapshot(bytes)?;
         self.watermark = header.watermark;
@@ -483,7 +491,7 @@ impl Merge {
             Some(Windows::Session(s)) => s.restore(windows, header.closed_through)?,
             None => {}
         }
-        Ok(header.maxima)
+        Ok(header)
     }
 }
 
@@ -493,6 +501,7 @@ fn encode_snapshot(header: &SnapshotHeader, windows: &[u8]) -> Vec<u8> {
         "watermark": header.watermark,
         "closed_through": header.closed_through,
         "open_windows": header.open_windows,
+        "late_rows": header.late_rows,
         "maxima": header.maxima.iter().map(|(c, m)| [*c as i64, *m]).collect::<Vec<_>>(),
     })
     .to_string();
@@ -526,6 +535,7 @@ pub(crate) fn decode_snapshot(bytes: &[u8]) -> Result<(SnapshotHeader, &[u8])> {
             closed_through: int("closed_through")?,
             maxima,
             open_windows: v["open_windows"].as_u64().unwrap_or(0) as usize,
+            late_rows: v["late_rows"].as_u64().unwrap_or(0),
         },
         &bytes[4 + len..],
     ))
