@@ -7,7 +7,7 @@
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 
 use crate::source::table::SourceTable;
 
@@ -32,6 +32,14 @@ fn reads_unbounded_source(plan: &LogicalPlan) -> bool {
     found
 }
 
+/// True when one of `exprs` is a `DISTINCT` aggregate (`count(DISTINCT x)`).
+fn has_distinct_aggregate(exprs: &[Expr]) -> bool {
+    exprs.iter().any(|e| {
+        e.exists(|e| Ok(matches!(e, Expr::AggregateFunction(f) if f.params.distinct)))
+            .unwrap_or(false)
+    })
+}
+
 /// Refuses a query that could never produce its result on unbounded sources.
 pub(crate) fn runs_continuously(plan: &LogicalPlan) -> Result<()> {
     let mut refusal = None;
@@ -39,6 +47,12 @@ pub(crate) fn runs_continuously(plan: &LogicalPlan) -> Result<()> {
         let inputs = node.inputs();
         let unbounded = |i: usize| inputs.get(i).is_some_and(|p| reads_unbounded_source(p));
         let why = match node {
+            // DataFusion plans it as an aggregation over an aggregation, whose outer half
+            // cannot tell when a window is complete.
+            LogicalPlan::Aggregate(a) if has_distinct_aggregate(&a.aggr_expr) => Some(
+                "an aggregate with DISTINCT (count(DISTINCT x)) cannot run continuously: use \
+                 approx_distinct(x), or run without --follow",
+            ),
             LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(_) if unbounded(0) => Some(
                 "an aggregation over an unbounded source never ends: GROUP BY window_start, \
                  window_end of TUMBLE(source, ts, INTERVAL '1 minute') (or HOP, SESSION) to \

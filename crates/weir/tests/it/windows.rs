@@ -491,6 +491,10 @@ async fn queries_that_cannot_run_continuously_get_one_line() {
         ),
         ("SELECT a.ticker FROM q a JOIN q b ON a.ticker = b.ticker", "a join of two unbounded sources"),
         ("SELECT ticker, row_number() OVER (ORDER BY bid_price) FROM q", "window function (OVER)"),
+        (
+            "SELECT window_start, count(DISTINCT ticker) FROM TUMBLE(q, timestamp, INTERVAL '1 second') GROUP BY window_start, window_end",
+            "use approx_distinct(x)",
+        ),
     ];
     for (query, want) in cases {
         let e = Engine::new(EngineOptions {
