@@ -23,6 +23,9 @@
 //! * [`tls`]: loading CA certificates, client certificates and keys into rustls values, for
 //!   any TLS client of weir.
 //! * [`batch`]: the record-batch parser itself, usable on any bytes.
+//! * [`PartitionStats`]: what a consumer knows about each partition (position, high
+//!   watermark, last record time, fetch latency, reconnects), atomics updated once per fetch
+//!   response, for a metrics scrape on another thread ([`Consumer::partition_stats`]).
 //!
 //! How the SQL options of a Kafka source map onto [`ConsumerConfig`]:
 //!
@@ -81,6 +84,7 @@ mod producer;
 mod record_batch;
 mod responses;
 mod security;
+mod stats;
 mod tls13;
 mod wire;
 
@@ -110,3 +114,4 @@ pub use security::{
     SaslMechanism, ScramHash, Secret, SecurityConfig, SecurityOption, SecurityProtocol,
     SecurityValues, TlsConfig, TokenSource, SECURITY_OPTIONS,
 };
+pub use stats::{Histogram, PartitionStats, DURATION_BUCKETS};

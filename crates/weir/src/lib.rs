@@ -19,7 +19,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Modules: `engine` (statements, wiring, reports), `source` (what `CREATE SOURCE` defines),
+//! Modules: `engine` (statements, wiring, reports), `metrics` (what `/metrics` exposes, read
+//! at scrape time, and the HTTP endpoint), `source` (what `CREATE SOURCE` defines),
 //! `pipeline` (read -> decode -> dedup -> step files -> commit), `sink` (writers and their
 //! options), `sql` (weir's statements), `output` (where `SELECT` rows go).
 
@@ -27,6 +28,7 @@ mod continuous;
 mod encode;
 mod engine;
 mod error;
+mod metrics;
 mod output;
 mod pipeline;
 mod sink;
@@ -38,6 +40,8 @@ pub use engine::{
     SQL_BAD_MESSAGE_HINT,
 };
 pub use error::{df_message, EngineError, SourceError, SourceErrorKind, StatementError};
+pub use metrics::server::MetricsServer;
+pub use metrics::MetricsHandle;
 pub use output::{ResultOutput, ResultWriter, StdoutFormat};
 pub use sink::SinkError;
 pub use source::file::{for_each_message, FileError, MessagesError};

@@ -19,6 +19,29 @@ use weir_testdata::{Framing, DEFAULT_SEED};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log level of weir's own messages on standard error (libraries log at warn); RUST_LOG,
+    /// when set, wins (tracing's syntax: `debug`, `warn,weir_kafka=debug`).
+    #[arg(long, global = true, value_enum, default_value_t = LogLevel::Info)]
+    log_level: LogLevel,
+    /// How log lines are written: text, or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormatArg::Text)]
+    log_format: LogFormatArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogLevel {
+    Off,
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -48,6 +71,10 @@ enum Command {
         /// own tools take --command-config; the defaults of every Kafka source; values may be ${env:NAME} or ${file:PATH}.
         #[arg(long, value_name = "FILE")]
         kafka_config: Option<PathBuf>,
+        /// Serve Prometheus metrics on this address (HOST:PORT): /metrics, /health, and
+        /// /ready (503 until every source has connected and read). Off by default.
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<String>,
     },
     /// Generate synthetic data.
     Gen {
@@ -212,6 +239,22 @@ enum DecodeOutput {
 
 fn main() {
     let cli = Cli::parse();
+    let level = match cli.log_level {
+        LogLevel::Off => tracing_subscriber::filter::LevelFilter::OFF,
+        LogLevel::Error => tracing_subscriber::filter::LevelFilter::ERROR,
+        LogLevel::Warn => tracing_subscriber::filter::LevelFilter::WARN,
+        LogLevel::Info => tracing_subscriber::filter::LevelFilter::INFO,
+        LogLevel::Debug => tracing_subscriber::filter::LevelFilter::DEBUG,
+        LogLevel::Trace => tracing_subscriber::filter::LevelFilter::TRACE,
+    };
+    let format = match cli.log_format {
+        LogFormatArg::Text => cli::log::LogFormat::Text,
+        LogFormatArg::Json => cli::log::LogFormat::Json,
+    };
+    if let Err(e) = cli::log::init(level, format) {
+        eprintln!("error: {}", cli::one_line(&e));
+        std::process::exit(1);
+    }
     if let Err(e) = run(cli) {
         eprintln!("error: {}", cli::one_line(&e));
         std::process::exit(1);
@@ -228,6 +271,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             batch_size,
             quiet,
             kafka_config,
+            metrics_addr,
         } => cli::run::run(cli::run::RunArgs {
             pipeline,
             follow,
@@ -236,6 +280,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             batch_size,
             quiet,
             kafka_config,
+            metrics_addr,
         }),
         Command::Gen {
             what:

@@ -114,6 +114,8 @@ pub struct StateStore {
     committer: Committer,
     base: Counters,
     run: Counters,
+    /// The counters the last commit recorded (what `inspect` reads back).
+    committed_counters: Counters,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -279,6 +281,7 @@ impl StateStore {
             committer,
             base,
             run: Counters::default(),
+            committed_counters: base,
         })
     }
 
@@ -380,6 +383,7 @@ impl StateStore {
         }
         self.committed = checkpoint;
         self.committed_record = record_hash;
+        self.committed_counters = counters;
         // Every key in the older generation was committed by an earlier, finished commit;
         // start a new generation when this one is full.
         if self.recent[self.current].len() >= self.recent_keys {
@@ -424,6 +428,17 @@ impl StateStore {
 
     /// The statistics: cumulative over every run on this state directory, up to now.
     pub fn stats(&self) -> DedupStats {
+        self.stats_with(&self.counters())
+    }
+
+    /// The statistics as of the last commit: the counters it recorded, the figures
+    /// [`StateStore::inspect`] reads back (so a live report and `weir stats` agree), with the
+    /// sizes (keys held, memory, block cache use, bytes on disk) as they are now.
+    pub fn committed_stats(&self) -> DedupStats {
+        self.stats_with(&self.committed_counters)
+    }
+
+    fn stats_with(&self, counters: &Counters) -> DedupStats {
         let estimate = self
             .db
             .cf_handle(KEYS)
@@ -435,7 +450,7 @@ impl StateStore {
             })
             .unwrap_or(0);
         let mut st = stats_of(
-            &self.counters(),
+            counters,
             self.key.is_some(),
             (self.committed.step, self.committed.state.len() as u64),
             estimate,

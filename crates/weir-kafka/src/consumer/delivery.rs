@@ -42,6 +42,8 @@ pub(super) struct Delivery<'c> {
     pub(super) aborted: &'c mut AbortedFilter,
     pub(super) read_committed: bool,
     pub(super) check_crc: bool,
+    /// The timestamp of the last record handed over (left as it is when none was).
+    pub(super) last_timestamp: &'c mut i64,
 }
 
 /// Hands the records of one partition's response to `handler`, advancing `position` (the next
@@ -125,6 +127,7 @@ where
             }
             *n += 1;
             *position = rec.offset + 1;
+            *d.last_timestamp = rec.timestamp;
         }
         // Offsets removed by compaction still count as passed.
         *position = (*position).max(next.min(end));
@@ -204,6 +207,7 @@ mod tests {
         let mut decompressor = Decompressor::new();
         let mut filter = AbortedFilter::default();
         filter.reset(aborted.iter().copied());
+        let mut last_timestamp = -1;
         let mut got = Vec::new();
         let mut n = 0;
         let r = deliver(
@@ -217,6 +221,7 @@ mod tests {
                 aborted: &mut filter,
                 read_committed,
                 check_crc,
+                last_timestamp: &mut last_timestamp,
             },
             &mut n,
             &mut |r: &Record<'_>| {

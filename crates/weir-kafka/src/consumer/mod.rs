@@ -20,6 +20,7 @@ mod delivery;
 mod offsets;
 mod pipeline;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
@@ -30,6 +31,7 @@ use crate::connection::{Connection, Connector};
 use crate::error::{Error, Result};
 use crate::fetch_response::PartitionView;
 use crate::record_batch::AbortedFilter;
+use crate::stats::PartitionStats;
 
 pub use config::{ConsumerConfig, Isolation, OffsetReset, PartitionSelection, StartupMode};
 pub use delivery::Record;
@@ -106,6 +108,8 @@ pub struct Consumer {
     retries: u64,
     /// The partitions of the response being handled (reused: no allocation per fetch).
     views: Vec<PartitionView>,
+    /// Statistics by partition id, like `parts` (updated once per fetch response).
+    stats: Vec<Arc<PartitionStats>>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -146,6 +150,7 @@ impl Consumer {
             wait: cfg.fetch_max_wait,
             retries: 0,
             views: Vec::new(),
+            stats: Vec::new(),
         };
         let layout = c.load_layout()?;
         let count = layout.leaders.len();
@@ -182,8 +187,10 @@ impl Consumer {
             s.done = false;
             s.leader = layout.leaders[p as usize];
         }
+        c.stats = (0..count).map(|_| Arc::default()).collect();
         c.layout = Some(layout);
         c.init_offsets(&selected)?;
+        c.publish_positions();
         c.rebuild_fetches()?;
         Ok(c)
     }
@@ -210,6 +217,39 @@ impl Consumer {
     /// lifetime ran out (KIP-368): a number for the engine's metrics.
     pub fn reauthentications(&self) -> u64 {
         self.connector.reauthentications()
+    }
+
+    /// The statistics of `partition` (see [`PartitionStats`]), shared with any thread that
+    /// reads them; `None` for a partition this consumer does not read.
+    pub fn partition_stats(&self, partition: i32) -> Option<&Arc<PartitionStats>> {
+        self.part(partition)?;
+        self.stats.get(usize::try_from(partition).ok()?)
+    }
+
+    /// Makes the consumer keep `partition`'s statistics in `stats` (for example the ones an
+    /// earlier consumer of the same partition kept, so that counters carry on), and brings its
+    /// position up to date. Does nothing for a partition this consumer does not read.
+    pub fn set_partition_stats(&mut self, partition: i32, stats: Arc<PartitionStats>) {
+        if self.part(partition).is_none() {
+            return;
+        }
+        if let Some(slot) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.stats.get_mut(i))
+        {
+            *slot = stats;
+        }
+        self.publish_positions();
+    }
+
+    /// Copies every selected partition's position into its statistics.
+    pub(super) fn publish_positions(&self) {
+        for (s, st) in self.parts.iter().zip(&self.stats) {
+            if s.selected {
+                st.position
+                    .store(s.position, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 
     /// The end offset of a bounded read for `partition` (`None` when unbounded).
@@ -241,6 +281,7 @@ impl Consumer {
         for f in &mut self.fetches {
             f.stale = true;
         }
+        self.publish_positions();
         Ok(())
     }
 

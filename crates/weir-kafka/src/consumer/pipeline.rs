@@ -5,6 +5,7 @@
 //! fetch positions (from the batch headers alone), then, after the next request is on its way,
 //! the records, through the delivery loop in `delivery.rs`.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
@@ -34,6 +35,8 @@ pub(super) struct LeaderFetch {
     pub(super) in_flight: Option<i32>,
     /// The partition set changed (one finished, leadership moved): re-encode before sending.
     pub(super) stale: bool,
+    /// When the request in flight was sent (for the fetch latency).
+    pub(super) sent_at: Instant,
 }
 
 /// A fetch request frame and where its patchable fields are.
@@ -95,6 +98,7 @@ impl Consumer {
                 max_wait_at,
                 in_flight: None,
                 stale: false,
+                sent_at: Instant::now(),
             });
         }
         Ok(())
@@ -197,6 +201,11 @@ impl Consumer {
         );
         self.last_failure = e.to_string();
         self.retries += 1;
+        for (s, st) in self.parts.iter().zip(&self.stats) {
+            if s.selected && !s.done {
+                st.reconnects.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if now.duration_since(since) > self.cfg.retry_timeout {
             let (p, s) = self
                 .parts
@@ -285,6 +294,7 @@ impl Consumer {
             .set_read_timeout(self.wait + self.cfg.request_timeout)?;
         let id = f.conn.send_frame(&mut f.frame)?;
         f.in_flight = Some(id);
+        f.sent_at = Instant::now();
         Ok(())
     }
 
@@ -301,10 +311,24 @@ impl Consumer {
         let f = &mut self.fetches[i];
         let body = f.conn.recv_frame("Fetch", id)?;
         f.in_flight = None;
+        let latency = f.sent_at.elapsed();
         let mut views = std::mem::take(&mut self.views);
         views.clear();
         let top = parse_fetch(&body, version, &self.cfg.topic, &mut views)
             .map_err(|e| f.conn.protocol("Fetch", e))?;
+        for pr in &views {
+            if let Some(st) = usize::try_from(pr.partition)
+                .ok()
+                .and_then(|p| self.stats.get(p))
+            {
+                st.fetch_latency.observe(latency);
+                st.fetches.fetch_add(1, Ordering::Relaxed);
+                if pr.error_code == 0 && pr.high_watermark >= 0 {
+                    st.high_watermark
+                        .store(pr.high_watermark, Ordering::Relaxed);
+                }
+            }
+        }
         let r = self.handle(i, &body, top, &views, n, handler);
         // Handing the vector back keeps its capacity for the next response.
         self.views = views;
@@ -421,6 +445,8 @@ impl Consumer {
             if read_committed {
                 self.aborted.reset(aborted(body, version, pr));
             }
+            let started = Instant::now();
+            let mut last_timestamp = -1;
             let r = deliver(
                 pr.partition,
                 &mut s.position,
@@ -432,10 +458,19 @@ impl Consumer {
                     aborted: &mut self.aborted,
                     read_committed,
                     check_crc,
+                    last_timestamp: &mut last_timestamp,
                 },
                 n,
                 handler,
             );
+            if let Some(st) = self.stats.get(pr.partition as usize) {
+                st.deliver_time.observe(started.elapsed());
+                st.position.store(s.position, Ordering::Relaxed);
+                if last_timestamp >= 0 {
+                    st.last_timestamp_ms
+                        .store(last_timestamp, Ordering::Relaxed);
+                }
+            }
             if s.position >= s.end {
                 s.done = true;
                 self.fetches[i].stale = true;

@@ -3,6 +3,7 @@
 pub(crate) mod decode;
 pub(crate) mod demo;
 pub(crate) mod gen;
+pub(crate) mod log;
 pub(crate) mod produce;
 pub(crate) mod progress;
 pub(crate) mod run;

@@ -18,6 +18,7 @@ pub(crate) struct RunArgs {
     pub(crate) batch_size: usize,
     pub(crate) quiet: bool,
     pub(crate) kafka_config: Option<PathBuf>,
+    pub(crate) metrics_addr: Option<String>,
 }
 
 pub(crate) fn run(a: RunArgs) -> Result<()> {
@@ -30,13 +31,30 @@ pub(crate) fn run(a: RunArgs) -> Result<()> {
         kafka_properties: super::kafka_properties(a.kafka_config.as_deref())?,
         ..EngineOptions::default()
     });
+    // Off by default; when on, it serves until the run ends (its summary is printed first).
+    let metrics = match &a.metrics_addr {
+        Some(addr) => {
+            let server = weir::MetricsServer::start(addr, engine.metrics_handle())
+                .with_context(|| format!("cannot serve metrics on {addr}"))?;
+            tracing::info!(
+                "serving metrics on http://{}/metrics (and /health, /ready)",
+                server.addr()
+            );
+            Some(server)
+        }
+        None => None,
+    };
     let mut out = match &a.output {
         Some(path) => ResultWriter::file(path)?,
         None => ResultWriter::stdout(StdoutFormat::Table, a.follow),
     };
-    super::runtime(a.partitions)?
+    let result = super::runtime(a.partitions)?
         .block_on(run_script(&engine, &script, &mut out, a.quiet))
-        .with_context(|| format!("in {}", a.pipeline.display()))
+        .with_context(|| format!("in {}", a.pipeline.display()));
+    if let Some(server) = metrics {
+        server.stop();
+    }
+    result
 }
 
 async fn run_script(
@@ -50,12 +68,16 @@ async fn run_script(
     let result = async {
         engine.run_script(script, out).await?;
         if engine.pipelines_running() {
+            // One wait, carried on after Ctrl-C: it has already taken the pipelines, so a
+            // second `wait()` would find none and the summary would come before the sinks end.
+            let wait = engine.wait();
+            tokio::pin!(wait);
             tokio::select! {
-                r = engine.wait() => r?,
+                r = &mut wait => r?,
                 _ = tokio::signal::ctrl_c() => {
-                    eprintln!("stopping: finishing the sinks");
+                    tracing::info!("stopping: finishing the sinks");
                     engine.stop();
-                    engine.wait().await?;
+                    wait.await?;
                 }
             }
         }

@@ -344,6 +344,10 @@ fn merge(
                 }
                 merge.progress(i, p, &mut out)?;
                 floor.store(merge.watermark(), Ordering::Release);
+                let metrics = &source.stats.metrics;
+                metrics
+                    .watermark
+                    .store(merge.watermark(), Ordering::Relaxed);
             }
             Message::Failed(e) => return Err(e.into_df()),
         }

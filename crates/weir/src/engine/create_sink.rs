@@ -39,6 +39,8 @@ pub(super) struct SinkState {
     writer: Option<(SchemaRef, Box<dyn BatchWriter>)>,
     /// Rows written.
     pub(super) rows: u64,
+    /// The sink's counters for the metrics.
+    metrics: Arc<crate::metrics::SinkMetrics>,
 }
 
 impl SinkState {
@@ -144,6 +146,11 @@ impl Engine {
             ],
         )
         .map_err(|e| fail(e.into()))?;
+        let metrics = Arc::new(crate::metrics::SinkMetrics::default());
+        self.sink_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.clone(), Arc::clone(&metrics)));
         self.sinks.lock().unwrap_or_else(|e| e.into_inner()).insert(
             name.clone(),
             Arc::new(tokio::sync::Mutex::new(SinkState {
@@ -152,6 +159,7 @@ impl Engine {
                 encoder,
                 writer: None,
                 rows: 0,
+                metrics,
             })),
         );
         let line = s.position.line;
@@ -225,7 +233,7 @@ impl Engine {
         let state = self
             .sink_state(sink)
             .ok_or_else(|| StatementError::Invalid(format!("no sink named '{sink}'")))?;
-        let (dir, format, options) = {
+        let (dir, format, options, metrics) = {
             let st = state.lock().await;
             let dir = st.settings.path.clone().ok_or_else(|| {
                 fail(
@@ -236,7 +244,12 @@ impl Engine {
                     .into(),
                 )
             })?;
-            (dir, st.settings.format, st.options.clone())
+            (
+                dir,
+                st.settings.format,
+                st.options.clone(),
+                Arc::clone(&st.metrics),
+            )
         };
         let Some(spec) = &source.state else {
             return Err(StatementError::Invalid(format!(
@@ -245,11 +258,14 @@ impl Engine {
             )));
         };
         let mut store = spec.open(&source.name)?;
-        let mut files = StepFiles::new(&dir, sink, format, options, schema).map_err(fail)?;
+        let mut files = StepFiles::new(&dir, sink, format, options, schema)
+            .map_err(fail)?
+            .with_metrics(metrics);
         let deleted = files.clean(store.checkpoint().step).map_err(fail)?;
         if !deleted.is_empty() {
-            eprintln!(
-                "sink {sink}: deleted {} uncommitted file(s) left by an earlier run: {}",
+            tracing::warn!(
+                sink,
+                "deleted {} uncommitted file(s) left by an earlier run: {}",
                 deleted.len(),
                 deleted.join(", ")
             );
@@ -294,11 +310,16 @@ impl Engine {
             let mut st = state.lock().await;
             let st = &mut *st;
             st.writer(&name, &schema, follow).map_err(fail)?;
+            *st.metrics.path.lock().unwrap_or_else(|e| e.into_inner()) = st.settings.path.clone();
             while let Some(batch) = stream.next().await {
                 let batch = batch?;
                 let writer = st.writer(&name, &schema, follow).map_err(fail)?;
                 writer.write(&batch).map_err(fail)?;
                 st.rows += batch.num_rows() as u64;
+                st.metrics.rows.fetch_add(
+                    batch.num_rows() as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
             }
             Ok(())
         };

@@ -93,6 +93,8 @@ pub struct Engine {
     sinks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<SinkState>>>>,
     pipelines: Mutex<Vec<Pipeline>>,
     stop: Arc<AtomicBool>,
+    /// Every sink's counters, for the metrics.
+    sink_metrics: Arc<Mutex<Vec<(String, Arc<crate::metrics::SinkMetrics>)>>>,
 }
 
 impl Engine {
@@ -124,6 +126,7 @@ impl Engine {
             sinks: Mutex::default(),
             pipelines: Mutex::default(),
             stop: Arc::default(),
+            sink_metrics: Arc::default(),
         }
     }
 

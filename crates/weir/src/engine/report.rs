@@ -69,6 +69,15 @@ impl SourceStatsHandle {
 }
 
 impl Engine {
+    /// What the metrics endpoint reads (see [`crate::MetricsServer`]): every source and sink of
+    /// this engine, as they are when scraped.
+    pub fn metrics_handle(&self) -> crate::metrics::MetricsHandle {
+        crate::metrics::MetricsHandle {
+            sources: Arc::clone(&self.sources),
+            sinks: Arc::clone(&self.sink_metrics),
+        }
+    }
+
     /// A handle that reads the source counters from another thread.
     pub fn source_stats_handle(&self) -> SourceStatsHandle {
         SourceStatsHandle(Arc::clone(&self.sources))

@@ -108,6 +108,9 @@ pub(crate) struct SourceDecoder {
     buffered: usize,
     batch_size: usize,
     counts: Counts,
+    /// The partition whose messages are being counted (for the metrics); its counts are
+    /// published when it changes and with each batch.
+    partition: Option<Arc<crate::metrics::PartitionMetrics>>,
 }
 
 impl SourceDecoder {
@@ -124,7 +127,27 @@ impl SourceDecoder {
             buffered: 0,
             batch_size,
             counts: Counts::default(),
+            partition: None,
         }
+    }
+
+    /// Counts the next messages to `partition` (the readers call it when the partition or
+    /// file changes, not per message).
+    pub(crate) fn set_partition(&mut self, partition: &Arc<crate::metrics::PartitionMetrics>) {
+        if self
+            .partition
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, partition))
+        {
+            return;
+        }
+        self.publish();
+        self.partition = Some(Arc::clone(partition));
+    }
+
+    /// The partition being counted.
+    pub(crate) fn partition(&self) -> Option<&Arc<crate::metrics::PartitionMetrics>> {
+        self.partition.as_ref()
     }
 
     /// The source this decodes for.
@@ -294,5 +317,12 @@ impl SourceDecoder {
         s.decoded.fetch_add(c.decoded, Ordering::Relaxed);
         s.skipped.fetch_add(c.skipped, Ordering::Relaxed);
         s.dead_lettered.fetch_add(c.dead, Ordering::Relaxed);
+        if let Some(p) = &self.partition {
+            p.messages.fetch_add(c.messages, Ordering::Relaxed);
+            p.bytes.fetch_add(c.bytes, Ordering::Relaxed);
+            p.decoded.fetch_add(c.decoded, Ordering::Relaxed);
+            p.skipped.fetch_add(c.skipped, Ordering::Relaxed);
+            p.dead_lettered.fetch_add(c.dead, Ordering::Relaxed);
+        }
     }
 }

@@ -7,13 +7,14 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use weir_kafka::{Consumer, ConsumerConfig, PollStatus, Record, StartupMode};
 
 use super::decode::SourceDecoder;
 use crate::error::{SourceError, SourceErrorKind};
+use crate::metrics::PartitionMetrics;
 use crate::source::file::{BlockStatus, FileFeed};
 use crate::source::meta::Position;
 use weir_testdata::Frame;
@@ -135,6 +136,39 @@ impl FileReader {
 
 impl PositionedReader for FileReader {
     fn next(&mut self) -> Result<Next, SourceError> {
+        // One clock read per call (a batch), for the metrics' decode time.
+        let started = Instant::now();
+        let next = self.read_next();
+        if let Ok(n) = &next {
+            let metrics = &self.decoder.source().stats.metrics;
+            metrics.ready.store(true, Ordering::Relaxed);
+            if let (Next::Batch(_), Some(p)) = (n, self.decoder.partition()) {
+                p.decode.observe(started.elapsed());
+            }
+        }
+        next
+    }
+
+    fn positions(&self) -> Vec<(String, i64)> {
+        self.positions
+            .iter()
+            .map(|(k, v)| (format!("{FILE_PREFIX}{k}"), *v as i64))
+            .collect()
+    }
+
+    fn idle_wait(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+}
+
+impl FileReader {
+    /// Counts what follows to `file`'s partition of the metrics.
+    fn count_to(&mut self, file: &str) {
+        let partition = self.decoder.source().stats.metrics.file(file);
+        self.decoder.set_partition(&partition);
+    }
+
+    fn read_next(&mut self) -> Result<Next, SourceError> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
@@ -184,6 +218,9 @@ impl PositionedReader for FileReader {
             match status {
                 BlockStatus::Block { file, offset, len } => {
                     self.mark();
+                    if !Arc::ptr_eq(&self.file, &file) {
+                        self.count_to(&file);
+                    }
                     self.file = file;
                     self.base = offset;
                     self.len = len;
@@ -198,6 +235,7 @@ impl PositionedReader for FileReader {
                     // The feed moved past the rest of this file; a resumed read sees the bad
                     // frame again and applies the policy again.
                     self.mark();
+                    self.count_to(&file);
                     self.file = Arc::clone(&file);
                     self.base = offset;
                     self.len = 0;
@@ -226,17 +264,6 @@ impl PositionedReader for FileReader {
             }
         }
     }
-
-    fn positions(&self) -> Vec<(String, i64)> {
-        self.positions
-            .iter()
-            .map(|(k, v)| (format!("{FILE_PREFIX}{k}"), *v as i64))
-            .collect()
-    }
-
-    fn idle_wait(&self) -> Duration {
-        Duration::from_millis(100)
-    }
 }
 
 /// A Kafka consumer over a share of a topic's partitions, decoding each record value in place
@@ -261,6 +288,9 @@ pub(crate) struct KafkaReader {
     partition: usize,
     /// The partition of the last batch returned.
     channel: usize,
+    /// The metrics of each partition read, by partition id, and the one being counted.
+    metrics: Vec<Option<Arc<PartitionMetrics>>>,
+    counted: usize,
 }
 
 impl KafkaReader {
@@ -279,8 +309,21 @@ impl KafkaReader {
         if !resume.is_empty() {
             config.startup = StartupMode::Offsets(resume.clone());
         }
-        let consumer =
+        let mut consumer =
             Consumer::connect(&config).map_err(|e| SourceError::new(&decoder.source().name, e))?;
+        // Each partition's counters outlive this consumer: a later scan carries them on.
+        let mut metrics = Vec::new();
+        for p in consumer.partitions() {
+            let m = decoder.source().stats.metrics.kafka(p);
+            if let Some(k) = &m.kafka {
+                consumer.set_partition_stats(p, Arc::clone(k));
+            }
+            let i = p.max(0) as usize;
+            if metrics.len() <= i {
+                metrics.resize(i + 1, None);
+            }
+            metrics[i] = Some(m);
+        }
         let mut next = Vec::new();
         for (p, o) in resume {
             set_next(&mut next, p, o);
@@ -298,6 +341,8 @@ impl KafkaReader {
             split: false,
             partition: 0,
             channel: 0,
+            metrics,
+            counted: usize::MAX,
         })
     }
 
@@ -326,6 +371,43 @@ fn set_next(next: &mut Vec<i64>, partition: i32, offset: i64) {
 
 impl PositionedReader for KafkaReader {
     fn next(&mut self) -> Result<Next, SourceError> {
+        let next = self.read_next();
+        if next.is_ok() {
+            let metrics = &self.decoder.source().stats.metrics;
+            metrics.ready.store(true, Ordering::Relaxed);
+        }
+        next
+    }
+
+    fn positions(&self) -> Vec<(String, i64)> {
+        self.current
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| **o >= 0)
+            .map(|(p, o)| (format!("{}{p}", self.prefix), *o))
+            .collect()
+    }
+
+    fn idle_wait(&self) -> Duration {
+        // The poll itself waited for records.
+        Duration::ZERO
+    }
+
+    fn channel(&self) -> usize {
+        self.channel
+    }
+
+    fn channels(&self) -> Vec<usize> {
+        self.consumer
+            .partitions()
+            .into_iter()
+            .map(|p| p.max(0) as usize)
+            .collect()
+    }
+}
+
+impl KafkaReader {
+    fn read_next(&mut self) -> Result<Next, SourceError> {
         loop {
             if let Some((b, pos, channel)) = self.ready.pop_front() {
                 self.current = pos;
@@ -351,10 +433,19 @@ impl PositionedReader for KafkaReader {
                 failed,
                 split,
                 partition,
+                metrics,
+                counted,
                 ..
             } = self;
             let status = consumer.poll(Duration::from_millis(200), |rec: &Record<'_>| {
                 let p = rec.partition.max(0) as usize;
+                if p != *counted {
+                    // A new partition's records (a few times per fetch, not per message).
+                    if let Some(Some(m)) = metrics.get(p) {
+                        decoder.set_partition(m);
+                    }
+                    *counted = p;
+                }
                 if *split && p != *partition {
                     match decoder.flush() {
                         Ok(Some(batch)) => ready.push_back((batch, next.clone(), *partition)),
@@ -405,31 +496,5 @@ impl PositionedReader for KafkaReader {
                 PollStatus::End => self.finish()?,
             }
         }
-    }
-
-    fn positions(&self) -> Vec<(String, i64)> {
-        self.current
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| **o >= 0)
-            .map(|(p, o)| (format!("{}{p}", self.prefix), *o))
-            .collect()
-    }
-
-    fn idle_wait(&self) -> Duration {
-        // The poll itself waited for records.
-        Duration::ZERO
-    }
-
-    fn channel(&self) -> usize {
-        self.channel
-    }
-
-    fn channels(&self) -> Vec<usize> {
-        self.consumer
-            .partitions()
-            .into_iter()
-            .map(|p| p.max(0) as usize)
-            .collect()
     }
 }

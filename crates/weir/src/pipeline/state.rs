@@ -226,9 +226,10 @@ impl StateSpec {
         StateStore::open(&self.dir, self.options.clone()).map_err(|e| SourceError::new(source, e))
     }
 
-    /// Keeps `store`'s statistics for the run's report.
+    /// Keeps `store`'s statistics as of its last commit, for the run's report and the metrics
+    /// (called after each commit: the figures `weir stats` reads back from the same commit).
     pub(crate) fn remember(&self, store: &StateStore) {
-        *self.last_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(store.stats());
+        *self.last_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(store.committed_stats());
     }
 
     /// The statistics at the end of the last scan, if any ran.

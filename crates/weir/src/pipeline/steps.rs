@@ -37,6 +37,8 @@ pub(crate) struct StepFiles {
     options: Options,
     schema: SchemaRef,
     open: Option<(u64, PathBuf, Box<dyn BatchWriter>)>,
+    /// The sink's counters (rows, bytes, files, commit time, step).
+    metrics: Arc<crate::metrics::SinkMetrics>,
 }
 
 impl StepFiles {
@@ -66,7 +68,14 @@ impl StepFiles {
             options,
             schema,
             open: None,
+            metrics: Arc::default(),
         })
+    }
+
+    /// Counts into `metrics` (the engine's, for the sink's series).
+    pub(crate) fn with_metrics(mut self, metrics: Arc<crate::metrics::SinkMetrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     fn final_name(&self, step: u64) -> String {
@@ -145,6 +154,10 @@ impl StepFiles {
         let name = self.final_name(step);
         let target = self.dir.join(&name);
         std::fs::rename(&tmp, &target).map_err(|e| SinkError::io(&target, e))?;
+        if let Ok(m) = std::fs::metadata(&target) {
+            self.metrics.bytes.fetch_add(m.len(), Ordering::Relaxed);
+        }
+        self.metrics.files.fetch_add(1, Ordering::Relaxed);
         std::fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| SinkError::io(&self.dir, e))?;
@@ -233,6 +246,12 @@ impl Query {
             .map_err(|e| self.df(e))?;
         let late = self.worker.take_late() + self.merge.take_late();
         self.late_rows += late;
+        self.query
+            .source
+            .stats
+            .metrics
+            .watermark
+            .store(self.merge.watermark(), Ordering::Relaxed);
         self.query
             .source
             .stats
@@ -388,8 +407,13 @@ fn step_loop(
             moved = true;
             files.write(store.checkpoint().step + 1, &b).map_err(sink)?;
             rows_out += b.num_rows() as u64;
+            files
+                .metrics
+                .rows
+                .fetch_add(b.num_rows() as u64, Ordering::Relaxed);
         }
         if moved && (end || spec.commit.due(started, step_rows)) {
+            let committing = Instant::now();
             let names = files.seal(store.checkpoint().step + 1).map_err(sink)?;
             let operator_state = transform.state()?;
             store
@@ -400,6 +424,11 @@ fn step_loop(
                     ..Checkpoint::default()
                 })
                 .map_err(state)?;
+            files.metrics.commit.observe(committing.elapsed());
+            let step = store.checkpoint().step;
+            files.metrics.step.store(step, Ordering::Relaxed);
+            spec.remember(store);
+            tracing::debug!(source = %source.name, sink = %files.sink, step, "step committed");
             step_rows = 0;
             moved = false;
             started = Instant::now();

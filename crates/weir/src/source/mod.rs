@@ -183,6 +183,8 @@ pub(crate) struct SourceStats {
     pub(crate) late: AtomicU64,
     /// Windows still open when a run without state stopped (their rows are in no output).
     pub(crate) windows_dropped: AtomicU64,
+    /// Per-partition counters, readiness and watermark, for the metrics (`crate::metrics`).
+    pub(crate) metrics: crate::metrics::SourceMetrics,
 }
 
 /// The connector of a source.

@@ -1,0 +1,525 @@
+//! Metrics: what a running engine exposes to Prometheus, and the health answers.
+//!
+//! Nothing here sits on the hot path. The pipeline keeps its counters where it already did
+//! (plain fields per message, published to atomics once per batch; the Kafka consumer's
+//! per-partition atomics once per fetch response; the state statistics once per commit), and
+//! [`WeirCollector`] reads them when Prometheus scrapes: a `prometheus-client` custom collector,
+//! so no counter is copied into a registry on the way. Every series is documented in the
+//! README (`## Metrics`).
+
+mod process;
+pub mod server;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use weir_kafka::{Histogram, PartitionStats};
+
+use crate::source::SourceDefinition;
+
+/// The counters of one partition of a source: a Kafka partition, or a file.
+#[derive(Debug, Default)]
+pub(crate) struct PartitionMetrics {
+    /// The `partition` label: the Kafka partition id, or the file's path.
+    pub(crate) label: String,
+    /// Messages read (good and bad).
+    pub(crate) messages: AtomicU64,
+    /// Message bytes read.
+    pub(crate) bytes: AtomicU64,
+    /// Messages decoded into rows.
+    pub(crate) decoded: AtomicU64,
+    /// Bad messages skipped.
+    pub(crate) skipped: AtomicU64,
+    /// Bad messages dead-lettered.
+    pub(crate) dead_lettered: AtomicU64,
+    /// The consumer's statistics of a Kafka partition.
+    pub(crate) kafka: Option<Arc<PartitionStats>>,
+    /// A file's decode time per batch (a Kafka partition's is the consumer's delivery time).
+    pub(crate) decode: Histogram,
+}
+
+/// The metrics of one source beyond its totals: its partitions, whether it is ready, and its
+/// watermark.
+#[derive(Debug)]
+pub(crate) struct SourceMetrics {
+    partitions: Mutex<Vec<Arc<PartitionMetrics>>>,
+    /// Set once a reader of the source has connected and its first read returned.
+    pub(crate) ready: AtomicBool,
+    /// The watermark of a continuous query over the source (ns since the epoch; `i64::MIN`
+    /// before any).
+    pub(crate) watermark: AtomicI64,
+}
+
+impl Default for SourceMetrics {
+    fn default() -> Self {
+        Self {
+            partitions: Mutex::default(),
+            ready: AtomicBool::new(false),
+            watermark: AtomicI64::new(i64::MIN),
+        }
+    }
+}
+
+impl SourceMetrics {
+    /// The counters of Kafka partition `p` (created at the first call; later consumers of the
+    /// same partition carry on with the same ones).
+    pub(crate) fn kafka(&self, p: i32) -> Arc<PartitionMetrics> {
+        let label = p.to_string();
+        self.get_or_add(&label, || PartitionMetrics {
+            label: label.clone(),
+            kafka: Some(Arc::default()),
+            ..PartitionMetrics::default()
+        })
+    }
+
+    /// The counters of the file `path`.
+    pub(crate) fn file(&self, path: &str) -> Arc<PartitionMetrics> {
+        self.get_or_add(path, || PartitionMetrics {
+            label: path.to_string(),
+            ..PartitionMetrics::default()
+        })
+    }
+
+    fn get_or_add(
+        &self,
+        label: &str,
+        make: impl FnOnce() -> PartitionMetrics,
+    ) -> Arc<PartitionMetrics> {
+        let mut parts = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = parts.iter().find(|p| p.label == label) {
+            return Arc::clone(p);
+        }
+        let p = Arc::new(make());
+        parts.push(Arc::clone(&p));
+        p
+    }
+
+    /// Every partition seen so far.
+    pub(crate) fn partitions(&self) -> Vec<Arc<PartitionMetrics>> {
+        self.partitions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// The counters of one sink.
+#[derive(Debug, Default)]
+pub(crate) struct SinkMetrics {
+    /// Rows written.
+    pub(crate) rows: AtomicU64,
+    /// Bytes of completed step files (an exactly-once sink).
+    pub(crate) bytes: AtomicU64,
+    /// Files completed (an exactly-once sink's step files).
+    pub(crate) files: AtomicU64,
+    /// From a step's end to its commit handed to the state (sealing the file: footer, fsync,
+    /// rename; then the state commit, which first waits for the previous one to be durable).
+    pub(crate) commit: Histogram,
+    /// The last committed step.
+    pub(crate) step: AtomicU64,
+    /// The sink's file, for a sink that writes one file as rows come (its size is its bytes).
+    pub(crate) path: Mutex<Option<std::path::PathBuf>>,
+}
+
+/// What the collector reads: the engine's sources and sinks.
+#[derive(Clone)]
+pub struct MetricsHandle {
+    pub(crate) sources: Arc<Mutex<Vec<Arc<SourceDefinition>>>>,
+    pub(crate) sinks: Arc<Mutex<Vec<(String, Arc<SinkMetrics>)>>>,
+}
+
+impl fmt::Debug for MetricsHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MetricsHandle").finish_non_exhaustive()
+    }
+}
+
+impl MetricsHandle {
+    fn sources(&self) -> Vec<Arc<SourceDefinition>> {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn sinks(&self) -> Vec<(String, Arc<SinkMetrics>)> {
+        self.sinks.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// True when every source has connected and read (a first batch, or found nothing to
+    /// read yet); false before any source is defined.
+    pub fn ready(&self) -> bool {
+        let sources = self.sources();
+        !sources.is_empty()
+            && sources
+                .iter()
+                .all(|s| s.stats.metrics.ready.load(Ordering::Relaxed))
+    }
+
+    /// The sources that are not ready yet, by name.
+    pub fn not_ready(&self) -> Vec<String> {
+        self.sources()
+            .iter()
+            .filter(|s| !s.stats.metrics.ready.load(Ordering::Relaxed))
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// Every series in the OpenMetrics text format (what `/metrics` serves).
+    pub fn render(&self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(WeirCollector(self.clone())));
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}
+
+/// Reads weir's counters at scrape time.
+struct WeirCollector(MetricsHandle);
+
+impl fmt::Debug for WeirCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WeirCollector")
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// One metric family being assembled: its samples, encoded together.
+struct Family<M> {
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(Labels, M)>,
+}
+
+impl<M: EncodeMetric> Family<M> {
+    fn new(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            help,
+            samples: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, labels: Labels, m: M) {
+        self.samples.push((labels, m));
+    }
+
+    fn encode(self, encoder: &mut DescriptorEncoder<'_>, kind: MetricType) -> fmt::Result {
+        let mut e = encoder.encode_descriptor(self.name, self.help, None, kind)?;
+        for (labels, m) in &self.samples {
+            m.encode(e.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// A histogram's snapshot as a metric.
+#[derive(Debug)]
+struct HistogramValue(f64, u64, Vec<(f64, u64)>);
+
+impl HistogramValue {
+    fn of(h: &Histogram) -> Self {
+        let (sum, count, buckets) = h.snapshot();
+        Self(sum, count, buckets)
+    }
+}
+
+impl EncodeMetric for HistogramValue {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+        encoder.encode_histogram::<NoLabelSet>(self.0, self.1, &self.2, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+fn counter(v: u64) -> ConstCounter<u64> {
+    ConstCounter::new(v)
+}
+
+fn gauge(v: i64) -> ConstGauge<i64> {
+    ConstGauge::new(v)
+}
+
+fn gauge_f(v: f64) -> ConstGauge<f64> {
+    ConstGauge::new(v)
+}
+
+fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+impl Collector for WeirCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let sources = self.0.sources();
+        encode_sources(&sources, &mut encoder)?;
+        encode_state(&sources, &mut encoder)?;
+        encode_sinks(&self.0.sinks(), &mut encoder)?;
+        process::encode(&mut encoder)?;
+        let info = Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]);
+        let e = encoder.encode_descriptor(
+            "weir_build",
+            "the weir version running (always 1)",
+            None,
+            info.metric_type(),
+        )?;
+        info.encode(e)
+    }
+}
+
+fn encode_sources(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    type C = ConstCounter<u64>;
+    type G = ConstGauge<i64>;
+    let mut messages = Family::<C>::new(
+        "weir_source_messages",
+        "messages read (good and bad), per source and partition (a Kafka partition id, or a file's path)",
+    );
+    let mut bytes = Family::<C>::new("weir_source_bytes", "message bytes read (without framing)");
+    let mut rows = Family::<C>::new("weir_source_rows_decoded", "messages decoded into rows");
+    let mut skipped = Family::<C>::new(
+        "weir_source_skipped",
+        "bad messages skipped ('on.error' = 'skip')",
+    );
+    let mut dead = Family::<C>::new(
+        "weir_source_dead_lettered",
+        "bad messages written to the dead-letter file ('on.error' = 'dead_letter')",
+    );
+    let mut late = Family::<C>::new(
+        "weir_source_late_rows",
+        "rows behind the watermark, dropped before their window, per source",
+    );
+    let mut lag = Family::<G>::new(
+        "weir_source_lag_messages",
+        "Kafka: records behind the log end (high watermark minus the position)",
+    );
+    let mut lag_secs = Family::<ConstGauge<f64>>::new(
+        "weir_source_lag_seconds",
+        "Kafka: now minus the timestamp of the last record read; 0 when no record is behind",
+    );
+    let mut position = Family::<G>::new("weir_source_position", "Kafka: the next offset to read");
+    let mut end = Family::<G>::new(
+        "weir_source_log_end_offset",
+        "Kafka: the high watermark the last fetch response gave",
+    );
+    let mut reconnects = Family::<C>::new(
+        "weir_source_reconnects",
+        "Kafka: transient failures (dropped connection, restarting broker, moved leader) that interrupted the partition's fetching, each retried after a reconnect",
+    );
+    let mut fetch = Family::<HistogramValue>::new(
+        "weir_source_fetch_latency_seconds",
+        "Kafka: from sending a fetch request to its response (includes the broker's wait for new data)",
+    );
+    let mut decode = Family::<HistogramValue>::new(
+        "weir_source_decode_seconds",
+        "time decoding: Kafka, one fetch response's records of the partition (decompression, CRC, decoding); files, one batch",
+    );
+    let mut watermark = Family::<ConstGauge<f64>>::new(
+        "weir_source_watermark_seconds",
+        "the watermark of a continuous query over the source, seconds since the epoch",
+    );
+    let mut ready = Family::<G>::new(
+        "weir_source_ready",
+        "1 once the source has connected and its first read returned",
+    );
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    for s in sources {
+        let m = &s.stats.metrics;
+        let name = || vec![("source", s.name.clone())];
+        late.add(name(), counter(load(&s.stats.late)));
+        ready.add(name(), gauge(i64::from(m.ready.load(Ordering::Relaxed))));
+        let w = m.watermark.load(Ordering::Relaxed);
+        if w != i64::MIN {
+            watermark.add(name(), gauge_f(w as f64 / 1e9));
+        }
+        for p in m.partitions() {
+            let l = || vec![("source", s.name.clone()), ("partition", p.label.clone())];
+            messages.add(l(), counter(load(&p.messages)));
+            bytes.add(l(), counter(load(&p.bytes)));
+            rows.add(l(), counter(load(&p.decoded)));
+            skipped.add(l(), counter(load(&p.skipped)));
+            dead.add(l(), counter(load(&p.dead_lettered)));
+            match &p.kafka {
+                Some(k) => {
+                    let behind = k.lag();
+                    lag.add(l(), gauge(behind));
+                    let ts = k.last_timestamp_ms.load(Ordering::Relaxed);
+                    let secs = if behind == 0 || ts < 0 {
+                        0.0
+                    } else {
+                        ((now_ms - ts).max(0)) as f64 / 1e3
+                    };
+                    lag_secs.add(l(), gauge_f(secs));
+                    position.add(l(), gauge(k.position.load(Ordering::Relaxed)));
+                    end.add(l(), gauge(k.high_watermark.load(Ordering::Relaxed)));
+                    reconnects.add(l(), counter(load(&k.reconnects)));
+                    fetch.add(l(), HistogramValue::of(&k.fetch_latency));
+                    decode.add(l(), HistogramValue::of(&k.deliver_time));
+                }
+                None => decode.add(l(), HistogramValue::of(&p.decode)),
+            }
+        }
+    }
+    messages.encode(e, MetricType::Counter)?;
+    bytes.encode(e, MetricType::Counter)?;
+    rows.encode(e, MetricType::Counter)?;
+    skipped.encode(e, MetricType::Counter)?;
+    dead.encode(e, MetricType::Counter)?;
+    late.encode(e, MetricType::Counter)?;
+    lag.encode(e, MetricType::Gauge)?;
+    lag_secs.encode(e, MetricType::Gauge)?;
+    position.encode(e, MetricType::Gauge)?;
+    end.encode(e, MetricType::Gauge)?;
+    reconnects.encode(e, MetricType::Counter)?;
+    fetch.encode(e, MetricType::Histogram)?;
+    decode.encode(e, MetricType::Histogram)?;
+    watermark.encode(e, MetricType::Gauge)?;
+    ready.encode(e, MetricType::Gauge)
+}
+
+fn encode_state(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    type C = ConstCounter<u64>;
+    type G = ConstGauge<i64>;
+    let mut steps = Family::<G>::new(
+        "weir_state_step",
+        "the last step committed to the source's state directory",
+    );
+    let mut rows = Family::<C>::new("weir_dedup_rows_checked", "rows checked for duplicates");
+    let mut dropped = Family::<C>::new(
+        "weir_dedup_duplicates_dropped",
+        "rows dropped as duplicates",
+    );
+    let mut memory = Family::<C>::new(
+        "weir_dedup_recent_hits",
+        "duplicates answered from the in-memory recent keys, without RocksDB",
+    );
+    let mut lookups = Family::<C>::new("weir_dedup_lookups", "keys looked up in RocksDB");
+    let mut written = Family::<C>::new("weir_dedup_keys_written", "keys written to RocksDB");
+    let mut expired = Family::<C>::new(
+        "weir_dedup_keys_expired",
+        "keys found expired ('dedup.ttl'), at lookup or dropped by compaction",
+    );
+    let mut held = Family::<G>::new(
+        "weir_dedup_keys",
+        "keys held in RocksDB (RocksDB's estimate)",
+    );
+    let mut hits = Family::<C>::new(
+        "weir_dedup_block_cache_hits",
+        "RocksDB block-cache hits, by block kind (data, index, filter)",
+    );
+    let mut misses = Family::<C>::new(
+        "weir_dedup_block_cache_misses",
+        "RocksDB block-cache misses, by block kind (data, index, filter)",
+    );
+    let mut useful = Family::<C>::new(
+        "weir_dedup_bloom_useful",
+        "lookups a bloom filter answered 'absent' (no data block read)",
+    );
+    let mut false_pos = Family::<C>::new(
+        "weir_dedup_bloom_false_positives",
+        "lookups a bloom filter let through for a key that was not there",
+    );
+    let mut disk = Family::<G>::new(
+        "weir_state_disk_bytes",
+        "bytes of the state directory's files",
+    );
+    for s in sources {
+        let Some(spec) = &s.state else { continue };
+        let Some(st) = spec.last_stats() else {
+            continue;
+        };
+        let l = || vec![("source", s.name.clone())];
+        steps.add(l(), gauge(st.step as i64));
+        disk.add(l(), gauge(st.bytes_on_disk as i64));
+        if !st.dedup {
+            continue;
+        }
+        rows.add(l(), counter(st.rows));
+        dropped.add(l(), counter(st.duplicates_dropped));
+        memory.add(l(), counter(st.recent_hits));
+        lookups.add(l(), counter(st.lookups));
+        written.add(l(), counter(st.keys_written));
+        expired.add(l(), counter(st.keys_expired));
+        held.add(l(), gauge(st.keys_held_estimate as i64));
+        for (kind, hit, miss) in [
+            ("data", st.data_hit, st.data_miss),
+            ("index", st.index_hit, st.index_miss),
+            ("filter", st.filter_hit, st.filter_miss),
+        ] {
+            let k = || vec![("source", s.name.clone()), ("block", kind.to_string())];
+            hits.add(k(), counter(hit));
+            misses.add(k(), counter(miss));
+        }
+        useful.add(l(), counter(st.bloom_useful));
+        false_pos.add(
+            l(),
+            counter(st.bloom_positive.saturating_sub(st.bloom_true_positive)),
+        );
+    }
+    steps.encode(e, MetricType::Gauge)?;
+    disk.encode(e, MetricType::Gauge)?;
+    rows.encode(e, MetricType::Counter)?;
+    dropped.encode(e, MetricType::Counter)?;
+    memory.encode(e, MetricType::Counter)?;
+    lookups.encode(e, MetricType::Counter)?;
+    written.encode(e, MetricType::Counter)?;
+    expired.encode(e, MetricType::Counter)?;
+    held.encode(e, MetricType::Gauge)?;
+    hits.encode(e, MetricType::Counter)?;
+    misses.encode(e, MetricType::Counter)?;
+    useful.encode(e, MetricType::Counter)?;
+    false_pos.encode(e, MetricType::Counter)
+}
+
+fn encode_sinks(
+    sinks: &[(String, Arc<SinkMetrics>)],
+    e: &mut DescriptorEncoder<'_>,
+) -> fmt::Result {
+    type C = ConstCounter<u64>;
+    let mut rows = Family::<C>::new("weir_sink_rows", "rows written, per sink");
+    let mut bytes = Family::<C>::new(
+        "weir_sink_bytes",
+        "bytes written: completed step files (exactly-once sinks) or the file's size",
+    );
+    let mut files = Family::<C>::new("weir_sink_files", "files completed");
+    let mut commit = Family::<HistogramValue>::new(
+        "weir_sink_commit_seconds",
+        "exactly-once sinks: from a step's end to its commit (file sealed and synced, state commit handed over)",
+    );
+    let mut step = Family::<ConstGauge<i64>>::new(
+        "weir_sink_committed_step",
+        "exactly-once sinks: the last step committed",
+    );
+    for (name, m) in sinks {
+        let l = || vec![("sink", name.clone())];
+        rows.add(l(), counter(load(&m.rows)));
+        let path = m.path.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let written = match path {
+            Some(p) => std::fs::metadata(p).map_or(0, |m| m.len()),
+            None => load(&m.bytes),
+        };
+        bytes.add(l(), counter(written));
+        files.add(l(), counter(load(&m.files)));
+        commit.add(l(), HistogramValue::of(&m.commit));
+        step.add(l(), gauge(load(&m.step) as i64));
+    }
+    rows.encode(e, MetricType::Counter)?;
+    bytes.encode(e, MetricType::Counter)?;
+    files.encode(e, MetricType::Counter)?;
+    commit.encode(e, MetricType::Histogram)?;
+    step.encode(e, MetricType::Gauge)
+}
