@@ -2,7 +2,8 @@
 # The whole test suite: formatting, lints, unit/differential/adversarial tests, the allocation
 # count, a short stable fuzz run, the engine and CLI tests, the Kafka client's tests against a
 # real Apache Kafka broker (started here with scripts/kafka.sh, which needs Java 17+ and Maven,
-# and always stopped on exit), a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
+# and always stopped on exit), the metrics test against a real Prometheus (scripts/prometheus.sh,
+# Debian's package, installed when missing, always stopped on exit), a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
 # installed into a virtualenv under ~/.cache the first time), and the kill -9 exactly-once tests
 # (rows, and windowed aggregates).
 # RocksDB's C++ needs libclang-dev, installed with apt-get when missing.
@@ -27,7 +28,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== kafka broker (scripts/kafka.sh)"
 # A run directory of its own, so a broker a developer keeps running is neither reused nor stopped.
 export WEIR_KAFKA_RUN="${WEIR_KAFKA_RUN:-$HOME/.cache/weir-kafka/run-test-$$}"
-trap 'scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"' EXIT
+export WEIR_PROMETHEUS_RUN="${WEIR_PROMETHEUS_RUN:-$HOME/.cache/weir-prometheus/run-test-$$}"
+trap 'scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"; scripts/prometheus.sh stop || true' EXIT
 # One JVM with every listener: plaintext (its address is the first line) and the secure ones
 # (TLS, mutual TLS, SASL), whose addresses, CA, client certificate and user `env` exports as
 # WEIR_KAFKA_SSL, WEIR_KAFKA_SASL_SSL, WEIR_KAFKA_CA, ...
@@ -35,6 +37,17 @@ WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start --secure)"
 export WEIR_KAFKA_BOOTSTRAP
 eval "$(scripts/kafka.sh env)"
 echo "broker at $WEIR_KAFKA_BOOTSTRAP (TLS at $WEIR_KAFKA_SSL, SASL_SSL at $WEIR_KAFKA_SASL_SSL)"
+
+echo "== prometheus (scripts/prometheus.sh)"
+# Installs Debian's prometheus when missing; the metrics test points it at a `weir run --follow`
+# and asks its HTTP API. Exit 3: not installable here and CI unset (the test skips that part).
+prom_rc=0
+prom_env="$(scripts/prometheus.sh start)" || prom_rc=$?
+case $prom_rc in
+  0) eval "$prom_env"; echo "prometheus at $WEIR_PROMETHEUS_URL" ;;
+  3) ;;
+  *) exit "$prom_rc" ;;
+esac
 
 echo "== cargo test"
 cargo test --workspace --locked

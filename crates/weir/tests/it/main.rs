@@ -8,6 +8,7 @@ mod common;
 mod custom_decoder;
 mod engine;
 mod kafka;
+mod metrics;
 mod readme;
 mod state;
 mod windows;
