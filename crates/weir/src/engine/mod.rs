@@ -94,7 +94,7 @@ pub struct Engine {
     pipelines: Mutex<Vec<Pipeline>>,
     stop: Arc<AtomicBool>,
     /// Every sink's counters, for the metrics.
-    sink_metrics: Arc<Mutex<Vec<(String, Arc<crate::metrics::SinkMetrics>)>>>,
+    sink_metrics: crate::metrics::SinkTable,
 }
 
 impl Engine {

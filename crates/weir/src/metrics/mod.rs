@@ -130,11 +130,14 @@ pub(crate) struct SinkMetrics {
     pub(crate) path: Mutex<Option<std::path::PathBuf>>,
 }
 
+/// Every sink's counters, by sink name, shared by the engine and the collector.
+pub(crate) type SinkTable = Arc<Mutex<Vec<(String, Arc<SinkMetrics>)>>>;
+
 /// What the collector reads: the engine's sources and sinks.
 #[derive(Clone)]
 pub struct MetricsHandle {
     pub(crate) sources: Arc<Mutex<Vec<Arc<SourceDefinition>>>>,
-    pub(crate) sinks: Arc<Mutex<Vec<(String, Arc<SinkMetrics>)>>>,
+    pub(crate) sinks: SinkTable,
 }
 
 impl fmt::Debug for MetricsHandle {
