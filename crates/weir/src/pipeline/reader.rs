@@ -28,6 +28,19 @@ pub(crate) enum Next {
     End,
 }
 
+/// A batch handed over the moment it is decoded (see [`PositionedReader::emit_to`]).
+pub(crate) struct Decoded {
+    /// The rows.
+    pub(crate) batch: RecordBatch,
+    /// The next position of every partition as of its last row.
+    pub(crate) positions: Vec<(String, i64)>,
+    /// Its channel (see [`PositionedReader::channel`]).
+    pub(crate) channel: usize,
+}
+
+/// Takes each batch as it is decoded; false once nobody reads any more.
+pub(crate) type Emit = Box<dyn FnMut(Decoded) -> bool + Send>;
+
 /// A reader of one share of a source.
 pub(crate) trait PositionedReader: Send {
     /// The next batch, nothing now, or the end. After an error the reader is done.
@@ -52,6 +65,12 @@ pub(crate) trait PositionedReader: Send {
     fn channels(&self) -> Vec<usize> {
         Vec::new()
     }
+
+    /// Hands the batches decoded inside a read to `emit` at once, in order, rather than
+    /// returning them from [`PositionedReader::next`] one by one afterwards; `next` still
+    /// returns the rest (the batch an idle poll or the end flushes). A reader that returns
+    /// each batch as it decodes it anyway ignores this.
+    fn emit_to(&mut self, _emit: Emit) {}
 }
 
 /// The checkpoint key prefix of a file's position.
@@ -261,6 +280,43 @@ pub(crate) struct KafkaReader {
     partition: usize,
     /// The partition of the last batch returned.
     channel: usize,
+    /// Where batches decoded inside a poll go at once (see [`PositionedReader::emit_to`]): a
+    /// fetch response holds up to `partition.max.bytes` for each partition (hundreds of
+    /// thousands of quotes), and batches queued until all of it is decoded would leave the
+    /// query idle while the reader decodes, and the reader idle while the query catches up.
+    emit: Option<Emit>,
+    /// `emit` was refused: the reading side stopped.
+    closed: bool,
+}
+
+/// The positions of `next` (offsets by partition id, -1: not read) as checkpoint names.
+fn positions_of(prefix: &str, next: &[i64]) -> Vec<(String, i64)> {
+    next.iter()
+        .enumerate()
+        .filter(|(_, o)| **o >= 0)
+        .map(|(p, o)| (format!("{prefix}{p}"), *o))
+        .collect()
+}
+
+/// Hands a batch decoded inside a poll on: to `emit` when set, else to `ready` for
+/// [`PositionedReader::next`]. False when `emit` refused it.
+fn deliver(
+    emit: &mut Option<Emit>,
+    ready: &mut VecDeque<(RecordBatch, Vec<i64>, usize)>,
+    prefix: &str,
+    (batch, next, channel): (RecordBatch, &[i64], usize),
+) -> bool {
+    match emit {
+        Some(emit) => emit(Decoded {
+            batch,
+            positions: positions_of(prefix, next),
+            channel,
+        }),
+        None => {
+            ready.push_back((batch, next.to_vec(), channel));
+            true
+        }
+    }
 }
 
 impl KafkaReader {
@@ -298,6 +354,8 @@ impl KafkaReader {
             split: false,
             partition: 0,
             channel: 0,
+            emit: None,
+            closed: false,
         })
     }
 
@@ -335,6 +393,9 @@ impl PositionedReader for KafkaReader {
             if let Some(e) = self.failed.take() {
                 return Err(e);
             }
+            if self.closed {
+                return Ok(Next::End);
+            }
             if self.ended {
                 self.current = self.next.clone();
                 return Ok(Next::End);
@@ -346,18 +407,26 @@ impl PositionedReader for KafkaReader {
             let Self {
                 consumer,
                 decoder,
+                prefix,
                 next,
                 ready,
                 failed,
                 split,
                 partition,
+                emit,
+                closed,
                 ..
             } = self;
             let status = consumer.poll(Duration::from_millis(200), |rec: &Record<'_>| {
                 let p = rec.partition.max(0) as usize;
                 if *split && p != *partition {
                     match decoder.flush() {
-                        Ok(Some(batch)) => ready.push_back((batch, next.clone(), *partition)),
+                        Ok(Some(batch)) => {
+                            if !deliver(emit, ready, prefix, (batch, next, *partition)) {
+                                *closed = true;
+                                return Err("the reading side stopped");
+                            }
+                        }
                         Ok(None) => {}
                         Err(e) => {
                             *failed = Some(e);
@@ -375,7 +444,12 @@ impl PositionedReader for KafkaReader {
                 set_next(next, rec.partition, rec.offset + 1);
                 if decoder.full() {
                     match decoder.flush() {
-                        Ok(Some(batch)) => ready.push_back((batch, next.clone(), *partition)),
+                        Ok(Some(batch)) => {
+                            if !deliver(emit, ready, prefix, (batch, next, *partition)) {
+                                *closed = true;
+                                return Err("the reading side stopped");
+                            }
+                        }
                         Ok(None) => {}
                         Err(e) => {
                             *failed = Some(e);
@@ -385,6 +459,9 @@ impl PositionedReader for KafkaReader {
                 }
                 Ok(())
             });
+            if self.closed {
+                return Ok(Next::End);
+            }
             if self.failed.is_some() {
                 if let Some(b) = self.decoder.flush()? {
                     self.ready.push_back((b, self.next.clone(), self.partition));
@@ -408,12 +485,11 @@ impl PositionedReader for KafkaReader {
     }
 
     fn positions(&self) -> Vec<(String, i64)> {
-        self.current
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| **o >= 0)
-            .map(|(p, o)| (format!("{}{p}", self.prefix), *o))
-            .collect()
+        positions_of(&self.prefix, &self.current)
+    }
+
+    fn emit_to(&mut self, emit: Emit) {
+        self.emit = Some(emit);
     }
 
     fn idle_wait(&self) -> Duration {
