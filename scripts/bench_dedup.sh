@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's dedup benchmark: the quote stream with about 10% exact repeats, keyed on
+# The dedup benchmark: the quote stream with about 10% exact repeats, keyed on
 # (ticker, sequence_number), decoded alone and decoded + deduplicated against a RocksDB state
 # that ends up holding about 10,000,000 distinct keys, in one process (crates/weir/examples/
 # dedup_bench.rs). Prints the times, the overhead, and the state's cache statistics.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Seed 002's workload end to end: N quotes (20,000,000 by default, about 1.4 GB) from the file
+# The options-quotes workload end to end: N quotes (20,000,000 by default, about 1.4 GB) from the file
 # source, `SELECT ticker, count(*), min(bid_price), max(ask_price), avg(bid_size) ... GROUP BY
-# ticker` (10,000 groups), with the built-in descriptor-driven decoder and with seed 002's
-# hand-written prost decoder registered as `custom.proto+stocks.QuoteNBBO`, on 2 partitions and
+# ticker` (10,000 groups), with the built-in descriptor-driven decoder and with the custom-decoder
+# example's hand-written prost decoder registered as `custom.proto+stocks.QuoteNBBO`, on 2 partitions and
 # on 1. Each variant runs in its own process under /usr/bin/time for its peak RSS; the table
 # gives the fastest of WEIR_E2E_RUNS (3) runs, since other work on the machine only slows a run.
 #
@@ -49,6 +49,6 @@ echo "| decoder | partitions | seconds | M msg/s | MB/s | peak RSS (MiB) |"
 echo "|---|---|---|---|---|---|"
 for parts in 2 1; do
   row "weir, built-in protobuf (\`weir run\`)" $parts "$BIN/weir" run --quiet --partitions $parts "$DIR/e2e.sql"
-  row "seed 002 custom prost decoder" $parts "$BIN/examples/custom_decoder" --file "$DATA" --encoding custom --partitions $parts
+  row "custom prost decoder (example)" $parts "$BIN/examples/custom_decoder" --file "$DATA" --encoding custom --partitions $parts
   row "weir, built-in protobuf (same harness)" $parts "$BIN/examples/custom_decoder" --file "$DATA" --encoding protobuf --partitions $parts
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Kafka read benchmark (a benchmark, not a test): COUNT seed-002 quotes (default 10,000,000)
+# The Kafka read benchmark (a benchmark, not a test): COUNT options quotes (default 10,000,000)
 # in a 4-partition topic on a local broker (scripts/kafka.sh), read to the end by
 #   weir      raw read (CRC checked, and not), and read + decode into Arrow (12 columns)
 #   kcat      librdkafka's consumer (Debian's kcat, printing only each offset)

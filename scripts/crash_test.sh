@@ -11,32 +11,11 @@
 # WEIR_CRASH_CHUNK sets the messages per chunk (default 30000), WEIR_CRASH_SEED the first seed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 KILLS="${WEIR_CRASH_KILLS:-20}"
 CHUNK="${WEIR_CRASH_CHUNK:-30000}"
 SEED="${WEIR_CRASH_SEED:-$RANDOM}"
-
-cargo build -p weir --bin weir --locked --quiet
-WEIR="$CARGO_TARGET_DIR/debug/weir"
-VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
-if ! "$VENV/bin/python" -c "import pyarrow" 2>/dev/null; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check pyarrow
-fi
-
-WORK="$(mktemp -d)"
-OWN_BROKER=""
-cleanup() {
-  [ -n "${PID:-}" ] && kill -9 "$PID" 2>/dev/null || true
-  [ -n "$OWN_BROKER" ] && scripts/kafka.sh stop || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-if [ -z "${WEIR_KAFKA_BOOTSTRAP:-}" ]; then
-  export WEIR_KAFKA_RUN="$HOME/.cache/weir-kafka/run-crash-$$"
-  OWN_BROKER=1
-  WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start)"
-fi
+CRASH_NAME=crash
+. scripts/crash_setup.sh
 TOPIC="weir-crash-$$-$SEED"
 echo "crash test: broker $WEIR_KAFKA_BOOTSTRAP, topic $TOPIC, $KILLS kills, $CHUNK messages a chunk, seed $SEED"
 

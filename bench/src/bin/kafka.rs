@@ -1,7 +1,7 @@
 //! The Kafka read benchmark's weir side (scripts/bench_kafka.sh drives it and the peers).
 //!
 //!   kafka load BROKER TOPIC PARTITIONS COUNT [COMPRESSION]
-//!       create TOPIC and write COUNT seed-002 quotes (the 1,000,000-quote corpus, cycled)
+//!       create TOPIC and write COUNT options quotes (the 1,000,000-quote corpus, cycled)
 //!   kafka read BROKER TOPIC [raw|decode] [crc|nocrc] [--config FILE]
 //!       read TOPIC to its end with weir's consumer; `decode` also decodes every value into
 //!       Arrow batches of the 12 quote columns with weir's protobuf decoder; `--config` takes a

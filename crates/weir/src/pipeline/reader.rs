@@ -29,6 +29,19 @@ pub(crate) enum Next {
     End,
 }
 
+/// A batch handed over the moment it is decoded (see [`PositionedReader::emit_to`]).
+pub(crate) struct Decoded {
+    /// The rows.
+    pub(crate) batch: RecordBatch,
+    /// The next position of every partition as of its last row.
+    pub(crate) positions: Vec<(String, i64)>,
+    /// Its channel (see [`PositionedReader::channel`]).
+    pub(crate) channel: usize,
+}
+
+/// Takes each batch as it is decoded; false once nobody reads any more.
+pub(crate) type Emit = Box<dyn FnMut(Decoded) -> bool + Send>;
+
 /// A reader of one share of a source.
 pub(crate) trait PositionedReader: Send {
     /// The next batch, nothing now, or the end. After an error the reader is done.
@@ -53,6 +66,12 @@ pub(crate) trait PositionedReader: Send {
     fn channels(&self) -> Vec<usize> {
         Vec::new()
     }
+
+    /// Hands the batches decoded inside a read to `emit` at once, in order, rather than
+    /// returning them from [`PositionedReader::next`] one by one afterwards; `next` still
+    /// returns the rest (the batch an idle poll or the end flushes). A reader that returns
+    /// each batch as it decodes it anyway ignores this.
+    fn emit_to(&mut self, _emit: Emit) {}
 }
 
 /// The checkpoint key prefix of a file's position.
@@ -291,6 +310,43 @@ pub(crate) struct KafkaReader {
     /// The metrics of each partition read, by partition id, and the one being counted.
     metrics: Vec<Option<Arc<PartitionMetrics>>>,
     counted: usize,
+    /// Where batches decoded inside a poll go at once (see [`PositionedReader::emit_to`]): a
+    /// fetch response holds up to `partition.max.bytes` for each partition (hundreds of
+    /// thousands of quotes), and batches queued until all of it is decoded would leave the
+    /// query idle while the reader decodes, and the reader idle while the query catches up.
+    emit: Option<Emit>,
+    /// `emit` was refused: the reading side stopped.
+    closed: bool,
+}
+
+/// The positions of `next` (offsets by partition id, -1: not read) as checkpoint names.
+fn positions_of(prefix: &str, next: &[i64]) -> Vec<(String, i64)> {
+    next.iter()
+        .enumerate()
+        .filter(|(_, o)| **o >= 0)
+        .map(|(p, o)| (format!("{prefix}{p}"), *o))
+        .collect()
+}
+
+/// Hands a batch decoded inside a poll on: to `emit` when set, else to `ready` for
+/// [`PositionedReader::next`]. False when `emit` refused it.
+fn deliver(
+    emit: &mut Option<Emit>,
+    ready: &mut VecDeque<(RecordBatch, Vec<i64>, usize)>,
+    prefix: &str,
+    (batch, next, channel): (RecordBatch, &[i64], usize),
+) -> bool {
+    match emit {
+        Some(emit) => emit(Decoded {
+            batch,
+            positions: positions_of(prefix, next),
+            channel,
+        }),
+        None => {
+            ready.push_back((batch, next.to_vec(), channel));
+            true
+        }
+    }
 }
 
 impl KafkaReader {
@@ -343,6 +399,8 @@ impl KafkaReader {
             channel: 0,
             metrics,
             counted: usize::MAX,
+            emit: None,
+            closed: false,
         })
     }
 
@@ -380,12 +438,11 @@ impl PositionedReader for KafkaReader {
     }
 
     fn positions(&self) -> Vec<(String, i64)> {
-        self.current
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| **o >= 0)
-            .map(|(p, o)| (format!("{}{p}", self.prefix), *o))
-            .collect()
+        positions_of(&self.prefix, &self.current)
+    }
+
+    fn emit_to(&mut self, emit: Emit) {
+        self.emit = Some(emit);
     }
 
     fn idle_wait(&self) -> Duration {
@@ -417,6 +474,9 @@ impl KafkaReader {
             if let Some(e) = self.failed.take() {
                 return Err(e);
             }
+            if self.closed {
+                return Ok(Next::End);
+            }
             if self.ended {
                 self.current = self.next.clone();
                 return Ok(Next::End);
@@ -428,6 +488,7 @@ impl KafkaReader {
             let Self {
                 consumer,
                 decoder,
+                prefix,
                 next,
                 ready,
                 failed,
@@ -435,6 +496,8 @@ impl KafkaReader {
                 partition,
                 metrics,
                 counted,
+                emit,
+                closed,
                 ..
             } = self;
             let status = consumer.poll(Duration::from_millis(200), |rec: &Record<'_>| {
@@ -448,7 +511,12 @@ impl KafkaReader {
                 }
                 if *split && p != *partition {
                     match decoder.flush() {
-                        Ok(Some(batch)) => ready.push_back((batch, next.clone(), *partition)),
+                        Ok(Some(batch)) => {
+                            if !deliver(emit, ready, prefix, (batch, next, *partition)) {
+                                *closed = true;
+                                return Err("the reading side stopped");
+                            }
+                        }
                         Ok(None) => {}
                         Err(e) => {
                             *failed = Some(e);
@@ -466,7 +534,12 @@ impl KafkaReader {
                 set_next(next, rec.partition, rec.offset + 1);
                 if decoder.full() {
                     match decoder.flush() {
-                        Ok(Some(batch)) => ready.push_back((batch, next.clone(), *partition)),
+                        Ok(Some(batch)) => {
+                            if !deliver(emit, ready, prefix, (batch, next, *partition)) {
+                                *closed = true;
+                                return Err("the reading side stopped");
+                            }
+                        }
                         Ok(None) => {}
                         Err(e) => {
                             *failed = Some(e);
@@ -476,6 +549,9 @@ impl KafkaReader {
                 }
                 Ok(())
             });
+            if self.closed {
+                return Ok(Next::End);
+            }
             if self.failed.is_some() {
                 if let Some(b) = self.decoder.flush()? {
                     self.ready.push_back((b, self.next.clone(), self.partition));

@@ -190,6 +190,9 @@ impl PartitionStream for ReaderPartition {
         if self.threaded {
             return thread_stream(format!("weir-kafka-{}", self.source), schema, move |tx| {
                 let mut reader = open().map_err(SourceError::into_df)?;
+                // Each batch goes to the query as it is decoded, not a fetch response at a time.
+                let out = tx.clone();
+                reader.emit_to(Box::new(move |d| out.blocking_send(Ok(d.batch)).is_ok()));
                 loop {
                     match reader.next().map_err(SourceError::into_df)? {
                         Next::Batch(b) => {

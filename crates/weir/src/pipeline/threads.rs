@@ -11,7 +11,7 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 
-use super::reader::{Next, PositionedReader};
+use super::reader::{Decoded, Next, PositionedReader};
 use crate::error::{SourceError, SourceErrorKind};
 
 /// A partition stream fed by `read`, which runs on a thread named `name` (it blocks on sockets
@@ -71,6 +71,16 @@ pub(crate) fn with_read_ahead<T>(
     let channels = reader.channels();
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<ReadItem>(READ_AHEAD);
+        // Batches decoded inside a read come through here at once, in order with the rest.
+        let out = tx.clone();
+        reader.emit_to(Box::new(move |d: Decoded| {
+            out.send(Ok(Read {
+                next: Next::Batch(d.batch),
+                positions: d.positions,
+                channel: d.channel,
+            }))
+            .is_ok()
+        }));
         std::thread::Builder::new()
             .name(format!("weir-read-{source}"))
             .spawn_scoped(scope, move || loop {
