@@ -20,6 +20,7 @@ mod factory;
 mod json;
 mod options;
 mod protobuf;
+pub mod registry;
 mod schema;
 
 pub use arrow_array::RecordBatch;
