@@ -183,6 +183,10 @@ pub(crate) struct SourceStats {
     pub(crate) late: AtomicU64,
     /// Windows still open when a run without state stopped (their rows are in no output).
     pub(crate) windows_dropped: AtomicU64,
+    /// Schema ids fetched from the schema registry (`'schema.registry.url'`).
+    pub(crate) schema_ids: AtomicU64,
+    /// Decode plans compiled for those schema ids.
+    pub(crate) schema_plans: AtomicU64,
 }
 
 /// The connector of a source.
