@@ -61,8 +61,8 @@ impl Engine {
         })?;
         // 'schema.registry.url': protobuf schemas by id from the registry, or framing only.
         let stats = Arc::<SourceStats>::default();
-        let registry = registry::Use::open(&name, &options, &encoding, &stats)
-            .map_err(|e| fail(e.into()))?;
+        let registry =
+            registry::Use::open(&name, &options, &encoding, &stats).map_err(|e| fail(e.into()))?;
         let factory: Arc<dyn DecoderFactory> = match &registry {
             registry::Use::Decode(r) => Arc::new(registry::RegistryFactory(Arc::clone(r))),
             _ => factory,

@@ -12,7 +12,9 @@ use weir_kafka::{PemSource, Secret};
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// No answer from any URL (connection refused, DNS, TLS, timeout), after every attempt.
-    #[error("the schema registry at {url} is unreachable ({attempts} attempts) for {what}: {source}")]
+    #[error(
+        "the schema registry at {url} is unreachable ({attempts} attempts) for {what}: {source}"
+    )]
     Unreachable {
         /// The URL last tried.
         url: String,
@@ -161,15 +163,19 @@ impl RegistryClient {
         let client_cert = match (&settings.tls.certificate, &settings.tls.key) {
             (Some(cert), Some(key)) => {
                 let chain: Vec<ureq::tls::Certificate<'static>> =
-                    weir_kafka::tls::load_certificates(cert, "schema.registry.ssl.certificate.location")?
-                        .iter()
-                        .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
-                        .collect();
-                let key = weir_kafka::tls::load_private_key(key, settings.tls.key_password.as_ref())
-                    .map_err(|e| weir_kafka::tls::TlsLoadError {
-                        key: format!("schema.registry.{}", e.key),
-                        reason: e.reason,
-                    })?;
+                    weir_kafka::tls::load_certificates(
+                        cert,
+                        "schema.registry.ssl.certificate.location",
+                    )?
+                    .iter()
+                    .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+                    .collect();
+                let key =
+                    weir_kafka::tls::load_private_key(key, settings.tls.key_password.as_ref())
+                        .map_err(|e| weir_kafka::tls::TlsLoadError {
+                            key: format!("schema.registry.{}", e.key),
+                            reason: e.reason,
+                        })?;
                 // ureq takes a key as DER of a kind it does not export, or as PEM: the key
                 // (decrypted when it was encrypted) goes back to PEM of its own kind.
                 use base64::Engine as _;
@@ -313,22 +319,28 @@ impl RegistryClient {
         }
     }
 
-    fn get_once(&self, base: &str, path: &str, what: &str) -> Result<RegisteredSchema, RegistryError> {
+    fn get_once(
+        &self,
+        base: &str,
+        path: &str,
+        what: &str,
+    ) -> Result<RegisteredSchema, RegistryError> {
         let url = format!("{}{path}", base.trim_end_matches('/'));
         let shown = display_url(base);
-        let mut req = self
-            .agent
-            .get(&url)
-            .header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
+        let mut req = self.agent.get(&url).header(
+            "Accept",
+            "application/vnd.schemaregistry.v1+json, application/json",
+        );
         if let Some(a) = &self.authorization {
             req = req.header("Authorization", a.expose());
         }
-        let unreachable = |e: Box<dyn std::error::Error + Send + Sync>| RegistryError::Unreachable {
-            url: shown.clone(),
-            what: what.to_string(),
-            attempts: 1,
-            source: e,
-        };
+        let unreachable =
+            |e: Box<dyn std::error::Error + Send + Sync>| RegistryError::Unreachable {
+                url: shown.clone(),
+                what: what.to_string(),
+                attempts: 1,
+                source: e,
+            };
         let mut resp = req.call().map_err(|e| unreachable(Box::new(e)))?;
         let status = resp.status().as_u16();
         let body = resp

@@ -28,9 +28,9 @@ use weir_codec::registry::{
     message_for_indexes, FramedProtoDecoder, Framing, PlanSource, SchemaPlan, TargetColumns,
 };
 use weir_codec::{
-    default_columns, CodecError, ColumnSpec, Decoder, DecoderFactory, DecoderRequest,
-    OptionError, OptionKind, OptionSpec, Options, PreparedDecoder, ProtoDecoderOptions,
-    ProtoSchema, SchemaRef, PROTOBUF_OPTIONS,
+    default_columns, CodecError, ColumnSpec, Decoder, DecoderFactory, DecoderRequest, OptionError,
+    OptionKind, OptionSpec, Options, PreparedDecoder, ProtoDecoderOptions, ProtoSchema, SchemaRef,
+    PROTOBUF_OPTIONS,
 };
 use weir_kafka::{PemSource, Secret};
 
@@ -196,9 +196,8 @@ impl Use {
         };
         let duration = |spec: &OptionSpec| -> Result<Duration, Error> {
             let text = options.require(spec).map_err(option)?;
-            weir_dedup::parse_duration(text).map_err(|e| {
-                option(OptionError::invalid(spec, spec.key, text, e.to_string()))
-            })
+            weir_dedup::parse_duration(text)
+                .map_err(|e| option(OptionError::invalid(spec, spec.key, text, e.to_string())))
         };
         let secret = |spec: &OptionSpec| options.text(spec).map(Secret::new);
         let path = |spec: &OptionSpec| options.text(spec).map(|p| PemSource::File(p.into()));
@@ -335,7 +334,12 @@ fn compile(
 impl Registry {
     /// The schema of `id`, compiled: from the cache, or fetched (with retries) and compiled.
     fn schema(&self, id: u32) -> Result<Arc<Compiled>, String> {
-        if let Some(c) = self.schemas.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+        if let Some(c) = self
+            .schemas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+        {
             return Ok(Arc::clone(c));
         }
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
@@ -384,12 +388,15 @@ impl Registry {
     }
 }
 
+/// A schema id and a message-index list (as on the wire).
+type PlanKey = (u32, Vec<u8>);
+
 /// The plans of one preparation (the declared columns, or a projection of them), by schema id
 /// and message-index list.
 pub(crate) struct Plans {
     registry: Arc<Registry>,
     target: TargetColumns,
-    plans: RwLock<HashMap<(u32, Vec<u8>), Result<Arc<SchemaPlan>, String>>>,
+    plans: RwLock<HashMap<PlanKey, Result<Arc<SchemaPlan>, String>>>,
 }
 
 impl PlanSource for Plans {
@@ -430,18 +437,59 @@ impl DecoderFactory for RegistryFactory {
         request: &DecoderRequest<'_>,
     ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
         let r = &self.0;
-        let target = TargetColumns::new(
-            request.columns,
-            r.latest_id,
-            &r.latest.schema,
-            &r.latest_message,
-            ProtoDecoderOptions {
-                batch_size: request.batch_size.max(1),
-                max_depth: r.max_depth,
-            },
-        )
-        .map_err(|e| {
-            CodecError::Other(format!("subject '{}' (latest schema): {e}", r.subject))
+        let options = ProtoDecoderOptions {
+            batch_size: request.batch_size.max(1),
+            max_depth: r.max_depth,
+        };
+        let on = |message: &str| {
+            TargetColumns::new(
+                request.columns,
+                r.latest_id,
+                &r.latest.schema,
+                message,
+                options,
+            )
+        };
+        // Without 'message', the columns are read from the first top-level message of the
+        // latest schema that has them all (a schema file often holds other messages first).
+        let mut target = on(&r.latest_message);
+        if target.is_err() && r.message.is_none() {
+            let others: Vec<String> = r
+                .latest
+                .schema
+                .pool()
+                .get_file_by_name(&r.latest.file)
+                .map(|f| f.messages().map(|m| m.full_name().to_string()).collect())
+                .unwrap_or_default();
+            if let Some(t) = others.iter().find_map(|m| on(m).ok()) {
+                target = Ok(t);
+            } else if let Some(best) = others.iter().max_by_key(|m| {
+                // For the error: the message with the most fields named like the columns.
+                r.latest
+                    .schema
+                    .pool()
+                    .get_message_by_name(m)
+                    .map_or(0, |d| {
+                        request
+                            .columns
+                            .iter()
+                            .filter(|c| d.get_field_by_name(&c.name).is_some())
+                            .count()
+                    })
+            }) {
+                target = on(best);
+            }
+        }
+        let target = target.map_err(|e| {
+            CodecError::Other(format!(
+                "subject '{}' (latest schema): {e}{}",
+                r.subject,
+                if r.message.is_none() {
+                    "; no message of the schema has these columns (name one with 'message')"
+                } else {
+                    ""
+                }
+            ))
         })?;
         Ok(Arc::new(RegistryPrepared::new(
             Arc::clone(r),

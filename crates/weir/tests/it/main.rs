@@ -9,5 +9,6 @@ mod custom_decoder;
 mod engine;
 mod kafka;
 mod readme;
+mod registry;
 mod state;
 mod windows;
