@@ -2,9 +2,10 @@
 # The whole test suite: formatting, lints, unit/differential/adversarial tests, the allocation
 # count, a short stable fuzz run, the engine and CLI tests, the Kafka client's tests against a
 # real Apache Kafka broker (started here with scripts/kafka.sh, which needs Java 17+ and Maven,
-# and always stopped on exit), a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
-# installed into a virtualenv under ~/.cache the first time), and the kill -9 exactly-once tests
-# (rows, and windowed aggregates).
+# and always stopped on exit), the schema-registry tests against a real Confluent-compatible
+# registry (Apicurio, started with scripts/registry.sh and always stopped on exit), a pyarrow
+# read-back of weir's Parquet/IPC output (pyarrow is installed into a virtualenv under ~/.cache
+# the first time), and the kill -9 exactly-once tests (rows, and windowed aggregates).
 # RocksDB's C++ needs libclang-dev, installed with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,15 @@ WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start --secure)"
 export WEIR_KAFKA_BOOTSTRAP
 eval "$(scripts/kafka.sh env)"
 echo "broker at $WEIR_KAFKA_BOOTSTRAP (TLS at $WEIR_KAFKA_SSL, SASL_SSL at $WEIR_KAFKA_SASL_SSL)"
+
+echo "== schema registry (scripts/registry.sh)"
+# Apicurio Registry (Confluent-compatible API) on loopback, its own run directory, stopped on exit
+# with the broker.
+export WEIR_REGISTRY_RUN="${WEIR_REGISTRY_RUN:-$HOME/.cache/weir-registry/run-test-$$}"
+trap 'scripts/registry.sh stop || true; rm -rf "$WEIR_REGISTRY_RUN"; scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"' EXIT
+WEIR_SCHEMA_REGISTRY_URL="$(scripts/registry.sh start)"
+export WEIR_SCHEMA_REGISTRY_URL
+echo "schema registry at $WEIR_SCHEMA_REGISTRY_URL"
 
 echo "== cargo test"
 cargo test --workspace --locked
