@@ -483,7 +483,7 @@ pub trait PlanSource: Send + Sync {
     fn plan(&self, schema_id: u32, indexes: &[u8]) -> Result<Arc<SchemaPlan>, String>;
 }
 
-/// A plan this decoder has used, with a decoder of its own.
+/// A plan this decoder has used, with a decoder of its own (holding that plan's rows).
 struct Local {
     schema_id: u32,
     indexes: Vec<u8>,
@@ -493,17 +493,24 @@ struct Local {
 
 /// Decodes registry-framed protobuf messages into the declared columns, following each
 /// message's schema id. One per partition; see the module documentation.
+///
+/// Each plan used keeps its own decoder and rows; a switch of schema id only records where the
+/// run of the previous plan ended. A batch of one plan's rows is that decoder's batch as it is;
+/// rows of several plans are put back in message order by one `interleave` when the batch is
+/// taken.
 pub struct FramedProtoDecoder {
     source: Arc<dyn PlanSource>,
     schema: SchemaRef,
     batch_size: usize,
     locals: Vec<Local>,
-    /// The index in `locals` of the previous message's plan, and its id (`u64::MAX`: none).
+    /// The index in `locals` of the previous message's plan, and its id when its index list
+    /// is `[0]` (`u64::MAX`: none; `u64::MAX - 1`: another list, always the slow path).
     current: usize,
     current_id: u64,
-    /// Rows of earlier plans in this batch, already in the target's shape.
-    pending: Vec<RecordBatch>,
-    pending_rows: usize,
+    /// The runs of this batch before the current one: (plan, rows).
+    runs: Vec<(usize, usize)>,
+    /// The current plan's buffered rows when its run began.
+    run_start: usize,
 }
 
 impl fmt::Debug for FramedProtoDecoder {
@@ -525,8 +532,8 @@ impl FramedProtoDecoder {
             locals: Vec::new(),
             current: 0,
             current_id: u64::MAX,
-            pending: Vec::new(),
-            pending_rows: 0,
+            runs: Vec::new(),
+            run_start: 0,
         }
     }
 
@@ -556,10 +563,11 @@ impl FramedProtoDecoder {
                 self.locals.len() - 1
             }
         };
-        if index != self.current || self.current_id == u64::MAX {
-            self.park_current();
+        if index != self.current {
+            self.end_run();
+            self.current = index;
+            self.run_start = self.locals[index].decoder.buffered_rows();
         }
-        self.current = index;
         // Only the `[0]` list (one byte, 0) takes the fast path in `decode`.
         self.current_id = if framing.indexes == [0] {
             u64::from(framing.schema_id)
@@ -569,12 +577,12 @@ impl FramedProtoDecoder {
         Ok(framing.payload_at)
     }
 
-    /// Moves the rows buffered under the current plan to `pending`.
-    fn park_current(&mut self) {
-        if let Some(l) = self.locals.get_mut(self.current) {
-            if let Some(b) = l.decoder.flush() {
-                self.pending_rows += b.num_rows();
-                self.pending.push(l.plan.assemble(b));
+    /// Records the current plan's run (the rows it buffered since the run began).
+    fn end_run(&mut self) {
+        if let Some(l) = self.locals.get(self.current) {
+            let rows = l.decoder.buffered_rows() - self.run_start;
+            if rows > 0 {
+                self.runs.push((self.current, rows));
             }
         }
     }
@@ -614,11 +622,10 @@ impl Decoder for FramedProtoDecoder {
     }
 
     fn buffered_rows(&self) -> usize {
-        self.pending_rows
-            + self
-                .locals
-                .get(self.current)
-                .map_or(0, |l| l.decoder.buffered_rows())
+        match self.locals.as_slice() {
+            [one] => one.decoder.buffered_rows(),
+            all => all.iter().map(|l| l.decoder.buffered_rows()).sum(),
+        }
     }
 
     fn batch_size(&self) -> usize {
@@ -626,18 +633,58 @@ impl Decoder for FramedProtoDecoder {
     }
 
     fn flush(&mut self) -> Option<RecordBatch> {
-        self.park_current();
-        self.pending_rows = 0;
-        match self.pending.len() {
-            0 => None,
-            1 => self.pending.pop(),
-            _ => {
-                let batches = std::mem::take(&mut self.pending);
-                match arrow_select::concat::concat_batches(&self.schema, &batches) {
-                    Ok(b) => Some(b),
-                    Err(e) => panic!("weir-codec built batches of different schemas (a bug): {e}"),
+        self.end_run();
+        let runs = std::mem::take(&mut self.runs);
+        self.run_start = 0;
+        let Some(&(first, _)) = runs.first() else {
+            return None;
+        };
+        if runs.iter().all(|&(l, _)| l == first) {
+            // One plan's rows: its batch as it is.
+            let l = &mut self.locals[first];
+            let b = l.decoder.flush()?;
+            return Some(l.plan.assemble(b));
+        }
+        // Rows of several plans: each plan's batch, then the rows in message order.
+        let mut batches: Vec<RecordBatch> = Vec::new();
+        let mut slot = vec![usize::MAX; self.locals.len()];
+        for &(l, _) in &runs {
+            if slot[l] == usize::MAX {
+                let local = &mut self.locals[l];
+                if let Some(b) = local.decoder.flush() {
+                    slot[l] = batches.len();
+                    batches.push(local.plan.assemble(b));
                 }
             }
+        }
+        let rows: usize = runs.iter().map(|r| r.1).sum();
+        let mut next = vec![0usize; self.locals.len()];
+        let result = if rows / runs.len() >= 64 {
+            // Long runs (a schema change now and then): the runs' slices concatenated, a copy
+            // by whole buffers.
+            let slices: Vec<RecordBatch> = runs
+                .iter()
+                .map(|&(l, n)| {
+                    let b = batches[slot[l]].slice(next[l], n);
+                    next[l] += n;
+                    b
+                })
+                .collect();
+            arrow_select::concat::concat_batches(&self.schema, &slices)
+        } else {
+            // Short runs (producers of two versions interleaved): row by row.
+            let mut indices = Vec::with_capacity(rows);
+            for &(l, n) in &runs {
+                let b = slot[l];
+                indices.extend((next[l]..next[l] + n).map(|r| (b, r)));
+                next[l] += n;
+            }
+            let refs: Vec<&RecordBatch> = batches.iter().collect();
+            arrow_select::interleave::interleave_record_batch(&refs, &indices)
+        };
+        match result {
+            Ok(b) => Some(b),
+            Err(e) => panic!("weir-codec built batches of different schemas (a bug): {e}"),
         }
     }
 }
