@@ -636,9 +636,7 @@ impl Decoder for FramedProtoDecoder {
         self.end_run();
         let runs = std::mem::take(&mut self.runs);
         self.run_start = 0;
-        let Some(&(first, _)) = runs.first() else {
-            return None;
-        };
+        let &(first, _) = runs.first()?;
         if runs.iter().all(|&(l, _)| l == first) {
             // One plan's rows: its batch as it is.
             let l = &mut self.locals[first];
