@@ -9,6 +9,11 @@
 #   scripts/registry.sh stop     stop the JVM started by `start` (by its pid)
 #   scripts/registry.sh status   say whether it runs and where
 #
+# With WEIR_REGISTRY_TLS_CERT and WEIR_REGISTRY_TLS_KEY (PEM files: a server certificate for
+# 127.0.0.1 and its key), the same JVM also serves HTTPS on a third free loopback port; its URL is
+# written to $WEIR_REGISTRY_RUN/https-url. (This build fixes client authentication to none at
+# build time, so it cannot require client certificates.)
+#
 # Apicurio's management interface (health, metrics) is bound to loopback too, on a second free
 # port (it would listen on 0.0.0.0:9000 by default). Its default compatibility rule is NONE
 # (Confluent's is BACKWARD). Known differences from Confluent's server: `format=serialized` and
@@ -62,19 +67,29 @@ start() {
         return 0
     fi
     mkdir -p "$RUN"
-    local port mport jar
+    local port mport jar tls=()
     port="$(free_port)"
     mport="$(free_port)"
     jar="$(cat "$DIST/.jar")"
+    rm -f "$RUN/https-url"
+    if [[ -n "${WEIR_REGISTRY_TLS_CERT:-}" && -n "${WEIR_REGISTRY_TLS_KEY:-}" ]]; then
+        local sport
+        sport="$(free_port)"
+        tls=(-Dquarkus.http.ssl-port="$sport"
+             -Dquarkus.http.ssl.certificate.files="$WEIR_REGISTRY_TLS_CERT"
+             -Dquarkus.http.ssl.certificate.key-files="$WEIR_REGISTRY_TLS_KEY")
+        echo "https://127.0.0.1:$sport/apis/ccompat/v7" > "$RUN/https-url.pending"
+    fi
     (cd "$DIST/$(dirname "$jar")" && exec java $HEAP -XX:+UseSerialGC \
         -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" \
         -Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$mport" \
-        -jar "$(basename "$jar")" >"$RUN/registry.log" 2>&1) &
+        "${tls[@]}" -jar "$(basename "$jar")" >"$RUN/registry.log" 2>&1) &
     echo $! > "$RUN/pid"
     local url="http://127.0.0.1:$port/apis/ccompat/v7"
     for _ in $(seq 1 240); do
         if curl -sf "$url/subjects" >/dev/null 2>&1; then
             echo "$url" > "$RUN/url"
+            if [[ -f "$RUN/https-url.pending" ]]; then mv "$RUN/https-url.pending" "$RUN/https-url"; fi
             echo "$url"
             return 0
         fi
@@ -99,7 +114,7 @@ stop() {
             for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
             kill -9 "$pid" 2>/dev/null || true
         fi
-        rm -f "$RUN/pid" "$RUN/url"
+        rm -f "$RUN/pid" "$RUN/url" "$RUN/https-url"
     fi
 }
 

@@ -42,9 +42,12 @@ echo "== schema registry (scripts/registry.sh)"
 # with the broker.
 export WEIR_REGISTRY_RUN="${WEIR_REGISTRY_RUN:-$HOME/.cache/weir-registry/run-test-$$}"
 trap 'scripts/registry.sh stop || true; rm -rf "$WEIR_REGISTRY_RUN"; scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"' EXIT
-WEIR_SCHEMA_REGISTRY_URL="$(scripts/registry.sh start)"
-export WEIR_SCHEMA_REGISTRY_URL
-echo "schema registry at $WEIR_SCHEMA_REGISTRY_URL"
+# HTTPS too, with the broker's throwaway certificate (for 127.0.0.1, signed by WEIR_KAFKA_CA).
+WEIR_SCHEMA_REGISTRY_URL="$(WEIR_REGISTRY_TLS_CERT="$WEIR_KAFKA_RUN/secure/broker.pem" \
+    WEIR_REGISTRY_TLS_KEY="$WEIR_KAFKA_RUN/secure/broker.key" scripts/registry.sh start)"
+WEIR_SCHEMA_REGISTRY_HTTPS_URL="$(cat "$WEIR_REGISTRY_RUN/https-url")"
+export WEIR_SCHEMA_REGISTRY_URL WEIR_SCHEMA_REGISTRY_HTTPS_URL
+echo "schema registry at $WEIR_SCHEMA_REGISTRY_URL and $WEIR_SCHEMA_REGISTRY_HTTPS_URL"
 
 echo "== cargo test"
 cargo test --workspace --locked

@@ -160,6 +160,22 @@ impl RegistryClient {
                 .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
                 .collect::<Vec<_>>(),
         };
+        // rustls's own checks first (the CA is usable, the key goes with the certificate):
+        // ureq would panic on a certificate rustls refuses.
+        weir_kafka::tls::client_config(&weir_kafka::TlsConfig {
+            ca: settings.tls.ca.clone(),
+            certificate: settings.tls.certificate.clone(),
+            key: settings.tls.key.clone(),
+            key_password: settings.tls.key_password.clone(),
+            verify_hostname: true,
+        })
+        .map_err(|e| weir_kafka::tls::TlsLoadError {
+            key: format!(
+                "schema.registry.{}",
+                e.key.trim_start_matches("schema.registry.")
+            ),
+            reason: e.reason,
+        })?;
         let client_cert = match (&settings.tls.certificate, &settings.tls.key) {
             (Some(cert), Some(key)) => {
                 let chain: Vec<ureq::tls::Certificate<'static>> =

@@ -400,3 +400,204 @@ fn an_unreachable_registry_is_a_clear_error_at_create_source_without_its_secret(
     );
     assert!(!err.contains("registry-secret-xyz"), "{err}");
 }
+
+/// Writes `messages` to a file, each after its 4-byte big-endian length (`'framing' = 'u32be'`).
+fn write_u32be(path: &std::path::Path, messages: &[Vec<u8>]) {
+    let mut bytes = Vec::new();
+    for m in messages {
+        bytes.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(m);
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Registers the base import and the two quote versions under `subject`; returns (v1, v2).
+fn register_versions(url: &str, subject: &str) -> (u32, u32) {
+    let base_subject = format!("{subject}/wt/base.proto");
+    register(url, &base_subject, BASE, &[]);
+    let refs = [("wt/base.proto", base_subject.as_str(), 1)];
+    (
+        register(url, subject, V1, &refs),
+        register(url, subject, V2, &refs),
+    )
+}
+
+#[test]
+fn registry_over_https_with_its_ca_and_a_client_key() {
+    let Some(url) = registry() else { return };
+    let (Ok(https), Ok(ca), Ok(cert), Ok(key), Ok(password)) = (
+        std::env::var("WEIR_SCHEMA_REGISTRY_HTTPS_URL"),
+        std::env::var("WEIR_KAFKA_CA"),
+        std::env::var("WEIR_KAFKA_CLIENT_CERT"),
+        std::env::var("WEIR_KAFKA_CLIENT_KEY_ENCRYPTED"),
+        std::env::var("WEIR_KAFKA_CLIENT_KEY_PASSWORD"),
+    ) else {
+        eprintln!("NOTICE: schema registry TLS test skipped: WEIR_SCHEMA_REGISTRY_HTTPS_URL and the WEIR_KAFKA_CA/CLIENT_* files are not set (scripts/test.sh sets them)");
+        return;
+    };
+    let subject = unique("weir-registry-tls");
+    let (v1, v2) = register_versions(&url, &subject);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("quotes.bin");
+    write_u32be(
+        &path,
+        &[
+            framed(v1, &[0], &quote("AAA", 1, Some(1.0), Some("X"), false)),
+            framed(v2, &[1], &quote("BBB", 2, Some(2.0), None, true)),
+        ],
+    );
+    std::env::set_var("WEIR_TEST_SR_KEY_PASSWORD", &password);
+    let source = |tls: &str| {
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, size BIGINT, halted BOOLEAN) WITH ( \
+             'connector' = 'file', 'path' = '{}', 'framing' = 'u32be', 'encoding' = 'protobuf', \
+             'schema.registry.url' = '{https}', 'schema.registry.subject' = '{subject}', \
+             'schema.registry.retries' = '0'{tls});\nSELECT ticker, size, halted FROM q ORDER BY ticker;",
+            path.display()
+        )
+    };
+    let rt = runtime();
+    let got = rt
+        .block_on(engine().query(&source(&format!(
+            ", 'schema.registry.ssl.ca.location' = '{ca}', \
+             'schema.registry.ssl.certificate.location' = '{cert}', \
+             'schema.registry.ssl.key.location' = '{key}', \
+             'schema.registry.ssl.key.password' = '${{env:WEIR_TEST_SR_KEY_PASSWORD}}'"
+        ))))
+        .unwrap();
+    let b = &got[0];
+    assert_eq!(b.num_rows(), 2);
+    assert_eq!(
+        b.column(1).as_primitive::<Int64Type>().values().to_vec(),
+        vec![1, 2]
+    );
+    assert!(b.column(2).as_boolean().value(1));
+
+    // The system's trust store does not know the throwaway CA.
+    let err = rt
+        .block_on(engine().query(&source("")))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unreachable") && err.contains(&https), "{err}");
+    // A wrong key password is named by its option, never shown.
+    let err = rt
+        .block_on(engine().query(&source(&format!(
+            ", 'schema.registry.ssl.ca.location' = '{ca}', \
+             'schema.registry.ssl.certificate.location' = '{cert}', \
+             'schema.registry.ssl.key.location' = '{key}', \
+             'schema.registry.ssl.key.password' = 'not-the-password-123'"
+        ))))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("schema.registry.ssl.key"), "{err}");
+    assert!(!err.contains("not-the-password-123"), "{err}");
+}
+
+/// A registry of the test's own (its own JVM and run directory), stopped when dropped.
+struct PrivateRegistry {
+    run: tempfile::TempDir,
+    url: String,
+}
+
+impl PrivateRegistry {
+    fn script(run: &std::path::Path, cmd: &str) -> std::process::Output {
+        std::process::Command::new("bash")
+            .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/registry.sh"))
+            .arg(cmd)
+            .env("WEIR_REGISTRY_RUN", run)
+            .env_remove("WEIR_REGISTRY_TLS_CERT")
+            .output()
+            .expect("run scripts/registry.sh")
+    }
+
+    fn start() -> Self {
+        let run = tempfile::tempdir().unwrap();
+        let out = Self::script(run.path(), "start");
+        assert!(
+            out.status.success(),
+            "scripts/registry.sh start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Self { run, url }
+    }
+
+    fn stop(&self) {
+        Self::script(self.run.path(), "stop");
+    }
+}
+
+impl Drop for PrivateRegistry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[test]
+fn a_registry_gone_mid_stream_fails_only_messages_of_new_schema_ids() {
+    // Needs Java and the distribution scripts/test.sh fetched; its presence says so.
+    if registry().is_none() {
+        return;
+    }
+    let private = PrivateRegistry::start();
+    let subject = unique("weir-registry-gone");
+    let (v1, v2) = register_versions(&private.url, &subject);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("quotes.bin");
+    // v2 is the latest (fetched at CREATE SOURCE); v1 is first met after the registry stopped.
+    write_u32be(
+        &path,
+        &[
+            framed(v2, &[1], &quote("AAA", 1, Some(1.0), None, false)),
+            framed(v2, &[1], &quote("BBB", 2, Some(2.0), None, false)),
+            framed(v1, &[0], &quote("OLD", 3, Some(3.0), Some("X"), false)),
+            framed(v2, &[1], &quote("CCC", 4, Some(4.0), None, false)),
+        ],
+    );
+    let source = |name: &str, policy: &str| {
+        format!(
+            "CREATE SOURCE {name} (ticker VARCHAR, size BIGINT) WITH ('connector' = 'file', \
+             'path' = '{}', 'framing' = 'u32be', 'encoding' = 'protobuf', \
+             'schema.registry.url' = '{}', 'schema.registry.subject' = '{subject}', \
+             'schema.registry.retries' = '2', 'schema.registry.retry.backoff' = '10ms', \
+             'on.error' = '{policy}');",
+            path.display(),
+            private.url
+        )
+    };
+    let rt = runtime();
+    let e = engine();
+    rt.block_on(e.query(&format!(
+        "{}\n{}",
+        source("skipping", "skip"),
+        source("failing", "fail")
+    )))
+    .unwrap();
+    private.stop();
+    let got = rt
+        .block_on(e.query("SELECT ticker FROM skipping ORDER BY ticker;"))
+        .unwrap();
+    let b = &got[0];
+    let tickers: Vec<&str> = (0..b.num_rows())
+        .map(|i| b.column(0).as_string::<i32>().value(i))
+        .collect();
+    assert_eq!(
+        tickers,
+        ["AAA", "BBB", "CCC"],
+        "the cached id needs no registry"
+    );
+    let report = e.source_reports();
+    let skipping = report.iter().find(|r| r.name == "skipping").unwrap();
+    assert_eq!((skipping.decoded, skipping.skipped), (3, 1));
+    let err = rt
+        .block_on(e.query("SELECT ticker FROM failing;"))
+        .unwrap_err()
+        .to_string();
+    for needle in [
+        format!("schema id {v1}"),
+        format!("subject '{subject}'"),
+        "unreachable (3 attempts)".to_string(),
+    ] {
+        assert!(err.contains(&needle), "{needle} not in: {err}");
+    }
+}
