@@ -117,7 +117,7 @@ fn report(engine: &Engine, started: Instant) {
         );
         if s.schema_ids > 0 {
             eprintln!(
-                "source {}: {} schema ids from the schema registry, {} decode plans compiled",
+                "source {}: {} schema ids seen (schema registry), {} decode plans compiled",
                 s.name,
                 count(s.schema_ids),
                 count(s.schema_plans)

@@ -27,7 +27,7 @@ pub struct SourceReport {
     pub late: u64,
     /// Windows still open when a run without state stopped.
     pub windows_dropped: u64,
-    /// Schema ids fetched from the schema registry.
+    /// Schema ids met with the schema registry (fetched or not).
     pub schema_ids: u64,
     /// Decode plans compiled for them.
     pub schema_plans: u64,

@@ -19,7 +19,7 @@
 
 pub(crate) mod client;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -158,6 +158,8 @@ pub(crate) struct Registry {
     schemas: Mutex<HashMap<u32, Arc<Compiled>>>,
     /// Ids that could not be fetched, when, and why.
     failures: Mutex<HashMap<u32, (Instant, String)>>,
+    /// Every schema id met (fetched or not), for the run summary.
+    seen: Mutex<HashSet<u32>>,
     stats: Arc<SourceStats>,
     max_depth: usize,
 }
@@ -295,6 +297,7 @@ impl Use {
             latest: Arc::clone(&compiled),
             schemas: Mutex::new(HashMap::from([(latest_id, compiled)])),
             failures: Mutex::default(),
+            seen: Mutex::new(HashSet::from([latest_id])),
             stats: Arc::clone(stats),
             max_depth,
         })))
@@ -348,6 +351,14 @@ impl Registry {
                 return Err(why.clone());
             }
         }
+        if self
+            .seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id)
+        {
+            self.stats.schema_ids.fetch_add(1, Ordering::Relaxed);
+        }
         // Held while fetching: the partitions that meet the same new id wait for one request.
         let fetched = self
             .client
@@ -361,7 +372,6 @@ impl Registry {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(id, Arc::clone(&c));
-                self.stats.schema_ids.fetch_add(1, Ordering::Relaxed);
                 Ok(c)
             }
             Err(e) => {

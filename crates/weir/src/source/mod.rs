@@ -183,7 +183,7 @@ pub(crate) struct SourceStats {
     pub(crate) late: AtomicU64,
     /// Windows still open when a run without state stopped (their rows are in no output).
     pub(crate) windows_dropped: AtomicU64,
-    /// Schema ids fetched from the schema registry (`'schema.registry.url'`).
+    /// Schema ids met with the schema registry (`'schema.registry.url'`), fetched or not.
     pub(crate) schema_ids: AtomicU64,
     /// Decode plans compiled for those schema ids.
     pub(crate) schema_plans: AtomicU64,

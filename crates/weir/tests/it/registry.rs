@@ -343,7 +343,12 @@ fn registry_errors_name_the_schema_ids_the_subject_and_the_message() {
         lines[1].contains(&format!("schema id {unknown}")) && lines[1].contains(&subject),
         "the unknown id's error names the id and the subject: {dead}"
     );
-    assert_eq!(e.source_reports()[0].dead_lettered, 2);
+    let report = &e.source_reports()[0];
+    assert_eq!(report.dead_lettered, 2);
+    assert_eq!(
+        report.schema_ids, 3,
+        "the latest, the incompatible and the unknown id"
+    );
 }
 
 #[test]
