@@ -3,7 +3,8 @@
 # 3.0.9 (its ready-to-run distribution from Maven Central; in-memory storage; runs on Java 17),
 # whose Confluent API is under /apis/ccompat/v7.
 #
-#   scripts/registry.sh fetch    fetch and unpack the distribution (cached in ~/.cache/weir-registry)
+#   scripts/registry.sh fetch    fetch (with Maven) and unpack the distribution, once, into
+#                                ~/.cache/weir-registry
 #   scripts/registry.sh start    start it on a free loopback port, wait until it answers, print its
 #                                Confluent-compatible URL (also written to $WEIR_REGISTRY_RUN/url)
 #   scripts/registry.sh stop     stop the JVM started by `start` (by its pid)
@@ -30,13 +31,15 @@ fetch() {
     if [[ -f "$DIST/.complete" ]]; then return 0; fi
     command -v mvn >/dev/null || { echo "registry.sh: mvn not found (Maven fetches the registry)" >&2; exit 1; }
     local artifact="io.apicurio:apicurio-registry-app:$VERSION:tar.gz:all"
-    local tgz="$HOME/.m2/repository/io/apicurio/apicurio-registry-app/$VERSION/apicurio-registry-app-$VERSION-all.tar.gz"
+    local tgz="$HOME_DIR/apicurio-registry-app-$VERSION-all.tar.gz"
+    mkdir -p "$HOME_DIR"
     if [[ ! -f "$tgz" ]]; then
-        echo "registry.sh: fetching $artifact with Maven (about 160 MB, once)" >&2
+        echo "registry.sh: fetching $artifact with Maven (about 110 MB, once)" >&2
         # 3.0.9's parent pom is not on Maven Central: dependency-plugin 2.8 fetches the artifact
         # without resolving it (newer versions insist on the parent).
         mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:2.8:get \
-            -Dtransitive=false -Dartifact="$artifact" >&2
+            -Dtransitive=false -Dartifact="$artifact" -Ddest="$tgz.tmp" >&2
+        mv "$tgz.tmp" "$tgz"
     fi
     rm -rf "$DIST.tmp"
     mkdir -p "$DIST.tmp"
@@ -87,7 +90,8 @@ start() {
     echo $! > "$RUN/pid"
     local url="http://127.0.0.1:$port/apis/ccompat/v7"
     for _ in $(seq 1 240); do
-        if curl -sf "$url/subjects" >/dev/null 2>&1; then
+        if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+            "$url/subjects" >/dev/null 2>&1; then
             echo "$url" > "$RUN/url"
             if [[ -f "$RUN/https-url.pending" ]]; then mv "$RUN/https-url.pending" "$RUN/https-url"; fi
             echo "$url"
