@@ -49,6 +49,16 @@ WEIR_SCHEMA_REGISTRY_HTTPS_URL="$(cat "$WEIR_REGISTRY_RUN/https-url")"
 export WEIR_SCHEMA_REGISTRY_URL WEIR_SCHEMA_REGISTRY_HTTPS_URL
 echo "schema registry at $WEIR_SCHEMA_REGISTRY_URL and $WEIR_SCHEMA_REGISTRY_HTTPS_URL"
 
+echo "== confluent-kafka for the registry tests (in the virtualenv ~/.cache/weir-venv)"
+# Confluent's own Python serializer produces some of the registry tests' messages.
+VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
+if ! "$VENV/bin/python" -c "import confluent_kafka.schema_registry.protobuf" 2>/dev/null; then
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+        "confluent-kafka[protobuf,schemaregistry]==2.16.0"
+fi
+export WEIR_TEST_PYTHON="$VENV/bin/python"
+
 echo "== cargo test"
 cargo test --workspace --locked
 

@@ -36,7 +36,7 @@ pub use options::{
     markdown_table, resolve_references, unknown_keys, OptionError, OptionKind, OptionSpec, Options,
 };
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
-pub use schema::ProtoSchema;
+pub use schema::{ProtoSchema, SourceText};
 
 /// A batch of `rows` rows from columns a decoder built for `schema` (a zero-column schema still
 /// carries its row count). The decoders build columns to match their own schema, so a mismatch

@@ -30,7 +30,7 @@ use weir_codec::registry::{
 use weir_codec::{
     default_columns, CodecError, ColumnSpec, Decoder, DecoderFactory, DecoderRequest, OptionError,
     OptionKind, OptionSpec, Options, PreparedDecoder, ProtoDecoderOptions, ProtoSchema, SchemaRef,
-    PROTOBUF_OPTIONS,
+    SourceText, PROTOBUF_OPTIONS,
 };
 use weir_kafka::{PemSource, Secret};
 
@@ -323,15 +323,43 @@ fn compile(
     }
     let file = format!("weir-registry-schema-{id}.proto");
     let sources = client.with_references(schema, &file, &what)?;
-    let pairs: Vec<(&str, &str)> = sources
+    let descriptors: Vec<Option<Vec<u8>>> = sources.iter().map(|(_, t)| descriptor(t)).collect();
+    let files: Vec<(&str, SourceText<'_>)> = sources
         .iter()
-        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .zip(&descriptors)
+        .map(|((n, t), d)| {
+            let text = match d {
+                Some(bytes) => SourceText::Descriptor(bytes),
+                None => SourceText::Proto(t),
+            };
+            (n.as_str(), text)
+        })
         .collect();
-    let schema = ProtoSchema::from_sources(&pairs, &file).map_err(|e| Error::References {
+    let schema = ProtoSchema::from_files(&files, &file).map_err(|e| Error::References {
         what,
         reason: e.to_string(),
     })?;
     Ok(Compiled { schema, file })
+}
+
+/// The bytes of a schema registered as a base64-encoded `FileDescriptorProto` (as Confluent's
+/// Python and Go serializers register them; Confluent's registry hands back `.proto` text, a
+/// registry that keeps what it was given hands back the base64), or `None` for `.proto` text.
+fn descriptor(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let text = text.trim();
+    if text.is_empty()
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    <prost_types::FileDescriptorProto as prost::Message>::decode(bytes.as_slice()).ok()?;
+    Some(bytes)
 }
 
 impl Registry {

@@ -606,3 +606,51 @@ fn a_registry_gone_mid_stream_fails_only_messages_of_new_schema_ids() {
         assert!(err.contains(&needle), "{needle} not in: {err}");
     }
 }
+
+#[test]
+fn messages_from_confluents_own_serializer_decode() {
+    let Some(url) = registry() else { return };
+    let Some(broker) = broker() else { return };
+    let Ok(python) = std::env::var("WEIR_TEST_PYTHON") else {
+        eprintln!("NOTICE: confluent-kafka interoperability test skipped: WEIR_TEST_PYTHON (a python with confluent-kafka[protobuf,schemaregistry]) is not set (scripts/test.sh sets it)");
+        return;
+    };
+    let topic = unique("weir-registry-confluent");
+    create_topic(&[broker.clone()], &topic, 1, 1, &[], false).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/registry_produce.py");
+    let out = std::process::Command::new(&python)
+        .args([
+            script.as_os_str(),
+            url.as_ref(),
+            broker.as_ref(),
+            topic.as_ref(),
+        ])
+        .output()
+        .expect("run the confluent-kafka producer");
+    assert!(
+        out.status.success(),
+        "registry_produce.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e = engine();
+    let got = runtime()
+        .block_on(e.query(&format!(
+            "CREATE SOURCE q (ticker VARCHAR, size BIGINT, halted BOOLEAN) WITH ( \
+             'connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+             'encoding' = 'protobuf', 'schema.registry.url' = '{url}');
+             SELECT ticker, size, halted FROM q ORDER BY ticker;"
+        )))
+        .unwrap();
+    let b = arrow::compute::concat_batches(&got[0].schema(), &got).unwrap();
+    let tickers: Vec<&str> = (0..b.num_rows())
+        .map(|i| b.column(0).as_string::<i32>().value(i))
+        .collect();
+    assert_eq!(tickers, ["AAA", "BBB", "CCC"]);
+    assert_eq!(
+        b.column(1).as_primitive::<Int64Type>().values().to_vec(),
+        vec![7, 1 << 40, 9]
+    );
+    assert!(b.column(2).as_boolean().value(1) && !b.column(2).as_boolean().value(0));
+    assert_eq!(e.source_reports()[0].schema_ids, 2);
+}
