@@ -104,7 +104,7 @@ impl ProtoSchema {
                                     message: e.to_string(),
                                 })?;
                         fd.name = Some((*name).to_string());
-                        Source::Descriptor(fd)
+                        Source::Descriptor(Box::new(fd))
                     }
                 },
             ));
@@ -172,7 +172,7 @@ pub enum SourceText<'a> {
 /// A file of [`Sources`].
 enum Source {
     Text(String),
-    Descriptor(prost_types::FileDescriptorProto),
+    Descriptor(Box<prost_types::FileDescriptorProto>),
 }
 
 /// Schema files held in memory, by import name (for [`ProtoSchema::from_files`]).
@@ -182,9 +182,9 @@ impl protox::file::FileResolver for Sources {
     fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
         match self.0.iter().find(|(n, _)| n == name) {
             Some((n, Source::Text(text))) => protox::file::File::from_source(n, text),
-            Some((_, Source::Descriptor(fd))) => {
-                Ok(protox::file::File::from_file_descriptor_proto(fd.clone()))
-            }
+            Some((_, Source::Descriptor(fd))) => Ok(
+                protox::file::File::from_file_descriptor_proto((**fd).clone()),
+            ),
             None => Err(protox::Error::file_not_found(name)),
         }
     }
