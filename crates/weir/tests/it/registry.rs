@@ -616,7 +616,7 @@ fn messages_from_confluents_own_serializer_decode() {
         return;
     };
     let topic = unique("weir-registry-confluent");
-    create_topic(&[broker.clone()], &topic, 1, 1, &[], false).unwrap();
+    create_topic(std::slice::from_ref(&broker), &topic, 1, 1, &[], false).unwrap();
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/registry_produce.py");
     let out = std::process::Command::new(&python)
