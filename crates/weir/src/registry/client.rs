@@ -466,6 +466,35 @@ fn path_escape(s: &str) -> String {
 mod tests {
     use super::*;
 
+    fn client(auth: Auth) -> RegistryClient {
+        RegistryClient::new(ClientSettings {
+            urls: vec!["http://127.0.0.1:1".into()],
+            auth,
+            tls: RegistryTls::default(),
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            backoff: Duration::from_millis(1),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn basic_and_bearer_authorization_headers() {
+        let basic = client(Auth::Basic(Secret::new("weir:s3cret")));
+        assert_eq!(
+            basic.authorization.as_ref().map(Secret::expose),
+            Some("Basic d2VpcjpzM2NyZXQ=")
+        );
+        let bearer = client(Auth::Bearer(Secret::new("tok")));
+        assert_eq!(
+            bearer.authorization.as_ref().map(Secret::expose),
+            Some("Bearer tok")
+        );
+        assert!(client(Auth::None).authorization.is_none());
+        // Neither shows in the client's debug output.
+        assert!(!format!("{basic:?}").contains("s3cret"));
+    }
+
     #[test]
     fn urls_lose_their_credentials_and_subjects_are_escaped() {
         assert_eq!(display_url("https://u:p@reg:8081/x"), "https://reg:8081/x");

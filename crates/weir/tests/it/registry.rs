@@ -404,6 +404,36 @@ fn an_unreachable_registry_is_a_clear_error_at_create_source_without_its_secret(
         "{err}"
     );
     assert!(!err.contains("registry-secret-xyz"), "{err}");
+
+    // The subject name strategies, as Confluent's clients name subjects.
+    for (strategy, subject) in [
+        ("RecordNameStrategy", "wt.Quote"),
+        ("TopicRecordNameStrategy", "quotes-wt.Quote"),
+    ] {
+        let err = runtime()
+            .block_on(engine().query(&format!(
+                "CREATE SOURCE q WITH ('connector' = 'kafka', 'brokers' = '127.0.0.1:9', \
+                 'topic' = 'quotes', 'encoding' = 'protobuf', 'message' = 'wt.Quote', \
+                 'schema.registry.url' = 'http://127.0.0.1:{port}', \
+                 'schema.registry.retries' = '0', \
+                 'schema.registry.subject.name.strategy' = '{strategy}');"
+            )))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("subject '{subject}'")), "{err}");
+    }
+    // The file connector has no topic: the subject must be named.
+    let err = runtime()
+        .block_on(engine().query(
+            "CREATE SOURCE q WITH ('connector' = 'file', 'path' = '/nonexistent', \
+             'encoding' = 'protobuf', 'schema.registry.url' = 'http://127.0.0.1:9');",
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'schema.registry.subject' is not given"),
+        "{err}"
+    );
 }
 
 /// Writes `messages` to a file, each after its 4-byte big-endian length (`'framing' = 'u32be'`).
