@@ -305,6 +305,9 @@ pub struct SchemaPlan {
     target: SchemaRef,
     /// True when the decoder's batches are the target's as they are.
     identity: bool,
+    /// The compiled plan and the slots as text, when two plans can be compared that way: a
+    /// partition decodes the messages of schema ids with the same fingerprint with one decoder.
+    fingerprint: Option<String>,
 }
 
 impl SchemaPlan {
@@ -328,12 +331,16 @@ impl SchemaPlan {
                 .iter()
                 .zip(target.schema.fields())
                 .all(|(a, b)| a.data_type() == b.data_type());
+        let fingerprint = decoder
+            .plan_fingerprint()
+            .map(|plan| format!("{plan}\n{slots:?}"));
         Ok(Self {
             schema_id,
             decoder,
             slots,
             target: target.schema(),
             identity,
+            fingerprint,
         })
     }
 
@@ -348,6 +355,12 @@ impl SchemaPlan {
             .iter()
             .filter(|s| matches!(s, Slot::Null))
             .count()
+    }
+
+    /// True when this plan decodes exactly as `other` does (the same compiled plan onto the same
+    /// slots): their messages can share one decoder and one run of rows.
+    pub fn decodes_as(&self, other: &SchemaPlan) -> bool {
+        matches!((&self.fingerprint, &other.fingerprint), (Some(a), Some(b)) if a == b)
     }
 
     /// Columns read from a narrower type and widened.
@@ -485,8 +498,6 @@ pub trait PlanSource: Send + Sync {
 
 /// A plan this decoder has used, with a decoder of its own (holding that plan's rows).
 struct Local {
-    schema_id: u32,
-    indexes: Vec<u8>,
     plan: Arc<SchemaPlan>,
     decoder: ProtoDecoder,
 }
@@ -494,14 +505,17 @@ struct Local {
 /// Decodes registry-framed protobuf messages into the declared columns, following each
 /// message's schema id. One per partition; see the module documentation.
 ///
-/// Each plan used keeps its own decoder and rows; a switch of schema id only records where the
-/// run of the previous plan ended. A batch of one plan's rows is that decoder's batch as it is;
-/// rows of several plans are put back in message order by one `interleave` when the batch is
-/// taken.
+/// Each distinct plan used keeps its own decoder and rows (schema ids whose plans decode alike,
+/// as versions that differ only in fields nobody reads, share one); a switch of plan only
+/// records where the run of the previous plan ended. A batch of one plan's rows is that
+/// decoder's batch as it is; rows of several plans are put back in message order when the
+/// batch is taken.
 pub struct FramedProtoDecoder {
     source: Arc<dyn PlanSource>,
     schema: SchemaRef,
     batch_size: usize,
+    /// The schema ids and index lists met, and the index in `locals` of their decoder.
+    keys: Vec<(u32, Vec<u8>, usize)>,
     locals: Vec<Local>,
     /// The index in `locals` of the previous message's plan, and its id when its index list
     /// is `[0]` (`u64::MAX`: none; `u64::MAX - 1`: another list, always the slow path).
@@ -516,6 +530,7 @@ pub struct FramedProtoDecoder {
 impl fmt::Debug for FramedProtoDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FramedProtoDecoder")
+            .field("schema_ids", &self.keys.len())
             .field("plans", &self.locals.len())
             .field("current_id", &self.current_id)
             .finish()
@@ -529,6 +544,7 @@ impl FramedProtoDecoder {
             source,
             schema,
             batch_size: batch_size.max(1),
+            keys: Vec::new(),
             locals: Vec::new(),
             current: 0,
             current_id: u64::MAX,
@@ -544,9 +560,10 @@ impl FramedProtoDecoder {
     fn switch(&mut self, message: &[u8]) -> Result<usize, DecodeError> {
         let framing = parse_framing(message, true)?;
         let found = self
-            .locals
+            .keys
             .iter()
-            .position(|l| l.schema_id == framing.schema_id && l.indexes == framing.indexes);
+            .find(|(id, idx, _)| *id == framing.schema_id && idx == framing.indexes)
+            .map(|k| k.2);
         let index = match found {
             Some(i) => i,
             None => {
@@ -554,13 +571,19 @@ impl FramedProtoDecoder {
                     .source
                     .plan(framing.schema_id, framing.indexes)
                     .map_err(|e| DecodeError::new(1, DecodeErrorKind::Other(e)))?;
-                self.locals.push(Local {
-                    schema_id: framing.schema_id,
-                    indexes: framing.indexes.to_vec(),
-                    decoder: plan.decoder.fresh(),
-                    plan,
-                });
-                self.locals.len() - 1
+                let index = match self.locals.iter().position(|l| l.plan.decodes_as(&plan)) {
+                    Some(i) => i,
+                    None => {
+                        self.locals.push(Local {
+                            decoder: plan.decoder.fresh(),
+                            plan,
+                        });
+                        self.locals.len() - 1
+                    }
+                };
+                self.keys
+                    .push((framing.schema_id, framing.indexes.to_vec(), index));
+                index
             }
         };
         if index != self.current {
@@ -979,6 +1002,32 @@ mod tests {
         assert_eq!(size.values().to_vec(), vec![7, 1 << 40, 7]);
         let ticker = b.column(0).as_string::<i32>();
         assert_eq!(ticker.value(1), "B");
+    }
+
+    #[test]
+    fn versions_that_differ_in_unread_fields_share_one_decoder() {
+        let cols: Vec<ColumnSpec> = columns().into_iter().take(3).collect();
+        let v2 = schema(V2);
+        let target = TargetColumns::new(&cols, 2, &v2, "ex.Quote", Default::default()).unwrap();
+        // v2 with one more field nobody reads, and a field renumbered that nobody reads.
+        let added = V2.replace("bool halted = 5;", "bool halted = 6; string note = 9;");
+        let p2 = Arc::new(SchemaPlan::compile(&target, 2, &v2, "ex.Quote").unwrap());
+        let p4 = Arc::new(SchemaPlan::compile(&target, 4, &schema(&added), "ex.Quote").unwrap());
+        let p1 = Arc::new(SchemaPlan::compile(&target, 1, &schema(V1), "ex.Quote").unwrap());
+        assert!(p4.decodes_as(&p2) && p2.decodes_as(&p4));
+        assert!(!p1.decodes_as(&p2), "v1 widens size: another plan");
+        let source = Arc::new(Fixed(vec![(1, p1), (2, p2), (4, p4)]));
+        let mut d = FramedProtoDecoder::new(source, target.schema(), 8192);
+        let m2 = frame(2, &[10, 3, 10, 1, b'A', 16, 5]);
+        let m4 = frame(4, &[10, 3, 10, 1, b'B', 16, 6, 74, 1, b'x']);
+        let m1 = frame(1, &[10, 3, 10, 1, b'C', 16, 7]);
+        for m in [&m2, &m4, &m2, &m4, &m1, &m4] {
+            d.decode(m).unwrap();
+        }
+        assert_eq!(d.locals.len(), 2, "ids 2 and 4 share a decoder");
+        let b = d.flush().unwrap();
+        let size = b.column(1).as_primitive::<Int64Type>();
+        assert_eq!(size.values().to_vec(), vec![5, 6, 5, 6, 7, 6]);
     }
 
     #[test]
