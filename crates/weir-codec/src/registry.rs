@@ -521,6 +521,9 @@ pub struct FramedProtoDecoder {
     /// is `[0]` (`u64::MAX`: none; `u64::MAX - 1`: another list, always the slow path).
     current: usize,
     current_id: u64,
+    /// Another `[0]` schema id whose plan decodes with the current decoder (the previous one
+    /// met, when it shares it): two such versions interleaved both take the fast path.
+    sibling_id: u64,
     /// The runs of this batch before the current one: (plan, rows).
     runs: Vec<(usize, usize)>,
     /// The current plan's buffered rows when its run began.
@@ -548,6 +551,7 @@ impl FramedProtoDecoder {
             locals: Vec::new(),
             current: 0,
             current_id: u64::MAX,
+            sibling_id: u64::MAX,
             runs: Vec::new(),
             run_start: 0,
         }
@@ -590,6 +594,10 @@ impl FramedProtoDecoder {
             self.end_run();
             self.current = index;
             self.run_start = self.locals[index].decoder.buffered_rows();
+            self.sibling_id = u64::MAX;
+        } else if self.current_id < u64::MAX - 1 {
+            // The same decoder under another id: keep the previous id on the fast path too.
+            self.sibling_id = self.current_id;
         }
         // Only the `[0]` list (one byte, 0) takes the fast path in `decode`.
         self.current_id = if framing.indexes == [0] {
@@ -632,7 +640,8 @@ impl Decoder for FramedProtoDecoder {
         // The common frame: magic 0, the id, and the one-byte `[0]` index list.
         if message.len() >= 6 && message[0] == 0 && message[5] == 0 {
             let id = u32::from_be_bytes([message[1], message[2], message[3], message[4]]);
-            if u64::from(id) == self.current_id {
+            let id = u64::from(id);
+            if id == self.current_id || id == self.sibling_id {
                 if let Some(local) = self.locals.get_mut(self.current) {
                     return local.decoder.decode(&message[6..]).map_err(|mut e| {
                         e.offset += 6;
