@@ -2,8 +2,10 @@
 # The whole test suite: formatting, lints, unit/differential/adversarial tests, the allocation
 # count, a short stable fuzz run, the engine and CLI tests, the Kafka client's tests against a
 # real Apache Kafka broker (started here with scripts/kafka.sh, which needs Java 17+ and Maven,
-# and always stopped on exit), the metrics test against a real Prometheus (scripts/prometheus.sh,
-# Debian's package, installed when missing, always stopped on exit), a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
+# and always stopped on exit), the schema-registry tests against a real Confluent-compatible
+# registry (Apicurio, started with scripts/registry.sh and always stopped on exit), the metrics
+# test against a real Prometheus (scripts/prometheus.sh, Debian's package, installed when
+# missing, always stopped on exit), a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
 # installed into a virtualenv under ~/.cache the first time), and the kill -9 exactly-once tests
 # (rows, and windowed aggregates).
 # RocksDB's C++ needs libclang-dev, installed with apt-get when missing.
@@ -37,6 +39,28 @@ WEIR_KAFKA_BOOTSTRAP="$(scripts/kafka.sh start --secure)"
 export WEIR_KAFKA_BOOTSTRAP
 eval "$(scripts/kafka.sh env)"
 echo "broker at $WEIR_KAFKA_BOOTSTRAP (TLS at $WEIR_KAFKA_SSL, SASL_SSL at $WEIR_KAFKA_SASL_SSL)"
+
+echo "== schema registry (scripts/registry.sh)"
+# Apicurio Registry (Confluent-compatible API) on loopback, its own run directory, stopped on exit
+# with the broker.
+export WEIR_REGISTRY_RUN="${WEIR_REGISTRY_RUN:-$HOME/.cache/weir-registry/run-test-$$}"
+trap 'scripts/registry.sh stop || true; rm -rf "$WEIR_REGISTRY_RUN"; scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"; scripts/prometheus.sh stop || true' EXIT
+# HTTPS too, with the broker's throwaway certificate (for 127.0.0.1, signed by WEIR_KAFKA_CA).
+WEIR_SCHEMA_REGISTRY_URL="$(WEIR_REGISTRY_TLS_CERT="$WEIR_KAFKA_RUN/secure/broker.pem" \
+    WEIR_REGISTRY_TLS_KEY="$WEIR_KAFKA_RUN/secure/broker.key" scripts/registry.sh start)"
+WEIR_SCHEMA_REGISTRY_HTTPS_URL="$(cat "$WEIR_REGISTRY_RUN/https-url")"
+export WEIR_SCHEMA_REGISTRY_URL WEIR_SCHEMA_REGISTRY_HTTPS_URL
+echo "schema registry at $WEIR_SCHEMA_REGISTRY_URL and $WEIR_SCHEMA_REGISTRY_HTTPS_URL"
+
+echo "== confluent-kafka for the registry tests (in the virtualenv ~/.cache/weir-venv)"
+# Confluent's own Python serializer produces some of the registry tests' messages.
+VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
+if ! "$VENV/bin/python" -c "import confluent_kafka.schema_registry.protobuf" 2>/dev/null; then
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+        "confluent-kafka[protobuf,schemaregistry]==2.16.0"
+fi
+export WEIR_TEST_PYTHON="$VENV/bin/python"
 
 echo "== prometheus (scripts/prometheus.sh)"
 # Installs Debian's prometheus when missing; the metrics test points it at a `weir run --follow`

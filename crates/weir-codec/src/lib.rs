@@ -20,6 +20,7 @@ mod factory;
 mod json;
 mod options;
 mod protobuf;
+pub mod registry;
 mod schema;
 
 pub use arrow_array::RecordBatch;
@@ -35,7 +36,7 @@ pub use options::{
     markdown_table, resolve_references, unknown_keys, OptionError, OptionKind, OptionSpec, Options,
 };
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
-pub use schema::ProtoSchema;
+pub use schema::{ProtoSchema, SourceText};
 
 /// A batch of `rows` rows from columns a decoder built for `schema` (a zero-column schema still
 /// carries its row count). The decoders build columns to match their own schema, so a mismatch

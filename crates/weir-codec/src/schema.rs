@@ -74,17 +74,43 @@ impl ProtoSchema {
     /// # Ok::<(), weir_codec::SchemaError>(())
     /// ```
     pub fn from_sources(files: &[(&str, &str)], root: &str) -> Result<Self, SchemaError> {
+        let files: Vec<(&str, SourceText<'_>)> = files
+            .iter()
+            .map(|(n, t)| (*n, SourceText::Proto(t)))
+            .collect();
+        Self::from_files(&files, root)
+    }
+
+    /// [`ProtoSchema::from_sources`] for files that may also come as an encoded
+    /// `FileDescriptorProto` (how Confluent's Python and Go serializers register a schema, and
+    /// how a registry that keeps what it was given, such as Apicurio, hands it back). A
+    /// descriptor takes the import name it is given here, whatever name it holds.
+    pub fn from_files(files: &[(&str, SourceText<'_>)], root: &str) -> Result<Self, SchemaError> {
         let compile_err = |e: protox::Error| SchemaError::Compile {
             path: PathBuf::from(root),
             message: e.to_string(),
         };
+        let mut sources = Vec::with_capacity(files.len());
+        for (name, text) in files {
+            sources.push((
+                (*name).to_string(),
+                match text {
+                    SourceText::Proto(t) => Source::Text((*t).to_string()),
+                    SourceText::Descriptor(bytes) => {
+                        let mut fd =
+                            <prost_types::FileDescriptorProto as prost::Message>::decode(*bytes)
+                                .map_err(|e| SchemaError::DescriptorSet {
+                                    origin: (*name).to_string(),
+                                    message: e.to_string(),
+                                })?;
+                        fd.name = Some((*name).to_string());
+                        Source::Descriptor(Box::new(fd))
+                    }
+                },
+            ));
+        }
         let mut resolver = protox::file::ChainFileResolver::new();
-        resolver.add(Sources(
-            files
-                .iter()
-                .map(|(n, t)| ((*n).to_string(), (*t).to_string()))
-                .collect(),
-        ));
+        resolver.add(Sources(sources));
         resolver.add(protox::file::GoogleFileResolver::new());
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         compiler.include_imports(true).include_source_info(false);
@@ -134,13 +160,31 @@ impl ProtoSchema {
     }
 }
 
-/// `.proto` sources held in memory, by import name (for [`ProtoSchema::from_sources`]).
-struct Sources(Vec<(String, String)>);
+/// One file of a schema held in memory (for [`ProtoSchema::from_files`]).
+#[derive(Debug, Clone, Copy)]
+pub enum SourceText<'a> {
+    /// `.proto` text.
+    Proto(&'a str),
+    /// An encoded `FileDescriptorProto`.
+    Descriptor(&'a [u8]),
+}
+
+/// A file of [`Sources`].
+enum Source {
+    Text(String),
+    Descriptor(Box<prost_types::FileDescriptorProto>),
+}
+
+/// Schema files held in memory, by import name (for [`ProtoSchema::from_files`]).
+struct Sources(Vec<(String, Source)>);
 
 impl protox::file::FileResolver for Sources {
     fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
         match self.0.iter().find(|(n, _)| n == name) {
-            Some((n, text)) => protox::file::File::from_source(n, text),
+            Some((n, Source::Text(text))) => protox::file::File::from_source(n, text),
+            Some((_, Source::Descriptor(fd))) => Ok(
+                protox::file::File::from_file_descriptor_proto((**fd).clone()),
+            ),
             None => Err(protox::Error::file_not_found(name)),
         }
     }

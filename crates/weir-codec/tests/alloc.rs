@@ -158,6 +158,67 @@ fn a_million_messages_allocate_per_batch() {
     });
 }
 
+/// The registry path: framed messages through `FramedProtoDecoder`, one schema id, then two ids
+/// switching every 4096 messages (a switch allocates nothing; a batch of two plans' rows is put
+/// together once, when taken).
+#[test]
+fn a_million_framed_messages_allocate_per_batch() {
+    use std::sync::Arc;
+    use weir_codec::registry::{FramedProtoDecoder, PlanSource, SchemaPlan, TargetColumns};
+
+    struct Plans(Vec<Arc<SchemaPlan>>);
+    impl PlanSource for Plans {
+        fn plan(&self, id: u32, _: &[u8]) -> Result<Arc<SchemaPlan>, String> {
+            Ok(Arc::clone(&self.0[id as usize - 1]))
+        }
+    }
+    let stocks = [("stocks.proto", weir_testdata::STOCKS_PROTO)];
+    let schema = ProtoSchema::from_sources(&stocks, "stocks.proto").unwrap();
+    let cols = vec![
+        ColumnSpec::new("ticker", DataType::Utf8),
+        ColumnSpec::new("sequence_number", DataType::Int64),
+        ColumnSpec::new("bid_price", DataType::Float64),
+    ];
+    let options = ProtoDecoderOptions::default();
+    let target = TargetColumns::new(&cols, 1, &schema, "stocks.QuoteNBBO", options).unwrap();
+    let plans = Arc::new(Plans(
+        (1..=2)
+            .map(|id| {
+                Arc::new(SchemaPlan::compile(&target, id, &schema, "stocks.QuoteNBBO").unwrap())
+            })
+            .collect(),
+    ));
+    for switching in [false, true] {
+        let msgs: Vec<Vec<u8>> = (0..8192u64)
+            .map(|i| {
+                let id: u32 = if switching && (i / 4096) % 2 == 1 {
+                    2
+                } else {
+                    1
+                };
+                let mut b = vec![0];
+                b.extend_from_slice(&id.to_be_bytes());
+                b.push(0);
+                proto_quote(i, &mut b);
+                b
+            })
+            .collect();
+        let mut dec = FramedProtoDecoder::new(
+            Arc::clone(&plans) as Arc<dyn PlanSource>,
+            target.schema(),
+            options.batch_size,
+        );
+        per_batch_only(&mut dec, &msgs, |batch| {
+            let t = batch.column(0).as_string::<i32>();
+            assert_eq!(t.value(5), "O:SPY250005C00000005");
+            assert_eq!(
+                batch.column(1).as_primitive::<Int64Type>().value(5000),
+                5000
+            );
+        });
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // JSON
 // ---------------------------------------------------------------------------------------------

@@ -186,6 +186,9 @@ pub enum SourceErrorKind {
     /// The columns of the source do not work (a duplicate, a clash, a bad type).
     #[error("{0}")]
     Columns(String),
+    /// The schema registry could not give the source's schema.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::Error),
     /// A thread of the source's pipeline could not start or went away.
     #[error("{0}")]
     Thread(String),

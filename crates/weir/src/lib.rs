@@ -31,6 +31,7 @@ mod error;
 mod metrics;
 mod output;
 mod pipeline;
+mod registry;
 mod sink;
 mod source;
 mod sql;
@@ -43,6 +44,7 @@ pub use error::{df_message, EngineError, SourceError, SourceErrorKind, Statement
 pub use metrics::server::MetricsServer;
 pub use metrics::MetricsHandle;
 pub use output::{ResultOutput, ResultWriter, StdoutFormat};
+pub use registry::client::RegistryError;
 pub use sink::SinkError;
 pub use source::file::{for_each_message, FileError, MessagesError};
 pub use sql::SqlError;
@@ -56,6 +58,7 @@ pub fn option_tables() -> Vec<(&'static str, &'static [weir_codec::OptionSpec])>
         ("kafka", source::kafka::KAFKA_OPTIONS),
         ("kafka security", &source::kafka::KAFKA_SECURITY_OPTIONS),
         ("state", pipeline::state::STATE_OPTIONS),
+        ("schema registry", registry::REGISTRY_OPTIONS),
         ("protobuf", weir_codec::PROTOBUF_OPTIONS),
         ("json", weir_codec::JSON_OPTIONS),
         ("sink", sink::SINK_CONNECTOR_OPTIONS),

@@ -195,6 +195,17 @@ impl ProtoDecoder {
         })
     }
 
+    /// Everything the compiled plan holds, as text, when two plans that print the same decode
+    /// the same bytes into the same columns: `None` for a plan that renders sub-messages as
+    /// JSON (that goes through a descriptor the text does not show in full). Two schema
+    /// versions whose differences touch no requested field compile to the same plan.
+    pub(crate) fn plan_fingerprint(&self) -> Option<String> {
+        self.plan
+            .json
+            .is_empty()
+            .then(|| format!("{:?}", self.plan))
+    }
+
     /// A new decoder with the same plan and empty buffers (one per thread or partition).
     pub fn fresh(&self) -> Self {
         Self {

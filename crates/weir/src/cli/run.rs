@@ -137,6 +137,14 @@ fn report(engine: &Engine, started: Instant) {
             secs,
             count((s.messages as f64 / secs.max(1e-9)) as u64)
         );
+        if s.schema_ids > 0 {
+            eprintln!(
+                "source {}: {} schema ids seen (schema registry), {} decode plans compiled",
+                s.name,
+                count(s.schema_ids),
+                count(s.schema_plans)
+            );
+        }
         if s.late > 0 || s.windows_dropped > 0 {
             eprintln!(
                 "source {}: {} late rows dropped behind the watermark, {} open windows dropped at the stop (a source without 'state.dir' keeps none)",

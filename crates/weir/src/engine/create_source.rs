@@ -16,13 +16,14 @@ use super::Engine;
 use crate::error::{df_message, SourceError, SourceErrorKind, StatementError};
 use crate::pipeline::state::{StateSpec, STATE_OPTIONS};
 use crate::pipeline::window::WatermarkSpec;
+use crate::registry;
 use crate::source::file::{FileSettings, FILE_OPTIONS};
 use crate::source::kafka::{consumer_config, KAFKA_OPTIONS, KAFKA_SECURITY_OPTIONS};
 use crate::source::meta::MetaKind;
 use crate::source::table::SourceTable;
 use crate::source::{
-    Connector, SourceDefinition, SourceParts, SourceSettings, CONNECTOR, ENCODING, FIELDS,
-    SCAN_BOUNDED, SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
+    Connector, SourceDefinition, SourceParts, SourceSettings, SourceStats, CONNECTOR, ENCODING,
+    FIELDS, SCAN_BOUNDED, SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
 };
 use crate::sql::{ColumnDecl, CreateSource};
 
@@ -58,11 +59,24 @@ impl Engine {
                 .into(),
             )
         })?;
+        // 'schema.registry.url': protobuf schemas by id from the registry, or framing only.
+        let stats = Arc::<SourceStats>::default();
+        let registry =
+            registry::Use::open(&name, &options, &encoding, &stats).map_err(|e| fail(e.into()))?;
+        let factory: Arc<dyn DecoderFactory> = match &registry {
+            registry::Use::Decode(r) => Arc::new(registry::RegistryFactory(Arc::clone(r))),
+            _ => factory,
+        };
         let connector_options: &[&[OptionSpec]] = match connector {
             "kafka" => &[KAFKA_OPTIONS, &KAFKA_SECURITY_OPTIONS],
             _ => &[FILE_OPTIONS],
         };
-        let mut declared = vec![SOURCE_OPTIONS, STATE_OPTIONS, factory.options()];
+        let mut declared = vec![
+            SOURCE_OPTIONS,
+            STATE_OPTIONS,
+            registry::REGISTRY_OPTIONS,
+            factory.options(),
+        ];
         declared.extend_from_slice(connector_options);
         unknown_keys(&options, &declared).map_err(|e| fail(e.into()))?;
         let connector = match connector {
@@ -73,7 +87,16 @@ impl Engine {
             )?)),
             _ => Connector::File(FileSettings::parse(&name, &options)?),
         };
-        let settings = SourceSettings::parse(&name, &options, factory.confluent_message_indexes())?;
+        let mut settings =
+            SourceSettings::parse(&name, &options, factory.confluent_message_indexes())?;
+        match registry {
+            // The registry's decoder reads the framing itself (it selects the schema).
+            registry::Use::Decode(_) => settings.confluent = None,
+            registry::Use::Framing => {
+                settings.confluent = Some(factory.confluent_message_indexes())
+            }
+            registry::Use::None => {}
+        }
         let columns = self.columns(&s, &options, factory.as_ref()).await?;
         let includes =
             includes(&s, connector.name()).map_err(|e| fail(SourceErrorKind::Columns(e)))?;
@@ -115,6 +138,7 @@ impl Engine {
             stop: Arc::clone(&self.stop),
             bad_message_hint: self.options.bad_message_hint,
         });
+        definition.stats = stats;
         definition.state = StateSpec::parse(&name, &options, &definition.schema)?;
         definition.watermark = self
             .watermark(&s, &options, &definition.schema)

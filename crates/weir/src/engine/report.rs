@@ -27,6 +27,10 @@ pub struct SourceReport {
     pub late: u64,
     /// Windows still open when a run without state stopped.
     pub windows_dropped: u64,
+    /// Schema ids met with the schema registry (fetched or not).
+    pub schema_ids: u64,
+    /// Decode plans compiled for them.
+    pub schema_plans: u64,
 }
 
 /// What one sink wrote during a run.
@@ -62,6 +66,8 @@ impl SourceStatsHandle {
                     dead_lettered: s.dead_lettered.load(Ordering::Relaxed),
                     late: s.late.load(Ordering::Relaxed),
                     windows_dropped: s.windows_dropped.load(Ordering::Relaxed),
+                    schema_ids: s.schema_ids.load(Ordering::Relaxed),
+                    schema_plans: s.schema_plans.load(Ordering::Relaxed),
                 }
             })
             .collect()

@@ -185,6 +185,10 @@ pub(crate) struct SourceStats {
     pub(crate) windows_dropped: AtomicU64,
     /// Per-partition counters, readiness and watermark, for the metrics (`crate::metrics`).
     pub(crate) metrics: crate::metrics::SourceMetrics,
+    /// Schema ids met with the schema registry (`'schema.registry.url'`), fetched or not.
+    pub(crate) schema_ids: AtomicU64,
+    /// Decode plans compiled for those schema ids.
+    pub(crate) schema_plans: AtomicU64,
 }
 
 /// The connector of a source.

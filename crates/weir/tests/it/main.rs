@@ -10,5 +10,6 @@ mod engine;
 mod kafka;
 mod metrics;
 mod readme;
+mod registry;
 mod state;
 mod windows;

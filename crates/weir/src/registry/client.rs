@@ -1,0 +1,504 @@
+//! The HTTP client of a Confluent-compatible schema registry: `GET /schemas/ids/{id}`,
+//! `GET /subjects/{subject}/versions/{version}`, with basic or bearer authentication and TLS
+//! (the CA, client certificate and key loaders of `weir_kafka::tls`, handed to `ureq`).
+//! Requests that fail on the way (no connection, a timeout, a 5xx answer) are retried with a
+//! doubling backoff; an answer of the registry (404, 401, ...) is final.
+
+use std::time::Duration;
+
+use weir_kafka::{PemSource, Secret};
+
+/// A registry request that failed. Never shows a password or a token.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// No answer from any URL (connection refused, DNS, TLS, timeout), after every attempt.
+    #[error(
+        "the schema registry at {url} is unreachable ({attempts} attempts) for {what}: {source}"
+    )]
+    Unreachable {
+        /// The URL last tried.
+        url: String,
+        /// What was asked (`schema id 42`, `subject quotes-value`).
+        what: String,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last failure.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The registry does not know what was asked.
+    #[error("{what} is not in the schema registry at {url} ({message})")]
+    NotFound {
+        /// The URL.
+        url: String,
+        /// What was asked.
+        what: String,
+        /// The registry's own message.
+        message: String,
+    },
+    /// Any other answer than 200.
+    #[error("the schema registry at {url} answered HTTP {status} for {what}: {message}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// What was asked.
+        what: String,
+        /// The HTTP status.
+        status: u16,
+        /// The registry's own message.
+        message: String,
+    },
+    /// An answer that is not the JSON a registry sends.
+    #[error("the schema registry at {url} sent an answer weir cannot read for {what}: {reason}")]
+    BadAnswer {
+        /// The URL.
+        url: String,
+        /// What was asked.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// The TLS material could not be loaded.
+    #[error("schema registry TLS: {0}")]
+    Tls(#[from] weir_kafka::tls::TlsLoadError),
+    /// A schema's references do not resolve (a cycle, or too many).
+    #[error("{what}: {reason}")]
+    References {
+        /// The schema.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A schema as the registry returns it.
+#[derive(Debug, Clone)]
+pub(crate) struct RegisteredSchema {
+    /// Its id (absent in `/schemas/ids/{id}` answers: the caller knows it).
+    pub(crate) id: Option<u32>,
+    /// `PROTOBUF`, `JSON` or `AVRO` (`AVRO` when the registry leaves it out, as Confluent's does).
+    pub(crate) schema_type: String,
+    /// The schema text (a `.proto` file's text for protobuf).
+    pub(crate) schema: String,
+    /// Its references: other subjects' schemas it imports, by the name it imports them by.
+    pub(crate) references: Vec<Reference>,
+}
+
+/// A reference from a schema to another subject's schema.
+#[derive(Debug, Clone)]
+pub(crate) struct Reference {
+    /// The name the schema imports it by (`stocks/base.proto`).
+    pub(crate) name: String,
+    /// Its subject.
+    pub(crate) subject: String,
+    /// Its version (`-1`: the latest).
+    pub(crate) version: i64,
+}
+
+/// How to authenticate to the registry.
+#[derive(Debug, Clone)]
+pub(crate) enum Auth {
+    /// None.
+    None,
+    /// HTTP basic: `user:password`.
+    Basic(Secret),
+    /// A bearer token.
+    Bearer(Secret),
+}
+
+/// TLS settings for an `https://` registry.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RegistryTls {
+    pub(crate) ca: Option<PemSource>,
+    pub(crate) certificate: Option<PemSource>,
+    pub(crate) key: Option<PemSource>,
+    pub(crate) key_password: Option<Secret>,
+}
+
+/// What [`RegistryClient::new`] takes.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientSettings {
+    /// Base URLs, tried in order (`http://host:8081`, or with a path prefix).
+    pub(crate) urls: Vec<String>,
+    pub(crate) auth: Auth,
+    pub(crate) tls: RegistryTls,
+    /// Per request.
+    pub(crate) timeout: Duration,
+    /// Attempts after the first, for a registry that cannot be reached.
+    pub(crate) retries: u32,
+    /// The first wait between attempts; it doubles.
+    pub(crate) backoff: Duration,
+}
+
+/// A blocking client of one registry.
+pub(crate) struct RegistryClient {
+    settings: ClientSettings,
+    agent: ureq::Agent,
+    /// The `Authorization` header's value, built once.
+    authorization: Option<Secret>,
+}
+
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryClient")
+            .field("urls", &self.settings.urls)
+            .finish()
+    }
+}
+
+impl RegistryClient {
+    /// A client; loads the TLS material (an error names the option and the file).
+    pub(crate) fn new(settings: ClientSettings) -> Result<Self, RegistryError> {
+        let roots = match &settings.tls.ca {
+            Some(ca) => weir_kafka::tls::load_certificates(ca, "schema.registry.ssl.ca.location")?
+                .iter()
+                .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+                .collect(),
+            None => rustls_native_certs::load_native_certs()
+                .certs
+                .iter()
+                .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+                .collect::<Vec<_>>(),
+        };
+        // rustls's own checks first (the CA is usable, the key goes with the certificate):
+        // ureq would panic on a certificate rustls refuses.
+        weir_kafka::tls::client_config(&weir_kafka::TlsConfig {
+            ca: settings.tls.ca.clone(),
+            certificate: settings.tls.certificate.clone(),
+            key: settings.tls.key.clone(),
+            key_password: settings.tls.key_password.clone(),
+            verify_hostname: true,
+        })
+        .map_err(|e| weir_kafka::tls::TlsLoadError {
+            key: format!(
+                "schema.registry.{}",
+                e.key.trim_start_matches("schema.registry.")
+            ),
+            reason: e.reason,
+        })?;
+        let client_cert = match (&settings.tls.certificate, &settings.tls.key) {
+            (Some(cert), Some(key)) => {
+                let chain: Vec<ureq::tls::Certificate<'static>> =
+                    weir_kafka::tls::load_certificates(
+                        cert,
+                        "schema.registry.ssl.certificate.location",
+                    )?
+                    .iter()
+                    .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+                    .collect();
+                let key =
+                    weir_kafka::tls::load_private_key(key, settings.tls.key_password.as_ref())
+                        .map_err(|e| weir_kafka::tls::TlsLoadError {
+                            key: format!("schema.registry.{}", e.key),
+                            reason: e.reason,
+                        })?;
+                // ureq takes a key as DER of a kind it does not export, or as PEM: the key
+                // (decrypted when it was encrypted) goes back to PEM of its own kind.
+                use base64::Engine as _;
+                use rustls_pki_types::PrivateKeyDer;
+                let label = match &key {
+                    PrivateKeyDer::Pkcs1(_) => "RSA PRIVATE KEY",
+                    PrivateKeyDer::Sec1(_) => "EC PRIVATE KEY",
+                    _ => "PRIVATE KEY",
+                };
+                let body = base64::engine::general_purpose::STANDARD.encode(key.secret_der());
+                let mut pem = format!("-----BEGIN {label}-----\n");
+                for line in body.as_bytes().chunks(64) {
+                    pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+                    pem.push('\n');
+                }
+                pem.push_str(&format!("-----END {label}-----\n"));
+                let key = ureq::tls::PrivateKey::from_pem(pem.as_bytes()).map_err(|e| {
+                    weir_kafka::tls::TlsLoadError {
+                        key: "schema.registry.ssl.key.location".into(),
+                        reason: format!("cannot be used: {e}"),
+                    }
+                })?;
+                Some(ureq::tls::ClientCert::new_with_certs(&chain, key))
+            }
+            _ => None,
+        };
+        let tls = ureq::tls::TlsConfig::builder()
+            .provider(ureq::tls::TlsProvider::Rustls)
+            .unversioned_rustls_crypto_provider(weir_kafka::tls::provider())
+            .root_certs(ureq::tls::RootCerts::from(roots))
+            .client_cert(client_cert)
+            .build();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(settings.timeout))
+            .http_status_as_error(false)
+            .tls_config(tls)
+            .build()
+            .into();
+        let authorization = match &settings.auth {
+            Auth::None => None,
+            Auth::Basic(info) => {
+                use base64::Engine as _;
+                Some(Secret::new(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(info.expose())
+                )))
+            }
+            Auth::Bearer(token) => Some(Secret::new(format!("Bearer {}", token.expose()))),
+        };
+        Ok(Self {
+            settings,
+            agent,
+            authorization,
+        })
+    }
+
+    /// The first URL (for messages).
+    pub(crate) fn url(&self) -> &str {
+        self.settings.urls.first().map_or("", String::as_str)
+    }
+
+    /// `GET /schemas/ids/{id}`.
+    pub(crate) fn schema_by_id(&self, id: u32) -> Result<RegisteredSchema, RegistryError> {
+        let mut s = self.get(&format!("/schemas/ids/{id}"), &format!("schema id {id}"))?;
+        s.id = Some(id);
+        Ok(s)
+    }
+
+    /// `GET /subjects/{subject}/versions/{version}` (`latest` for -1).
+    pub(crate) fn version(
+        &self,
+        subject: &str,
+        version: i64,
+    ) -> Result<RegisteredSchema, RegistryError> {
+        let v = if version < 0 {
+            "latest".to_string()
+        } else {
+            version.to_string()
+        };
+        self.get(
+            &format!("/subjects/{}/versions/{v}", path_escape(subject)),
+            &format!("subject '{subject}' version {v}"),
+        )
+    }
+
+    /// The schema and every schema it references, recursively, as (import name, text) pairs,
+    /// the schema itself last under `root_name`.
+    pub(crate) fn with_references(
+        &self,
+        schema: &RegisteredSchema,
+        root_name: &str,
+        what: &str,
+    ) -> Result<Vec<(String, String)>, RegistryError> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut todo: Vec<Reference> = schema.references.clone();
+        while let Some(r) = todo.pop() {
+            if out.iter().any(|(n, _)| *n == r.name) {
+                continue;
+            }
+            if out.len() > 1000 {
+                return Err(RegistryError::References {
+                    what: what.to_string(),
+                    reason: "more than 1000 references".into(),
+                });
+            }
+            let s = self.version(&r.subject, r.version)?;
+            todo.extend(s.references.iter().cloned());
+            out.push((r.name, s.schema));
+        }
+        out.push((root_name.to_string(), schema.schema.clone()));
+        Ok(out)
+    }
+
+    /// One GET on each URL in turn, with retries for a registry that cannot be reached.
+    fn get(&self, path: &str, what: &str) -> Result<RegisteredSchema, RegistryError> {
+        let mut wait = self.settings.backoff;
+        let mut attempts = 0;
+        loop {
+            let mut last = None;
+            for base in &self.settings.urls {
+                attempts += 1;
+                match self.get_once(base, path, what) {
+                    Ok(s) => return Ok(s),
+                    Err(e @ RegistryError::Unreachable { .. }) => last = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            let Some(RegistryError::Unreachable { url, source, .. }) = last else {
+                unreachable!("every URL was tried and failed");
+            };
+            if attempts > self.settings.retries * self.settings.urls.len() as u32 {
+                return Err(RegistryError::Unreachable {
+                    url,
+                    what: what.to_string(),
+                    attempts,
+                    source,
+                });
+            }
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    fn get_once(
+        &self,
+        base: &str,
+        path: &str,
+        what: &str,
+    ) -> Result<RegisteredSchema, RegistryError> {
+        let url = format!("{}{path}", base.trim_end_matches('/'));
+        let shown = display_url(base);
+        let mut req = self.agent.get(&url).header(
+            "Accept",
+            "application/vnd.schemaregistry.v1+json, application/json",
+        );
+        if let Some(a) = &self.authorization {
+            req = req.header("Authorization", a.expose());
+        }
+        let unreachable =
+            |e: Box<dyn std::error::Error + Send + Sync>| RegistryError::Unreachable {
+                url: shown.clone(),
+                what: what.to_string(),
+                attempts: 1,
+                source: e,
+            };
+        let mut resp = req.call().map_err(|e| unreachable(Box::new(e)))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_string()
+            .map_err(|e| unreachable(Box::new(e)))?;
+        let json: Option<serde_json::Value> = serde_json::from_str(&body).ok();
+        let message = || {
+            json.as_ref()
+                .and_then(|j| j.get("message"))
+                .and_then(|m| m.as_str())
+                .map_or_else(|| format!("{} bytes of answer", body.len()), str::to_string)
+        };
+        match status {
+            200 => {}
+            404 => {
+                return Err(RegistryError::NotFound {
+                    url: shown,
+                    what: what.to_string(),
+                    message: message(),
+                })
+            }
+            // A registry that is starting, overloaded or behind a proxy without a backend:
+            // worth another attempt.
+            502..=504 => {
+                return Err(unreachable(
+                    std::io::Error::other(format!("HTTP {status}: {}", message())).into(),
+                ));
+            }
+            _ => {
+                return Err(RegistryError::Status {
+                    url: shown,
+                    what: what.to_string(),
+                    status,
+                    message: message(),
+                })
+            }
+        }
+        let bad = |reason: &str| RegistryError::BadAnswer {
+            url: shown.clone(),
+            what: what.to_string(),
+            reason: reason.to_string(),
+        };
+        let json = json.ok_or_else(|| bad("not JSON"))?;
+        let schema = json
+            .get("schema")
+            .and_then(|s| s.as_str())
+            .ok_or_else(|| bad("no 'schema'"))?
+            .to_string();
+        let references = match json.get("references").and_then(|r| r.as_array()) {
+            None => Vec::new(),
+            Some(refs) => refs
+                .iter()
+                .map(|r| {
+                    Some(Reference {
+                        name: r.get("name")?.as_str()?.to_string(),
+                        subject: r.get("subject")?.as_str()?.to_string(),
+                        version: r.get("version")?.as_i64()?,
+                    })
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| bad("a reference without name, subject or version"))?,
+        };
+        Ok(RegisteredSchema {
+            id: json
+                .get("id")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|i| u32::try_from(i).ok()),
+            schema_type: json
+                .get("schemaType")
+                .and_then(|s| s.as_str())
+                .unwrap_or("AVRO")
+                .to_string(),
+            schema,
+            references,
+        })
+    }
+}
+
+/// A URL without the `user:password@` part some write into it.
+pub(crate) fn display_url(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s && !url[s + 3..at].contains('/') => {
+            format!("{}{}", &url[..s + 3], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Percent-escapes a subject for a URL path (`stocks/base.proto` -> `stocks%2Fbase.proto`).
+fn path_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(auth: Auth) -> RegistryClient {
+        RegistryClient::new(ClientSettings {
+            urls: vec!["http://127.0.0.1:1".into()],
+            auth,
+            tls: RegistryTls::default(),
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            backoff: Duration::from_millis(1),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn basic_and_bearer_authorization_headers() {
+        let basic = client(Auth::Basic(Secret::new("weir:s3cret")));
+        assert_eq!(
+            basic.authorization.as_ref().map(Secret::expose),
+            Some("Basic d2VpcjpzM2NyZXQ=")
+        );
+        let bearer = client(Auth::Bearer(Secret::new("tok")));
+        assert_eq!(
+            bearer.authorization.as_ref().map(Secret::expose),
+            Some("Bearer tok")
+        );
+        assert!(client(Auth::None).authorization.is_none());
+        // Neither shows in the client's debug output.
+        assert!(!format!("{basic:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn urls_lose_their_credentials_and_subjects_are_escaped() {
+        assert_eq!(display_url("https://u:p@reg:8081/x"), "https://reg:8081/x");
+        assert_eq!(display_url("http://reg:8081"), "http://reg:8081");
+        assert_eq!(path_escape("stocks/base.proto"), "stocks%2Fbase.proto");
+    }
+}

@@ -1,0 +1,602 @@
+//! Schemas from a Confluent-compatible schema registry (`'schema.registry.url'`).
+//!
+//! With the `protobuf` encoding and no `'location'`, each message's schema id selects its
+//! schema: fetched once per id (`GET /schemas/ids/{id}`, its references resolved recursively
+//! from their subjects), compiled with the well-known types, and turned into a plan onto the
+//! declared columns ([`weir_codec::registry`]), cached by id and shared by every partition. A
+//! partition's decoder keeps the previous message's plan and asks [`Plans`] only when a
+//! message's schema id changes, so the hot path makes no request and no lookup. The columns may
+//! be left out: they come from the latest schema of the subject (`'<topic>-value'`, or as
+//! `'schema.registry.subject'` and the subject name strategy say), fetched when the source is
+//! created (an unreachable registry is an error then).
+//!
+//! With the `json` encoding (or a local `'location'`), the registry framing is stripped and the
+//! registry is not asked anything: the JSON decoder needs no schema.
+//!
+//! A new schema id met while the registry is unreachable is retried with backoff; the message
+//! then fails under `'on.error'`, and other messages with that id fail at once for the next
+//! [`RETRY_AFTER`] before the registry is asked again. Ids already cached need no registry.
+
+pub(crate) mod client;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use weir_codec::registry::{
+    message_for_indexes, FramedProtoDecoder, Framing, PlanSource, SchemaPlan, TargetColumns,
+};
+use weir_codec::{
+    default_columns, CodecError, ColumnSpec, Decoder, DecoderFactory, DecoderRequest, OptionError,
+    OptionKind, OptionSpec, Options, PreparedDecoder, ProtoDecoderOptions, ProtoSchema, SchemaRef,
+    SourceText, PROTOBUF_OPTIONS,
+};
+use weir_kafka::{PemSource, Secret};
+
+use self::client::{
+    display_url, Auth, ClientSettings, RegisteredSchema, RegistryClient, RegistryTls,
+};
+use crate::source::SourceStats;
+
+pub(crate) use self::client::RegistryError as Error;
+
+/// How long a schema id that could not be fetched fails at once before it is asked again.
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// The schema registry options (every source accepts them).
+pub(crate) const REGISTRY_OPTIONS: &[OptionSpec] = &[
+    URL,
+    SUBJECT,
+    STRATEGY,
+    BASIC_AUTH,
+    BEARER_TOKEN,
+    CA_LOCATION,
+    CERTIFICATE_LOCATION,
+    KEY_LOCATION,
+    KEY_PASSWORD,
+    TIMEOUT,
+    RETRIES,
+    BACKOFF,
+];
+
+const URL: OptionSpec = OptionSpec::new(
+    "schema.registry.url",
+    OptionKind::List,
+    "a Confluent-compatible schema registry (`http(s)://host:port[/path]`, several tried in \
+     order): protobuf without 'location' takes each message's schema from its schema id; the \
+     registry framing is stripped (protobuf and JSON)",
+);
+const SUBJECT: OptionSpec = OptionSpec::new(
+    "schema.registry.subject",
+    OptionKind::Text,
+    "the subject whose latest schema gives the columns (default: by the name strategy; \
+     required with the file connector)",
+);
+const STRATEGY: OptionSpec = OptionSpec::new(
+    "schema.registry.subject.name.strategy",
+    OptionKind::Choice(&[
+        "TopicNameStrategy",
+        "RecordNameStrategy",
+        "TopicRecordNameStrategy",
+    ]),
+    "the subject's name: `<topic>-value`, the message's full name (needs 'message'), or \
+     `<topic>-<message>`",
+)
+.default_value("TopicNameStrategy");
+const BASIC_AUTH: OptionSpec = OptionSpec::new(
+    "schema.registry.basic.auth.user.info",
+    OptionKind::Text,
+    "HTTP basic authentication to the registry, `user:password`",
+)
+.secret();
+const BEARER_TOKEN: OptionSpec = OptionSpec::new(
+    "schema.registry.bearer.auth.token",
+    OptionKind::Text,
+    "a bearer token sent to the registry",
+)
+.secret();
+const CA_LOCATION: OptionSpec = OptionSpec::new(
+    "schema.registry.ssl.ca.location",
+    OptionKind::Path,
+    "PEM file of the CA certificates the registry's certificate is checked against; default: \
+     the system's trust store",
+);
+const CERTIFICATE_LOCATION: OptionSpec = OptionSpec::new(
+    "schema.registry.ssl.certificate.location",
+    OptionKind::Path,
+    "mutual TLS to the registry: PEM file of the client's certificate (chain)",
+);
+const KEY_LOCATION: OptionSpec = OptionSpec::new(
+    "schema.registry.ssl.key.location",
+    OptionKind::Path,
+    "mutual TLS to the registry: PEM file of the client's private key (PKCS#8, PKCS#1, SEC1, \
+     or encrypted PKCS#8)",
+);
+const KEY_PASSWORD: OptionSpec = OptionSpec::new(
+    "schema.registry.ssl.key.password",
+    OptionKind::Text,
+    "the password of an encrypted registry client key",
+)
+.secret();
+const TIMEOUT: OptionSpec = OptionSpec::new(
+    "schema.registry.request.timeout",
+    OptionKind::Duration,
+    "the time one registry request may take",
+)
+.default_value("10s");
+const RETRIES: OptionSpec = OptionSpec::new(
+    "schema.registry.retries",
+    OptionKind::Count,
+    "attempts after the first when the registry cannot be reached",
+)
+.default_value("3");
+const BACKOFF: OptionSpec = OptionSpec::new(
+    "schema.registry.retry.backoff",
+    OptionKind::Duration,
+    "the wait before the first retry; it doubles with each",
+)
+.default_value("200ms");
+
+/// A schema fetched by id and compiled.
+struct Compiled {
+    schema: ProtoSchema,
+    /// The registered schema's own file in `schema` (its references are the others).
+    file: String,
+}
+
+/// A source's registry: the client, the subject, the schemas compiled by id, the counters.
+pub(crate) struct Registry {
+    client: RegistryClient,
+    subject: String,
+    /// `'message'`, when given: the message type of every schema id.
+    message: Option<String>,
+    /// The subject's latest schema when the source was created (the columns' reference).
+    latest_id: u32,
+    latest_message: String,
+    latest: Arc<Compiled>,
+    schemas: Mutex<HashMap<u32, Arc<Compiled>>>,
+    /// Ids that could not be fetched, when, and why.
+    failures: Mutex<HashMap<u32, (Instant, String)>>,
+    /// Every schema id met (fetched or not), for the run summary.
+    seen: Mutex<HashSet<u32>>,
+    stats: Arc<SourceStats>,
+    max_depth: usize,
+}
+
+/// What `'schema.registry.url'` does to a source.
+pub(crate) enum Use {
+    /// No registry.
+    None,
+    /// Strip the framing only (JSON, or protobuf with a local `'location'`).
+    Framing,
+    /// Protobuf schemas by id from the registry.
+    Decode(Arc<Registry>),
+}
+
+impl Use {
+    /// Reads the registry options of source `source` for `encoding`; with the protobuf
+    /// encoding and no `'location'`, connects to the registry and fetches the subject's latest
+    /// schema (an unreachable registry or a missing subject is an error here).
+    pub(crate) fn open(
+        source: &str,
+        options: &Options,
+        encoding: &str,
+        stats: &Arc<SourceStats>,
+    ) -> Result<Self, Error> {
+        let urls = options.list(&URL);
+        if urls.is_empty() {
+            return Ok(Self::None);
+        }
+        let local = options.iter().any(|(k, _)| k == "location");
+        if encoding != "protobuf" || local {
+            return Ok(Self::Framing);
+        }
+        let option = |e: OptionError| Error::References {
+            what: format!("source {source}"),
+            reason: e.to_string(),
+        };
+        let duration = |spec: &OptionSpec| -> Result<Duration, Error> {
+            let text = options.require(spec).map_err(option)?;
+            weir_dedup::parse_duration(text)
+                .map_err(|e| option(OptionError::invalid(spec, spec.key, text, e.to_string())))
+        };
+        let secret = |spec: &OptionSpec| options.text(spec).map(Secret::new);
+        let path = |spec: &OptionSpec| options.text(spec).map(|p| PemSource::File(p.into()));
+        let auth = match (secret(&BASIC_AUTH), secret(&BEARER_TOKEN)) {
+            (Some(_), Some(_)) => {
+                return Err(option(OptionError::Conflict(
+                    "give 'schema.registry.basic.auth.user.info' or \
+                     'schema.registry.bearer.auth.token', not both"
+                        .into(),
+                )))
+            }
+            (Some(b), None) => Auth::Basic(b),
+            (None, Some(t)) => Auth::Bearer(t),
+            (None, None) => Auth::None,
+        };
+        let tls = RegistryTls {
+            ca: path(&CA_LOCATION),
+            certificate: path(&CERTIFICATE_LOCATION),
+            key: path(&KEY_LOCATION),
+            key_password: secret(&KEY_PASSWORD),
+        };
+        if tls.certificate.is_some() != tls.key.is_some() {
+            return Err(option(OptionError::Conflict(
+                "'schema.registry.ssl.certificate.location' and \
+                 'schema.registry.ssl.key.location' go together"
+                    .into(),
+            )));
+        }
+        let client = RegistryClient::new(ClientSettings {
+            urls,
+            auth,
+            tls,
+            timeout: duration(&TIMEOUT)?,
+            retries: options
+                .count(&RETRIES)
+                .map_err(option)?
+                .map_or(3, |r| u32::try_from(r).unwrap_or(u32::MAX)),
+            backoff: duration(&BACKOFF)?,
+        })?;
+        let message = options
+            .iter()
+            .find(|(k, _)| *k == "message")
+            .map(|(_, v)| v.to_string());
+        let topic = options.iter().find(|(k, _)| *k == "topic").map(|(_, v)| v);
+        let subject = match options.text(&SUBJECT) {
+            Some(s) => s.to_string(),
+            None => {
+                let strategy = options.choice(&STRATEGY).map_err(option)?;
+                let need = |what: &str| {
+                    option(OptionError::Conflict(format!(
+                        "'schema.registry.subject' is not given and the subject name strategy \
+                         needs {what}"
+                    )))
+                };
+                match strategy.unwrap_or("TopicNameStrategy") {
+                    "RecordNameStrategy" => message.clone().ok_or_else(|| need("'message'"))?,
+                    "TopicRecordNameStrategy" => format!(
+                        "{}-{}",
+                        topic.ok_or_else(|| need("'topic'"))?,
+                        message.as_deref().ok_or_else(|| need("'message'"))?
+                    ),
+                    _ => format!("{}-value", topic.ok_or_else(|| need("'topic'"))?),
+                }
+            }
+        };
+        let max_depth = PROTOBUF_OPTIONS
+            .iter()
+            .find(|o| o.key == "protobuf.max.depth")
+            .map_or(Ok(Some(100)), |spec| options.count(spec))
+            .map_err(option)?
+            .map_or(usize::MAX, |d| usize::try_from(d).unwrap_or(usize::MAX));
+        let latest = client.version(&subject, -1)?;
+        let latest_id = latest.id.ok_or_else(|| Error::BadAnswer {
+            url: display_url(client.url()),
+            what: format!("subject '{subject}' version latest"),
+            reason: "no 'id'".into(),
+        })?;
+        let compiled = Arc::new(compile(&client, &latest, latest_id, &subject)?);
+        let latest_message = match &message {
+            Some(m) => m.clone(),
+            None => message_for_indexes(&compiled.schema, &compiled.file, &[0]).map_err(|e| {
+                Error::References {
+                    what: format!("schema id {latest_id} (subject '{subject}')"),
+                    reason: e,
+                }
+            })?,
+        };
+        stats.schema_ids.fetch_add(1, Ordering::Relaxed);
+        Ok(Self::Decode(Arc::new(Registry {
+            client,
+            subject,
+            message,
+            latest_id,
+            latest_message,
+            latest: Arc::clone(&compiled),
+            schemas: Mutex::new(HashMap::from([(latest_id, compiled)])),
+            failures: Mutex::default(),
+            seen: Mutex::new(HashSet::from([latest_id])),
+            stats: Arc::clone(stats),
+            max_depth,
+        })))
+    }
+}
+
+/// Compiles a registered protobuf schema with its references.
+fn compile(
+    client: &RegistryClient,
+    schema: &RegisteredSchema,
+    id: u32,
+    subject: &str,
+) -> Result<Compiled, Error> {
+    let what = format!("schema id {id} (subject '{subject}')");
+    if !schema.schema_type.eq_ignore_ascii_case("PROTOBUF") {
+        return Err(Error::References {
+            what,
+            reason: format!(
+                "it is a {} schema; the protobuf encoding needs a PROTOBUF one",
+                schema.schema_type
+            ),
+        });
+    }
+    let file = format!("weir-registry-schema-{id}.proto");
+    let sources = client.with_references(schema, &file, &what)?;
+    let descriptors: Vec<Option<Vec<u8>>> = sources.iter().map(|(_, t)| descriptor(t)).collect();
+    let files: Vec<(&str, SourceText<'_>)> = sources
+        .iter()
+        .zip(&descriptors)
+        .map(|((n, t), d)| {
+            let text = match d {
+                Some(bytes) => SourceText::Descriptor(bytes),
+                None => SourceText::Proto(t),
+            };
+            (n.as_str(), text)
+        })
+        .collect();
+    let schema = ProtoSchema::from_files(&files, &file).map_err(|e| Error::References {
+        what,
+        reason: e.to_string(),
+    })?;
+    Ok(Compiled { schema, file })
+}
+
+/// The bytes of a schema registered as a base64-encoded `FileDescriptorProto` (as Confluent's
+/// Python and Go serializers register them; Confluent's registry hands back `.proto` text, a
+/// registry that keeps what it was given hands back the base64), or `None` for `.proto` text.
+fn descriptor(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let text = text.trim();
+    if text.is_empty()
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    <prost_types::FileDescriptorProto as prost::Message>::decode(bytes.as_slice()).ok()?;
+    Some(bytes)
+}
+
+impl Registry {
+    /// The schema of `id`, compiled: from the cache, or fetched (with retries) and compiled.
+    fn schema(&self, id: u32) -> Result<Arc<Compiled>, String> {
+        if let Some(c) = self
+            .schemas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+        {
+            return Ok(Arc::clone(c));
+        }
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, why)) = failures.get(&id) {
+            if at.elapsed() < RETRY_AFTER {
+                return Err(why.clone());
+            }
+        }
+        if self
+            .seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id)
+        {
+            self.stats.schema_ids.fetch_add(1, Ordering::Relaxed);
+        }
+        // Held while fetching: the partitions that meet the same new id wait for one request.
+        let fetched = self
+            .client
+            .schema_by_id(id)
+            .and_then(|s| compile(&self.client, &s, id, &self.subject));
+        match fetched {
+            Ok(c) => {
+                failures.remove(&id);
+                let c = Arc::new(c);
+                self.schemas
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, Arc::clone(&c));
+                Ok(c)
+            }
+            Err(e) => {
+                let why = format!("schema id {id} (source subject '{}'): {e}", self.subject);
+                failures.insert(id, (Instant::now(), why.clone()));
+                Err(why)
+            }
+        }
+    }
+
+    /// The message type of schema `c` for the message-index list `indexes`.
+    fn message(&self, id: u32, c: &Compiled, indexes: &[u8]) -> Result<String, String> {
+        if let Some(m) = &self.message {
+            return Ok(m.clone());
+        }
+        let path = Framing {
+            schema_id: id,
+            indexes,
+            payload_at: 0,
+        }
+        .index_path();
+        message_for_indexes(&c.schema, &c.file, &path)
+            .map_err(|e| format!("schema id {id} (subject '{}'): {e}", self.subject))
+    }
+}
+
+/// A schema id and a message-index list (as on the wire).
+type PlanKey = (u32, Vec<u8>);
+
+/// The plans of one preparation (the declared columns, or a projection of them), by schema id
+/// and message-index list.
+pub(crate) struct Plans {
+    registry: Arc<Registry>,
+    target: TargetColumns,
+    plans: RwLock<HashMap<PlanKey, Result<Arc<SchemaPlan>, String>>>,
+}
+
+impl PlanSource for Plans {
+    fn plan(&self, schema_id: u32, indexes: &[u8]) -> Result<Arc<SchemaPlan>, String> {
+        let key = (schema_id, indexes.to_vec());
+        if let Some(p) = self
+            .plans
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return p.clone();
+        }
+        let compiled = self.registry.schema(schema_id)?;
+        let message = self.registry.message(schema_id, &compiled, indexes)?;
+        let plan = SchemaPlan::compile(&self.target, schema_id, &compiled.schema, &message)
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        self.registry
+            .stats
+            .schema_plans
+            .fetch_add(1, Ordering::Relaxed);
+        self.plans
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_insert(plan)
+            .clone()
+    }
+}
+
+/// The `protobuf` encoding with schemas from the registry.
+pub(crate) struct RegistryFactory(pub(crate) Arc<Registry>);
+
+impl DecoderFactory for RegistryFactory {
+    fn prepare(
+        &self,
+        request: &DecoderRequest<'_>,
+    ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        let r = &self.0;
+        let options = ProtoDecoderOptions {
+            batch_size: request.batch_size.max(1),
+            max_depth: r.max_depth,
+        };
+        let on = |message: &str| {
+            TargetColumns::new(
+                request.columns,
+                r.latest_id,
+                &r.latest.schema,
+                message,
+                options,
+            )
+        };
+        // Without 'message', the columns are read from the first top-level message of the
+        // latest schema that has them all (a schema file often holds other messages first).
+        let mut target = on(&r.latest_message);
+        if target.is_err() && r.message.is_none() {
+            let others: Vec<String> = r
+                .latest
+                .schema
+                .pool()
+                .get_file_by_name(&r.latest.file)
+                .map(|f| f.messages().map(|m| m.full_name().to_string()).collect())
+                .unwrap_or_default();
+            if let Some(t) = others.iter().find_map(|m| on(m).ok()) {
+                target = Ok(t);
+            } else if let Some(best) = others.iter().max_by_key(|m| {
+                // For the error: the message with the most fields named like the columns.
+                r.latest
+                    .schema
+                    .pool()
+                    .get_message_by_name(m)
+                    .map_or(0, |d| {
+                        request
+                            .columns
+                            .iter()
+                            .filter(|c| d.get_field_by_name(&c.name).is_some())
+                            .count()
+                    })
+            }) {
+                target = on(best);
+            }
+        }
+        let target = target.map_err(|e| {
+            CodecError::Other(format!(
+                "subject '{}' (latest schema): {e}{}",
+                r.subject,
+                if r.message.is_none() {
+                    "; no message of the schema has these columns (name one with 'message')"
+                } else {
+                    ""
+                }
+            ))
+        })?;
+        Ok(Arc::new(RegistryPrepared::new(
+            Arc::clone(r),
+            target,
+            request.batch_size,
+        )))
+    }
+
+    fn options(&self) -> &[OptionSpec] {
+        PROTOBUF_OPTIONS
+    }
+
+    fn default_columns(&self, _options: &Options) -> Result<Vec<ColumnSpec>, CodecError> {
+        let r = &self.0;
+        Ok(default_columns(&r.latest.schema, &r.latest_message)?)
+    }
+
+    fn confluent_message_indexes(&self) -> bool {
+        true
+    }
+}
+
+/// The registry's protobuf decoding prepared for some columns.
+struct RegistryPrepared {
+    plans: Arc<Plans>,
+    schema: SchemaRef,
+    batch_size: usize,
+}
+
+impl RegistryPrepared {
+    fn new(registry: Arc<Registry>, target: TargetColumns, batch_size: usize) -> Self {
+        let schema = target.schema();
+        Self {
+            plans: Arc::new(Plans {
+                registry,
+                target,
+                plans: RwLock::default(),
+            }),
+            schema,
+            batch_size,
+        }
+    }
+}
+
+impl PreparedDecoder for RegistryPrepared {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        let source: Arc<dyn PlanSource> = Arc::clone(&self.plans) as Arc<dyn PlanSource>;
+        Box::new(FramedProtoDecoder::new(
+            source,
+            Arc::clone(&self.schema),
+            self.batch_size,
+        ))
+    }
+
+    fn project(&self, columns: &[usize]) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        let target = self.plans.target.project(columns).ok_or_else(|| {
+            CodecError::Other(format!(
+                "a projection of columns {columns:?} is out of range: the decoder produces {}",
+                self.schema.fields().len()
+            ))
+        })?;
+        Ok(Arc::new(RegistryPrepared::new(
+            Arc::clone(&self.plans.registry),
+            target,
+            self.batch_size,
+        )))
+    }
+}
