@@ -199,6 +199,20 @@ impl fmt::Debug for WeirCollector {
 
 type Labels = Vec<(&'static str, String)>;
 
+/// A label value escaped as the exposition formats require (`\\`, `\"`, `\n`).
+fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// One metric family being assembled: its samples, encoded together.
 struct Family<M> {
     name: &'static str,
@@ -215,7 +229,14 @@ impl<M: EncodeMetric> Family<M> {
         }
     }
 
-    fn add(&mut self, labels: Labels, m: M) {
+    fn add(&mut self, mut labels: Labels, m: M) {
+        // prometheus-client writes label values as they are: a file path holding a quote, a
+        // backslash or a newline would make the whole scrape unreadable.
+        for (_, v) in &mut labels {
+            if v.contains(['\\', '"', '\n']) {
+                *v = escape_label(v);
+            }
+        }
         self.samples.push((labels, m));
     }
 
@@ -512,7 +533,14 @@ fn encode_sinks(
         rows.add(l(), counter(load(&m.rows)));
         let path = m.path.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let written = match path {
-            Some(p) => std::fs::metadata(p).map_or(0, |m| m.len()),
+            // The file's size, kept as the largest seen: a failed look (the file moved, say)
+            // must not read as a counter reset.
+            Some(p) => {
+                if let Ok(meta) = std::fs::metadata(p) {
+                    m.bytes.fetch_max(meta.len(), Ordering::Relaxed);
+                }
+                load(&m.bytes)
+            }
             None => load(&m.bytes),
         };
         bytes.add(l(), counter(written));
@@ -525,4 +553,21 @@ fn encode_sinks(
     files.encode(e, MetricType::Counter)?;
     commit.encode(e, MetricType::Histogram)?;
     step.encode(e, MetricType::Gauge)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_label;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(
+            escape_label(
+                r#"/data/a"b\c
+d.bin"#
+            ),
+            r#"/data/a\"b\\c\nd.bin"#
+        );
+        assert_eq!(escape_label("plain"), "plain");
+    }
 }

@@ -90,13 +90,25 @@ impl Drop for MetricsServer {
     }
 }
 
+/// How long one request may take to arrive: one deadline for the whole head, so a client that
+/// trickles bytes cannot hold the endpoint (it answers one connection at a time).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+
 /// Reads one request and answers it.
 fn answer(mut stream: TcpStream, handle: &MetricsHandle) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the request did not arrive in time",
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;

@@ -140,8 +140,9 @@ pub(crate) struct RegistryClient {
 
 impl std::fmt::Debug for RegistryClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.settings.urls.iter().map(|u| display_url(u)).collect();
         f.debug_struct("RegistryClient")
-            .field("urls", &self.settings.urls)
+            .field("urls", &urls)
             .finish()
     }
 }
@@ -322,7 +323,12 @@ impl RegistryClient {
             let Some(RegistryError::Unreachable { url, source, .. }) = last else {
                 unreachable!("every URL was tried and failed");
             };
-            if attempts > self.settings.retries * self.settings.urls.len() as u32 {
+            if attempts
+                > self
+                    .settings
+                    .retries
+                    .saturating_mul(self.settings.urls.len() as u32)
+            {
                 return Err(RegistryError::Unreachable {
                     url,
                     what: what.to_string(),
@@ -331,7 +337,7 @@ impl RegistryClient {
                 });
             }
             std::thread::sleep(wait);
-            wait = (wait * 2).min(Duration::from_secs(10));
+            wait = wait.saturating_mul(2).min(Duration::from_secs(10));
         }
     }
 
@@ -440,11 +446,14 @@ impl RegistryClient {
 
 /// A URL without the `user:password@` part some write into it.
 pub(crate) fn display_url(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(s), Some(at)) if at > s && !url[s + 3..at].contains('/') => {
-            format!("{}{}", &url[..s + 3], &url[at + 1..])
-        }
-        _ => url.to_string(),
+    let Some(s) = url.find("://") else {
+        return url.to_string();
+    };
+    // Cut at the last '@': a password may itself hold '@' or '/', and a base URL's path rarely
+    // holds an '@' (cutting one hides a little of the path, never shows a secret).
+    match url[s + 3..].rfind('@') {
+        Some(at) => format!("{}{}", &url[..s + 3], &url[s + 3 + at + 1..]),
+        None => url.to_string(),
     }
 }
 
@@ -499,6 +508,8 @@ mod tests {
     fn urls_lose_their_credentials_and_subjects_are_escaped() {
         assert_eq!(display_url("https://u:p@reg:8081/x"), "https://reg:8081/x");
         assert_eq!(display_url("http://reg:8081"), "http://reg:8081");
+        assert_eq!(display_url("https://u:p@ss@reg/x"), "https://reg/x");
+        assert_eq!(display_url("https://u:p/w@reg:8081"), "https://reg:8081");
         assert_eq!(path_escape("stocks/base.proto"), "stocks%2Fbase.proto");
     }
 }

@@ -236,7 +236,8 @@ impl Use {
             retries: options
                 .count(&RETRIES)
                 .map_err(option)?
-                .map_or(3, |r| u32::try_from(r).unwrap_or(u32::MAX)),
+                // At most 100: with doubling backoff capped at 10 s that is already 15 minutes.
+                .map_or(3, |r| u32::try_from(r.min(100)).unwrap_or(100)),
             backoff: duration(&BACKOFF)?,
         })?;
         let message = options
@@ -362,6 +363,11 @@ fn descriptor(text: &str) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// The longest failure reason kept for a schema id, in bytes.
+const MAX_WHY: usize = 400;
+/// Failed schema ids remembered before the ones due for a retry are forgotten.
+const MAX_FAILURES: usize = 1024;
+
 impl Registry {
     /// The schema of `id`, compiled: from the cache, or fetched (with retries) and compiled.
     fn schema(&self, id: u32) -> Result<Arc<Compiled>, String> {
@@ -403,7 +409,21 @@ impl Registry {
                 Ok(c)
             }
             Err(e) => {
-                let why = format!("schema id {id} (source subject '{}'): {e}", self.subject);
+                let mut why = format!("schema id {id} (source subject '{}'): {e}", self.subject);
+                // The registry's own message can be long; every message with this id carries it.
+                if why.len() > MAX_WHY {
+                    let mut cut = MAX_WHY;
+                    while !why.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    why.truncate(cut);
+                    why.push_str("...");
+                }
+                // Ids from damaged messages are random: forget the failures that are due again
+                // rather than keep one for every id ever met.
+                if failures.len() >= MAX_FAILURES {
+                    failures.retain(|_, (at, _)| at.elapsed() < RETRY_AFTER);
+                }
                 failures.insert(id, (Instant::now(), why.clone()));
                 Err(why)
             }
