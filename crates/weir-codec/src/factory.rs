@@ -718,57 +718,8 @@ pub fn parse_time_unit(key: &str, value: &str) -> Result<TimeUnit, CodecError> {
 /// schema id, and (for protobuf, `message_indexes`) the zigzag-varint message-index list.
 /// Returns the payload and the schema id.
 pub fn strip_confluent(message: &[u8], message_indexes: bool) -> Result<(&[u8], u32), DecodeError> {
-    use crate::error::DecodeErrorKind;
-    if message.len() < 5 {
-        return Err(DecodeError::new(
-            0,
-            DecodeErrorKind::Confluent(format!(
-                "{} bytes is shorter than the 5-byte Confluent header",
-                message.len()
-            )),
-        ));
-    }
-    if message[0] != 0 {
-        return Err(DecodeError::new(
-            0,
-            DecodeErrorKind::Confluent(format!(
-                "magic byte is {}, expected 0 (is 'confluent.wire' set for plain messages?)",
-                message[0]
-            )),
-        ));
-    }
-    let schema_id = u32::from_be_bytes([message[1], message[2], message[3], message[4]]);
-    let mut pos = 5;
-    if message_indexes {
-        let count = read_zigzag(message, &mut pos)?;
-        if count < 0 || count as u64 > (message.len() - pos) as u64 {
-            return Err(DecodeError::new(
-                5,
-                DecodeErrorKind::Confluent(format!("bad message-index count {count}")),
-            ));
-        }
-        for _ in 0..count {
-            read_zigzag(message, &mut pos)?;
-        }
-    }
-    Ok((&message[pos..], schema_id))
-}
-
-fn read_zigzag(buf: &[u8], pos: &mut usize) -> Result<i64, DecodeError> {
-    use crate::error::DecodeErrorKind;
-    let start = *pos;
-    let mut value: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let Some(&b) = buf.get(*pos) else {
-            return Err(DecodeError::new(start, DecodeErrorKind::TruncatedVarint));
-        };
-        *pos += 1;
-        value |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
-        }
-    }
-    Err(DecodeError::new(start, DecodeErrorKind::VarintTooLong))
+    let framing = crate::registry::parse_framing(message, message_indexes)?;
+    Ok((&message[framing.payload_at..], framing.schema_id))
 }
 
 #[cfg(test)]
