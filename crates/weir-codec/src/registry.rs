@@ -524,6 +524,12 @@ pub struct FramedProtoDecoder {
     /// Another `[0]` schema id whose plan decodes with the current decoder (the previous one
     /// met, when it shares it): two such versions interleaved both take the fast path.
     sibling_id: u64,
+    /// The current frame's header (magic byte, id, index list) when its index list is not
+    /// `[0]` and it is at most 16 bytes; `frame_len` 0: none. A message that starts with the
+    /// same bytes has the same framing (varints are prefix-free), so it takes the current
+    /// decoder without parsing its framing again.
+    frame: [u8; 16],
+    frame_len: usize,
     /// The runs of this batch before the current one: (plan, rows).
     runs: Vec<(usize, usize)>,
     /// The current plan's buffered rows when its run began.
@@ -552,6 +558,8 @@ impl FramedProtoDecoder {
             current: 0,
             current_id: u64::MAX,
             sibling_id: u64::MAX,
+            frame: [0; 16],
+            frame_len: 0,
             runs: Vec::new(),
             run_start: 0,
         }
@@ -599,10 +607,16 @@ impl FramedProtoDecoder {
             // The same decoder under another id: keep the previous id on the fast path too.
             self.sibling_id = self.current_id;
         }
-        // Only the `[0]` list (one byte, 0) takes the fast path in `decode`.
+        // The `[0]` list (one byte, 0) takes the id comparison in `decode`; another list up to
+        // 16 header bytes takes the header comparison.
+        self.frame_len = 0;
         self.current_id = if framing.indexes == [0] {
             u64::from(framing.schema_id)
         } else {
+            if let Some(header) = message.get(..framing.payload_at).filter(|h| h.len() <= 16) {
+                self.frame[..header.len()].copy_from_slice(header);
+                self.frame_len = header.len();
+            }
             u64::MAX - 1
         };
         Ok(framing.payload_at)
@@ -648,6 +662,15 @@ impl Decoder for FramedProtoDecoder {
                         e
                     });
                 }
+            }
+        }
+        let n = self.frame_len;
+        if n > 0 && message.get(..n) == Some(&self.frame[..n]) {
+            if let Some(local) = self.locals.get_mut(self.current) {
+                return local.decoder.decode(&message[n..]).map_err(|mut e| {
+                    e.offset += n;
+                    e
+                });
             }
         }
         self.decode_slow(message)
@@ -1037,6 +1060,46 @@ mod tests {
         let b = d.flush().unwrap();
         let size = b.column(1).as_primitive::<Int64Type>();
         assert_eq!(size.values().to_vec(), vec![5, 6, 5, 6, 7, 6]);
+    }
+
+    #[test]
+    fn a_message_index_list_other_than_0_keeps_its_plan_without_parsing_again() {
+        let cols: Vec<ColumnSpec> = columns().into_iter().take(3).collect();
+        let v2 = schema(V2);
+        let target = TargetColumns::new(&cols, 2, &v2, "ex.Quote", Default::default()).unwrap();
+        let p1 = Arc::new(SchemaPlan::compile(&target, 1, &schema(V1), "ex.Quote").unwrap());
+        let p2 = Arc::new(SchemaPlan::compile(&target, 2, &v2, "ex.Quote").unwrap());
+        let source = Arc::new(Fixed(vec![(1, p1), (2, p2)]));
+        let mut d = FramedProtoDecoder::new(source, target.schema(), 8192);
+        // The index list [1]: count 1 and index 1, both zigzag varints (2, 2).
+        let indexed = |id: u32, payload: &[u8]| {
+            let mut m = vec![0];
+            m.extend_from_slice(&id.to_be_bytes());
+            m.extend_from_slice(&[2, 2]);
+            m.extend_from_slice(payload);
+            m
+        };
+        let a = indexed(2, &[10, 3, 10, 1, b'A', 16, 5]);
+        let b = indexed(2, &[10, 3, 10, 1, b'B', 16, 6]);
+        let c = indexed(1, &[10, 3, 10, 1, b'C', 16, 7]);
+        let z = frame(2, &[10, 3, 10, 1, b'Z', 16, 8]);
+        d.decode(&a).unwrap();
+        assert_eq!(
+            d.frame_len, 7,
+            "magic, id and [1] are the header to compare"
+        );
+        for m in [&b, &a, &c, &c, &z, &b] {
+            d.decode(m).unwrap();
+        }
+        // A truncated payload after the same header: the error's offset counts the header.
+        let err = d.decode(&indexed(2, &[10, 9, 10])).unwrap_err();
+        assert_eq!(err.offset, 7 + 1, "{err}");
+        let batch = d.flush().unwrap();
+        let ticker = batch.column(0).as_string::<i32>();
+        let tickers: Vec<&str> = (0..batch.num_rows()).map(|i| ticker.value(i)).collect();
+        assert_eq!(tickers, ["A", "B", "A", "C", "C", "Z", "B"]);
+        let size = batch.column(1).as_primitive::<Int64Type>();
+        assert_eq!(size.values().to_vec(), vec![5, 6, 5, 7, 7, 8, 6]);
     }
 
     #[test]
