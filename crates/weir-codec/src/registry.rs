@@ -205,7 +205,7 @@ impl TargetColumns {
             schema_id: reference_id,
             source: Arc::new(source),
         };
-        let desc = find(schema, message).map_err(plan_err)?;
+        let desc = crate::protobuf::find_message(schema, message).map_err(plan_err)?;
         let reference = columns
             .iter()
             .map(|c| match resolve(&desc, c) {
@@ -397,25 +397,6 @@ impl SchemaPlan {
     }
 }
 
-/// The message descriptor named `message`.
-fn find(schema: &ProtoSchema, message: &str) -> Result<MessageDescriptor, PlanError> {
-    let name = message.strip_prefix('.').unwrap_or(message);
-    schema
-        .pool()
-        .get_message_by_name(name)
-        .ok_or_else(|| PlanError::UnknownMessage {
-            message: message.to_string(),
-            known: schema
-                .pool()
-                .all_messages()
-                .filter(|m| !m.full_name().starts_with("google.protobuf."))
-                .take(8)
-                .map(|m| m.full_name().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })
-}
-
 /// Binds `target`'s columns to `message` in `schema`: by name (or path), then by the reference
 /// field's number; the decoder of the fields found and where each column comes from.
 fn bind(
@@ -428,7 +409,7 @@ fn bind(
         schema_id,
         source: Arc::new(source),
     };
-    let desc = find(schema, message).map_err(plan_err)?;
+    let desc = crate::protobuf::find_message(schema, message).map_err(plan_err)?;
     let name = desc.full_name().to_string();
     let trial = ProtoDecoderOptions {
         batch_size: 1,

@@ -78,7 +78,9 @@ pub fn default_columns(schema: &ProtoSchema, message: &str) -> Result<Vec<Column
         .collect())
 }
 
-fn find_message(
+/// The message descriptor named `message` (a leading '.' allowed); an unknown name lists some
+/// the schema has.
+pub(crate) fn find_message(
     schema: &ProtoSchema,
     message: &str,
 ) -> Result<prost_reflect::MessageDescriptor, PlanError> {
