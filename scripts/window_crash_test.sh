@@ -57,22 +57,7 @@ while [ "$landed" -lt "$KILLS" ]; do
     --per-second 100000 --to "kafka://$WEIR_KAFKA_BOOTSTRAP/$TOPIC" --topic-partitions 3 2>/dev/null
   "$WEIR" gen quotes --count "$CHUNK" --seed "$seed" --duplicates 0.1 --start "$start" \
     --per-second 100000 --format json --out "$WORK/ref-$chunk.jsonl" 2>/dev/null
-  "$WEIR" run --quiet "$WORK/p.sql" >"$WORK/run.log" 2>&1 &
-  PID=$!
-  sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", 0.02 + (r % 780) / 1000 }')"
-  if kill -9 "$PID" 2>/dev/null; then
-    landed=$((landed + 1))
-  else
-    finished_early=$((finished_early + 1))
-  fi
-  status=0
-  { wait "$PID"; } 2>/dev/null || status=$?
-  PID=""
-  if [ "$status" -ne 0 ] && [ "$status" -ne 137 ]; then
-    echo "window crash test: weir failed (exit $status) in run $chunk:" >&2
-    cat "$WORK/run.log" >&2
-    exit 1
-  fi
+  run_and_kill "$chunk"
 done
 echo "window crash test: $landed kills landed, $finished_early runs ended before their kill; finishing"
 "$WEIR" run --quiet "$WORK/p.sql"
