@@ -399,10 +399,13 @@ impl Connection {
         // sooner than a second after this authentication began: the broker refuses a
         // re-authentication within a second of the last (and a session that short ends in a
         // closed connection and a reconnect instead).
-        self.reauth_at = (lifetime_ms > 0).then(|| {
-            (Instant::now() + Duration::from_millis(lifetime_ms as u64 * 85 / 100))
-                .max(started + Duration::from_millis(1_100))
-        });
+        // The broker's value is outside data: a lifetime too long for the clock means no
+        // re-authentication is needed within this process's life.
+        self.reauth_at = u64::try_from(lifetime_ms)
+            .ok()
+            .filter(|&ms| ms > 0)
+            .and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms / 100 * 85)))
+            .map(|at| at.max(started + Duration::from_millis(1_100)));
         if lifetime_ms > 0 {
             log::debug!(
                 "kafka broker {}: SASL {name} session of {lifetime_ms} ms",

@@ -101,7 +101,7 @@ impl TokenCache {
                 if let Some(exp) = expires_at_ms.filter(|&e| e <= now) {
                     return Err(token_error(format!(
                         "the token of 'sasl.oauthbearer.token' expired {} s ago and cannot be renewed; use 'sasl.oauthbearer.token.file' or 'sasl.oauthbearer.method' = 'oidc'",
-                        (now - exp) / 1000
+                        now.saturating_sub(exp) / 1000
                     )));
                 }
                 Token {
@@ -130,7 +130,7 @@ impl TokenCache {
                     return Err(token_error(format!(
                         "the token in {} expired {} s ago; whatever renews the file has not",
                         path.display(),
-                        (now - exp) / 1000
+                        now.saturating_sub(exp) / 1000
                     )));
                 }
                 Token {
@@ -219,13 +219,15 @@ fn fetch_oidc(cfg: &OidcConfig, now: i64) -> Result<Token> {
     let expires_at_ms = json
         .get("expires_in")
         .and_then(serde_json::Value::as_f64)
-        .map(|s| now + (s * 1000.0) as i64)
+        .map(|s| now.saturating_add((s * 1000.0) as i64))
         .or(exp);
     // Fetch a new one once 80% of the lifetime has passed (an hour when it is not known), and
     // never hand out one with less than 10 s left: a session opened with it would have to be
     // renewed at once.
     let refresh_at_ms = Some(match expires_at_ms {
-        Some(e) => (now + (e - now) * 4 / 5).min(e - 10_000),
+        Some(e) => now
+            .saturating_add(e.saturating_sub(now) / 5 * 4)
+            .min(e.saturating_sub(10_000)),
         None => now + 3_600_000,
     });
     Ok(Token {

@@ -76,6 +76,8 @@ pub const SECURITY_OPTIONS: &[SecurityOption] = &[
     opt("sasl.oauthbearer.client.secret", Text, None, "OIDC: the client secret", true),
     opt("sasl.oauthbearer.token.endpoint.url", Url, None,
         "OIDC: the token endpoint (client-credentials grant)", false),
+    opt("sasl.oauthbearer.token.endpoint.allow.http", Choice(&["true", "false"]), Some("false"),
+        "OIDC: allow an `http://` token endpoint on a host other than loopback (the client secret then travels unencrypted)", false),
     opt("sasl.oauthbearer.scope", Text, None, "OIDC: the scope(s) asked for, space-separated", false),
     opt("sasl.oauthbearer.extensions", Text, None,
         "OAUTHBEARER: SASL extensions sent with the token, `key=value,key=value`", false),
@@ -141,13 +143,16 @@ fn ends_with_continuation(s: &str) -> bool {
 
 /// Splits a logical line at the first unescaped `=`, `:` or whitespace.
 fn split_key_value(line: &str) -> (&str, &str) {
-    let b = line.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => i += 2,
-            b'=' | b':' => return (line[..i].trim_end(), line[i + 1..].trim()),
-            b' ' | b'\t' | b'\x0c' => {
+    // Character positions from char_indices, so every slice falls on a character boundary
+    // whatever follows a backslash.
+    let mut chars = line.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '=' | ':' => return (line[..i].trim_end(), line[i + 1..].trim()),
+            ' ' | '\t' | '\x0c' => {
                 let key = &line[..i];
                 let rest = line[i..].trim_start();
                 let rest = rest
@@ -156,7 +161,7 @@ fn split_key_value(line: &str) -> (&str, &str) {
                     .unwrap_or(rest);
                 return (key, rest.trim());
             }
-            _ => i += 1,
+            _ => {}
         }
     }
     (line.trim_end(), "")
@@ -349,55 +354,43 @@ fn parse_jaas(text: &str) -> Result<Vec<(String, String)>> {
     let _module = words.next().ok_or_else(|| bad("empty"))?;
     let _flag = words.next().unwrap_or("");
     let rest = words.next().unwrap_or("");
+    // Walked by characters, never by byte index: a value is outside data and may hold any
+    // character after a backslash (a byte index there once panicked with the password in the
+    // message).
     let mut out = Vec::new();
-    let b = rest.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if i >= b.len() {
+    let mut chars = rest.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
             break;
         }
-        let start = i;
-        while i < b.len() && b[i] != b'=' {
-            i += 1;
+        let mut key = String::new();
+        loop {
+            match chars.next() {
+                None => return Err(bad("expected key=\"value\" options after the login module")),
+                Some('=') => break,
+                Some(c) => key.push(c),
+            }
         }
-        if i >= b.len() {
-            return Err(bad("expected key=\"value\" options after the login module"));
-        }
-        let key = rest[start..i].trim().to_string();
-        i += 1;
-        let value = if b.get(i) == Some(&b'"') {
-            i += 1;
-            let mut v = String::new();
+        let mut value = String::new();
+        if chars.next_if_eq(&'"').is_some() {
             loop {
-                match b.get(i) {
+                match chars.next() {
                     None => return Err(bad("unterminated quoted value")),
-                    Some(b'"') => {
-                        i += 1;
-                        break;
-                    }
-                    Some(b'\\') if i + 1 < b.len() => {
-                        v.push(b[i + 1] as char);
-                        i += 2;
-                    }
-                    Some(_) => {
-                        let ch = rest[i..].chars().next().unwrap_or('\u{fffd}');
-                        v.push(ch);
-                        i += ch.len_utf8();
-                    }
+                    Some('"') => break,
+                    Some('\\') => match chars.next() {
+                        Some(c) => value.push(c),
+                        None => return Err(bad("unterminated quoted value")),
+                    },
+                    Some(c) => value.push(c),
                 }
             }
-            v
         } else {
-            let s = i;
-            while i < b.len() && !b[i].is_ascii_whitespace() {
-                i += 1;
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                value.push(c);
             }
-            rest[s..i].to_string()
-        };
-        out.push((key, value));
+        }
+        out.push((key.trim().to_string(), value));
     }
     Ok(out)
 }
@@ -438,8 +431,23 @@ fn oauthbearer(values: &Values) -> Result<OAuthBearerConfig> {
         if !(token_endpoint.starts_with("https://") || token_endpoint.starts_with("http://")) {
             return Err(invalid(
                 "sasl.oauthbearer.token.endpoint.url",
-                format!("'{token_endpoint}' is not an http(s) URL"),
+                "is not an http(s) URL",
             ));
+        }
+        let allow_http = values.choice(
+            "sasl.oauthbearer.token.endpoint.allow.http",
+            &["true", "false"],
+        )? == Some("true");
+        if token_endpoint.starts_with("http://") && !allow_http {
+            let host = url_host(&token_endpoint);
+            if !is_loopback(host) {
+                return Err(invalid(
+                    "sasl.oauthbearer.token.endpoint.url",
+                    format!(
+                        "is plain http on {host}, not loopback: the client secret would travel unencrypted; use https, or set 'sasl.oauthbearer.token.endpoint.allow.http' = 'true' if that is meant"
+                    ),
+                ));
+            }
         }
         TokenSource::Oidc(OidcConfig {
             token_endpoint,
@@ -498,6 +506,25 @@ fn oauthbearer(values: &Values) -> Result<OAuthBearerConfig> {
     Ok(OAuthBearerConfig { token, extensions })
 }
 
+/// The host of an `http(s)://[user@]host[:port]/...` URL (no user info, no port).
+pub(crate) fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if let Some(v6) = host_port.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or("");
+    }
+    host_port.split(':').next().unwrap_or("")
+}
+
+/// True for `localhost` and loopback addresses: credentials may go there in clear text.
+pub(crate) fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 pub(super) fn validate(c: &SecurityConfig) -> Result<()> {
     match (c.protocol.sasl(), &c.sasl) {
         (true, None) => {
@@ -531,6 +558,19 @@ pub(super) fn validate(c: &SecurityConfig) -> Result<()> {
             missing,
             "mutual TLS needs both the client certificate and its private key",
         ));
+    }
+    if c.protocol.sasl() && !c.protocol.tls() {
+        if let Some(SaslConfig::Plain { .. } | SaslConfig::OAuthBearer(_)) = &c.sasl {
+            // Once per process: SCRAM sends only a proof, but PLAIN sends the password and
+            // OAUTHBEARER the token as they are.
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                log::warn!(
+                    "kafka: SASL {} over SASL_PLAINTEXT sends the credentials unencrypted; use SASL_SSL",
+                    c.sasl.as_ref().map(|s| s.mechanism_name()).unwrap_or_default()
+                )
+            });
+        }
     }
     if !c.protocol.tls() && (c.tls.certificate.is_some() || c.tls.ca.is_some()) {
         log::warn!(
@@ -737,5 +777,137 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.to_string().contains("'auth'"), "{e}");
+    }
+
+    /// A small deterministic generator of text over an alphabet rich in what the parsers treat
+    /// specially (escapes, quotes, separators, multi-byte characters).
+    struct Junk(u64);
+
+    impl Junk {
+        const ALPHABET: &'static [char] = &[
+            'a',
+            'Z',
+            '0',
+            'u',
+            '=',
+            ':',
+            ' ',
+            '\t',
+            '\\',
+            '"',
+            ';',
+            '#',
+            '!',
+            '\u{0}',
+            'é',
+            '€',
+            '\u{1F600}',
+            '\u{0301}',
+        ];
+
+        fn text(&mut self, len: usize, newlines: bool) -> String {
+            (0..len)
+                .map(|_| {
+                    self.0 ^= self.0 << 13;
+                    self.0 ^= self.0 >> 7;
+                    self.0 ^= self.0 << 17;
+                    if newlines && self.0 % 11 == 0 {
+                        '\n'
+                    } else {
+                        Self::ALPHABET[(self.0 % Self::ALPHABET.len() as u64) as usize]
+                    }
+                })
+                .collect()
+        }
+    }
+
+    /// Credentials over plain http go to loopback only, unless allowed in so many words.
+    #[test]
+    fn an_oidc_endpoint_over_plain_http_is_refused_off_loopback() {
+        let oidc = |url: &str, allow: Option<&str>| {
+            let mut pairs = vec![
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "OAUTHBEARER"),
+                ("sasl.oauthbearer.method", "oidc"),
+                ("sasl.oauthbearer.client.id", "weir"),
+                ("sasl.oauthbearer.client.secret", "s3cr3t"),
+                ("sasl.oauthbearer.token.endpoint.url", url),
+            ];
+            if let Some(a) = allow {
+                pairs.push(("sasl.oauthbearer.token.endpoint.allow.http", a));
+            }
+            parse(&pairs)
+        };
+        let e = oidc("http://idp.example.com/token", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allow.http") && !e.contains("s3cr3t"), "{e}");
+        let e = oidc("http://user:pw@idp.example.com:8080/token", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("idp.example.com") && !e.contains("pw"), "{e}");
+        oidc("http://idp.example.com/token", Some("true")).unwrap();
+        for ok in [
+            "http://127.0.0.1:8080/t",
+            "http://localhost/t",
+            "http://[::1]:9/t",
+            "https://idp/t",
+        ] {
+            oidc(ok, None).unwrap();
+        }
+        assert_eq!(url_host("https://u:p@h.example:443/x"), "h.example");
+        assert_eq!(url_host("http://[::1]:80/x"), "::1");
+    }
+
+    /// Arbitrary text never panics the properties or JAAS parsers, and a password around
+    /// arbitrary characters never shows in an error or in `Debug` (a backslash before a
+    /// multi-byte character once panicked with the configuration in the message).
+    #[test]
+    fn arbitrary_input_neither_panics_nor_shows_the_password() {
+        const MARK: &str = "hunter2-MARK";
+        let mut junk = Junk(0x9E37_79B9_7F4A_7C15);
+        for round in 0..20_000 {
+            let len = round % 40;
+            let _ = parse_properties(&junk.text(len, true));
+            let _ = parse_jaas(&junk.text(len, false));
+            let (a, b) = (junk.text(round % 7, false), junk.text(round % 5, false));
+            let jaas = format!(
+                "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" password=\"{a}{MARK}{b}\";"
+            );
+            let direct = parse(&[
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanism", "PLAIN"),
+                ("sasl.jaas.config", &jaas),
+            ]);
+            let text = format!(
+                "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config={jaas}\n"
+            );
+            let from_text =
+                parse_properties(&text).and_then(|p| SecurityConfig::from_properties(p));
+            for outcome in [direct, from_text] {
+                let shown = match outcome {
+                    Ok(c) => format!("{c:?}"),
+                    Err(e) => format!("{e} {e:?}"),
+                };
+                assert!(
+                    !shown.contains(MARK),
+                    "{jaas:?} shows the password: {shown}"
+                );
+            }
+        }
+        // The case found: a backslash before a multi-byte character.
+        let e = parse(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            (
+                "sasl.jaas.config",
+                "m required username=\"u\" password=\"pw\\é\";",
+            ),
+        ])
+        .unwrap();
+        match e.sasl {
+            Some(SaslConfig::Plain { password, .. }) => assert_eq!(password.expose(), "pwé"),
+            other => panic!("{other:?}"),
+        }
     }
 }

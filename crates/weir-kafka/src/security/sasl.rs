@@ -21,6 +21,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
+use subtle::ConstantTimeEq as _;
 
 use super::oauth::TokenCache;
 use super::{OAuthBearerConfig, SaslConfig, ScramHash, Secret};
@@ -184,6 +185,10 @@ fn digest(hash: ScramHash, data: &[u8]) -> Vec<u8> {
     }
 }
 
+/// The iteration counts a SCRAM server may ask for: Kafka's own bounds (`ScramMechanism`'s
+/// minimum and maximum, which `kafka-configs` enforces when credentials are stored).
+pub(crate) const SCRAM_ITERATIONS: std::ops::RangeInclusive<u32> = 4096..=16384;
+
 fn salted_password(hash: ScramHash, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
     match hash {
         ScramHash::Sha256 => {
@@ -230,7 +235,9 @@ impl SaslExchange for ScramExchange {
             let got = base64::engine::general_purpose::STANDARD
                 .decode(v)
                 .map_err(|_| "the server signature is not base64")?;
-            if got != expected {
+            // Constant time: a comparison that stops at the first differing byte tells a man in
+            // the middle how much of a forged signature was right.
+            if !bool::from(got.as_slice().ct_eq(expected.as_slice())) {
                 return Err("the server's signature is wrong: it does not know the password (a man in the middle?)".into());
             }
             return Ok(None);
@@ -257,9 +264,16 @@ impl SaslExchange for ScramExchange {
         let salt = base64::engine::general_purpose::STANDARD
             .decode(salt.ok_or("the server's first message has no salt")?)
             .map_err(|_| "the salt is not base64")?;
-        let iterations = iterations
-            .filter(|&i| (1..=10_000_000).contains(&i))
-            .ok_or("the server's iteration count is missing or absurd")?;
+        let iterations = iterations.ok_or("the server's first message has no iteration count")?;
+        if !SCRAM_ITERATIONS.contains(&iterations) {
+            // Few iterations make the proof cheap to crack for whoever asked for them (a man in
+            // the middle over SASL_PLAINTEXT); very many burn the client's CPU.
+            return Err(format!(
+                "the server asks for {iterations} iterations, outside the {} to {} Kafka allows; refused (a man in the middle or a misconfigured broker)",
+                SCRAM_ITERATIONS.start(),
+                SCRAM_ITERATIONS.end()
+            ));
+        }
         let h = self.hash;
         let salted = salted_password(h, self.password.expose().as_bytes(), &salt, iterations);
         let client_key = hmac(h, &salted, b"Client Key");
@@ -403,6 +417,27 @@ mod tests {
         assert_eq!(y.first().unwrap(), b"n,,n=a=3Db=2Cc,r=abc");
         assert!(y.next(b"r=xyz123,s=AAAA,i=4096").is_err());
         assert!(y.next(b"r=abc123,s=AAAA,i=0").is_err());
+    }
+
+    /// A man in the middle asking for one iteration (a cheap proof to crack) or a hostile
+    /// broker asking for ten million (CPU burnt) is refused before any hashing; Kafka's own
+    /// bounds pass.
+    #[test]
+    fn scram_refuses_iteration_counts_outside_kafkas_bounds() {
+        for (i, ok) in [
+            ("1", false),
+            ("4095", false),
+            ("4096", true),
+            ("16384", true),
+            ("16385", false),
+            ("10000000", false),
+            ("", false),
+        ] {
+            let mut x = ScramExchange::new(ScramHash::Sha256, "u", Secret::new("p"), "abc".into());
+            x.first().unwrap();
+            let answer = x.next(format!("r=abc123,s=AAAA,i={i}").as_bytes());
+            assert_eq!(answer.is_ok(), ok, "iterations {i:?}: {answer:?}");
+        }
     }
 
     #[test]
