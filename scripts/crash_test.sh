@@ -9,11 +9,18 @@
 #
 # Uses the broker at WEIR_KAFKA_BOOTSTRAP, or starts one with scripts/kafka.sh (and stops it).
 # WEIR_CRASH_CHUNK sets the messages per chunk (default 30000), WEIR_CRASH_SEED the first seed.
+#
+# WEIR_CRASH_SINK=delta writes a Delta table on the S3-compatible store at WEIR_S3_ENDPOINT
+# (scripts/objectstore.sh; credentials in WEIR_S3_ACCESS_KEY/WEIR_S3_SECRET_KEY, bucket
+# WEIR_S3_BUCKET) instead of Parquet step files, and the check reads the table with the Python
+# `deltalake` package (delta-rs's own binding): every key once, and the table's transaction
+# versions equal to the positions the state committed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS="${WEIR_CRASH_KILLS:-20}"
 CHUNK="${WEIR_CRASH_CHUNK:-30000}"
 SEED="${WEIR_CRASH_SEED:-$RANDOM}"
+SINK_KIND="${WEIR_CRASH_SINK:-parquet}"
 CRASH_NAME=crash
 . scripts/crash_setup.sh
 TOPIC="weir-crash-$$-$SEED"
@@ -28,8 +35,21 @@ CREATE SOURCE quotes (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE, 
         'location' = '$WORK/schema/stocks.pb',
         'state.dir' = '$WORK/state', 'dedup.key' = 'ticker,sequence_number',
         'commit.interval' = '150ms, 3000 rows');
-CREATE SINK out FROM quotes WITH ('connector' = 'parquet', 'path' = '$WORK/out');
 SQL
+if [ "$SINK_KIND" = delta ]; then
+  if ! "$VENV/bin/python" -c "import deltalake" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "deltalake==1.6.6"
+  fi
+  TABLE="s3://$WEIR_S3_BUCKET/crash-$$-$SEED"
+  cat >> "$WORK/p.sql" <<SQL
+CREATE SINK out FROM quotes WITH ('connector' = 'delta', 'path' = '$TABLE',
+  's3.endpoint' = '$WEIR_S3_ENDPOINT', 's3.region' = 'us-east-1',
+  's3.access.key.id' = '$WEIR_S3_ACCESS_KEY', 's3.secret.access.key' = '\${env:WEIR_S3_SECRET_KEY}');
+SQL
+  echo "crash test: into the Delta table $TABLE"
+else
+  echo "CREATE SINK out FROM quotes WITH ('connector' = 'parquet', 'path' = '$WORK/out');" >> "$WORK/p.sql"
+fi
 
 chunk=0
 landed=0
@@ -50,6 +70,58 @@ done
 echo "crash test: $landed kills landed, $finished_early runs ended before their kill; finishing"
 "$WEIR" run --quiet "$WORK/p.sql"
 "$WEIR" stats "$WORK/state"
+
+if [ "$SINK_KIND" = delta ]; then
+"$WEIR" stats "$WORK/state" > "$WORK/stats.txt"
+"$VENV/bin/python" - "$WORK" "$chunk" "$TABLE" <<'PY'
+import json, os, sys
+from deltalake import DeltaTable
+work, chunks, table = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+expected = set()
+sent = 0
+for c in range(1, chunks + 1):
+    with open(f"{work}/ref-{c}.jsonl") as f:
+        for line in f:
+            q = json.loads(line)
+            expected.add((q["base"]["ticker"], q["base"]["sequence_number"]))
+            sent += 1
+opts = {"AWS_ENDPOINT_URL": os.environ["WEIR_S3_ENDPOINT"], "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": os.environ["WEIR_S3_ACCESS_KEY"],
+        "AWS_SECRET_ACCESS_KEY": os.environ["WEIR_S3_SECRET_KEY"], "AWS_ALLOW_HTTP": "true",
+        "conditional_put": "etag"}
+dt = DeltaTable(table, storage_options=opts)
+t = dt.to_pyarrow_table(columns=["ticker", "sequence_number"])
+got = list(zip(t.column("ticker").to_pylist(), t.column("sequence_number").to_pylist()))
+seen = set(got)
+doubled = len(got) - len(seen)
+missing = expected - seen
+extra = seen - expected
+# The table's transaction versions against the positions the state committed (weir stats).
+positions = {}
+in_positions = False
+for line in open(f"{work}/stats.txt"):
+    if line.startswith("read positions"):
+        in_positions = True
+        continue
+    if in_positions and line.startswith("  "):
+        name, nxt = line.split()
+        positions[name] = int(nxt)
+    elif in_positions:
+        in_positions = False
+txns = {p: dt.transaction_version(f"out/{p}") for p in positions}
+wrong = {p: (n, txns[p]) for p, n in positions.items() if txns[p] != n}
+print(f"crash test: {sent} messages sent, {len(expected)} distinct keys; the Delta table "
+      f"(version {dt.version()}, step {dt.transaction_version('out')}) holds {len(got)} rows, {doubled} doubled, "
+      f"{len(missing)} missing, {len(extra)} unexpected; {len(positions)} partition positions, "
+      f"{len(wrong)} differ from the table's txn versions")
+assert positions, "the state committed no positions"
+assert not wrong, f"table txn versions differ from the committed positions: {wrong}"
+assert doubled == 0 and not missing and not extra, "exactly-once violated"
+assert len(expected) < sent, "the stream had no duplicates to drop"
+PY
+echo "crash test: passed"
+exit 0
+fi
 
 "$VENV/bin/python" - "$WORK" "$chunk" <<'PY'
 import glob, json, os, sys

@@ -6,8 +6,10 @@
 # registry (Apicurio, started with scripts/registry.sh and always stopped on exit), the metrics
 # test against a real Prometheus (scripts/prometheus.sh, Debian's package, installed when
 # missing, always stopped on exit), a pyarrow read-back of weir's Parquet/IPC output (pyarrow is
-# installed into a virtualenv under ~/.cache the first time), and the kill -9 exactly-once tests
-# (rows, and windowed aggregates).
+# installed into a virtualenv under ~/.cache the first time), the Delta sink against a real
+# S3-compatible object store (SeaweedFS, built once from the Go module proxy by
+# scripts/objectstore.sh and always stopped on exit) with the Python `deltalake` reader, and the
+# kill -9 exactly-once tests (rows into Parquet and into Delta on S3, and windowed aggregates).
 # RocksDB's C++ needs libclang-dev, installed with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +54,16 @@ WEIR_SCHEMA_REGISTRY_HTTPS_URL="$(cat "$WEIR_REGISTRY_RUN/https-url")"
 export WEIR_SCHEMA_REGISTRY_URL WEIR_SCHEMA_REGISTRY_HTTPS_URL
 echo "schema registry at $WEIR_SCHEMA_REGISTRY_URL and $WEIR_SCHEMA_REGISTRY_HTTPS_URL"
 
+echo "== object store (scripts/objectstore.sh)"
+# SeaweedFS's S3 gateway on loopback with a throwaway identity; its run directory is removed on
+# exit with the others.
+export WEIR_OBJECTSTORE_RUN="${WEIR_OBJECTSTORE_RUN:-$HOME/.cache/weir-objectstore/run-test-$$}"
+trap 'scripts/objectstore.sh stop || true; rm -rf "$WEIR_OBJECTSTORE_RUN"; scripts/registry.sh stop || true; rm -rf "$WEIR_REGISTRY_RUN"; scripts/kafka.sh stop || true; rm -rf "$WEIR_KAFKA_RUN"; scripts/prometheus.sh stop || true' EXIT
+eval "$(scripts/objectstore.sh start)"
+export WEIR_S3_BUCKET=weir-test
+scripts/objectstore.sh bucket "$WEIR_S3_BUCKET"
+echo "object store at $WEIR_S3_ENDPOINT, bucket $WEIR_S3_BUCKET"
+
 echo "== confluent-kafka for the registry tests (in the virtualenv ~/.cache/weir-venv)"
 # Confluent's own Python serializer produces some of the registry tests' messages.
 VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
@@ -59,6 +71,10 @@ if ! "$VENV/bin/python" -c "import confluent_kafka.schema_registry.protobuf" 2>/
     [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check \
         "confluent-kafka[protobuf,schemaregistry]==2.16.0"
+fi
+# delta-rs's Python binding reads the Delta tables weir writes, as another engine would.
+if ! "$VENV/bin/python" -c "import deltalake, pyarrow" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check pyarrow "deltalake==1.6.6"
 fi
 export WEIR_TEST_PYTHON="$VENV/bin/python"
 
@@ -79,8 +95,14 @@ cargo test --workspace --locked
 echo "== parquet and ipc read back by pyarrow"
 ./scripts/pyarrow_check.sh
 
+echo "== delta tables read back by the deltalake package (scripts/delta_check.sh)"
+./scripts/delta_check.sh
+
 echo "== exactly-once under kill -9 (scripts/crash_test.sh)"
 ./scripts/crash_test.sh
+
+echo "== exactly-once into a Delta table on S3 under kill -9 (scripts/crash_test.sh, delta)"
+WEIR_CRASH_SINK=delta ./scripts/crash_test.sh
 
 echo "== windows exactly once under kill -9 (scripts/window_crash_test.sh)"
 ./scripts/window_crash_test.sh

@@ -67,5 +67,7 @@ pub fn option_tables() -> Vec<(&'static str, &'static [weir_codec::OptionSpec])>
         ("file sink", sink::FILE_SINK_OPTIONS),
         ("raw encoder", weir_codec::RAW_ENCODER_OPTIONS),
         ("stdout", sink::STDOUT_OPTIONS),
+        ("delta", sink::DELTA_OPTIONS),
+        ("object storage", sink::STORAGE_OPTIONS),
     ]
 }

@@ -393,6 +393,16 @@ impl StateStore {
         Ok(())
     }
 
+    /// Waits until the last commit is durable. A sink that publishes a step elsewhere (a table
+    /// commit) calls it first, so that the state never lags what it published.
+    pub fn sync(&mut self) -> Result<(), DedupError> {
+        self.committer.wait().map_err(|error| DedupError::Db {
+            dir: self.dir.display().to_string(),
+            what: "commit a step".into(),
+            error,
+        })
+    }
+
     /// Waits until the last commit is durable (a run calls it before it reports success), then
     /// saves the key filter so the next open need not rebuild it from every key in RocksDB.
     /// The save is an optimisation only: if it fails, the next open scans as after a crash.

@@ -882,8 +882,7 @@ mod tests {
             let text = format!(
                 "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config={jaas}\n"
             );
-            let from_text =
-                parse_properties(&text).and_then(|p| SecurityConfig::from_properties(p));
+            let from_text = parse_properties(&text).and_then(SecurityConfig::from_properties);
             for outcome in [direct, from_text] {
                 let shown = match outcome {
                     Ok(c) => format!("{c:?}"),

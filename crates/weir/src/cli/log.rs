@@ -58,6 +58,12 @@ pub(crate) fn filter(level: LevelFilter, rust_log: Option<&str>) -> Result<Targe
             |t, c| t.with_target(*c, level),
         ),
     };
+    // delta-rs's kernel logs an error when it looks for a table that does not exist yet, which
+    // is how the `delta` sink finds out it must create one; its real failures reach weir as
+    // errors. Off unless RUST_LOG names it.
+    if !targets.iter().any(|(t, _)| t.starts_with("buoyant_kernel")) {
+        targets = targets.with_target("buoyant_kernel::snapshot::builder", LevelFilter::OFF);
+    }
     for c in QUIET {
         let asked = targets.iter().find(|(t, _)| *t == c).map(|(_, l)| l);
         let capped = asked
@@ -93,8 +99,10 @@ pub(crate) fn init(level: LevelFilter, format: LogFormat) -> Result<()> {
     // Leaked once for the life of the process: `log` wants a `'static` logger, and
     // `set_boxed_logger` needs log's `alloc` feature (see Cargo.toml for why not).
     let bridge: &'static LogBridge = Box::leak(Box::new(bridge));
-    log::set_logger(bridge)
-        .map_err(|_| anyhow::anyhow!("cannot install the log bridge: a logger is already set"))?;
+    // When tracing-subscriber's `tracing-log` feature is on in the build (a dependency may turn
+    // it on), `try_init` above has already installed its own bridge, which hands `log` records
+    // to the same subscriber; then that one serves.
+    let _ = log::set_logger(bridge);
     log::set_max_level(log_level(max));
     Ok(())
 }

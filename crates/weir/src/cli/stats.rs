@@ -23,7 +23,18 @@ pub(crate) fn stats(dir: &Path) -> Result<()> {
         println!("  {name} {next}");
     }
     if !checkpoint.files.is_empty() {
-        println!("files of the last step:  {}", checkpoint.files.join(", "));
+        // A Delta sink records each file as its `add` action (JSON); show its path.
+        let names: Vec<String> = checkpoint
+            .files
+            .iter()
+            .map(|f| {
+                serde_json::from_str::<serde_json::Value>(f)
+                    .ok()
+                    .and_then(|v| v.get("path").and_then(|p| p.as_str()).map(str::to_string))
+                    .unwrap_or_else(|| f.clone())
+            })
+            .collect();
+        println!("files of the last step:  {}", names.join(", "));
     }
     if let Some(w) = weir::WindowStateReport::from_state(&checkpoint.state) {
         println!("windows (continuous query):");

@@ -15,9 +15,10 @@ use crate::continuous::exec::ContinuousExec;
 use crate::error::StatementError;
 use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
+use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
 use crate::sink::{
-    open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, Target,
-    SINK_CONNECTOR_OPTIONS,
+    open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, StepSink,
+    Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
 };
 use crate::source::SourceDefinition;
 use crate::sql::{CreateSink, SqlText};
@@ -60,6 +61,13 @@ impl SinkState {
         schema: &SchemaRef,
         follow: bool,
     ) -> Result<&mut Box<dyn BatchWriter>, SinkError> {
+        if self.settings.delta {
+            return Err(SinkError::Options(format!(
+                "sink {sink} is a Delta table, written in exactly-once steps: its rows must come \
+                 from a source with 'state.dir' (in CREATE SINK ... FROM), not INSERT INTO or a \
+                 query without state"
+            )));
+        }
         if self.writer.is_none() {
             let target = match &self.settings.path {
                 Some(p) => Target::File(p.clone()),
@@ -142,10 +150,15 @@ impl Engine {
             &[
                 SINK_CONNECTOR_OPTIONS,
                 SinkSettings::declared(connector),
+                if settings.delta { STORAGE_OPTIONS } else { &[] },
                 encoder.as_ref().map_or(&[], |e| e.options()),
             ],
         )
         .map_err(|e| fail(e.into()))?;
+        if settings.delta {
+            // Checked now, so a wrong value fails the statement rather than the pipeline.
+            DeltaSettings::parse(&name, &options).map_err(fail)?;
+        }
         let metrics = Arc::new(crate::metrics::SinkMetrics::default());
         self.sink_metrics
             .lock()
@@ -171,6 +184,7 @@ impl Engine {
                 .find(|c| c.name == src && c.state.is_some())
                 .cloned()
         });
+        // A `delta` sink's format is Parquet, so it counts among the file sinks here.
         let files = matches!(
             settings.format,
             SinkFormat::Parquet | SinkFormat::IpcFile | SinkFormat::IpcStream
@@ -233,20 +247,10 @@ impl Engine {
         let state = self
             .sink_state(sink)
             .ok_or_else(|| StatementError::Invalid(format!("no sink named '{sink}'")))?;
-        let (dir, format, options, metrics) = {
+        let (settings, options, metrics) = {
             let st = state.lock().await;
-            let dir = st.settings.path.clone().ok_or_else(|| {
-                fail(
-                    OptionError::Missing {
-                        key: "path".into(),
-                        doc: "an exactly-once sink writes a directory of step files",
-                    }
-                    .into(),
-                )
-            })?;
             (
-                dir,
-                st.settings.format,
+                st.settings.clone(),
                 st.options.clone(),
                 Arc::clone(&st.metrics),
             )
@@ -258,23 +262,57 @@ impl Engine {
             )));
         };
         let mut store = spec.open(&source.name)?;
-        let mut files = StepFiles::new(&dir, sink, format, options, schema)
-            .map_err(fail)?
-            .with_metrics(metrics);
-        let deleted = files.clean(store.checkpoint().step).map_err(fail)?;
-        if !deleted.is_empty() {
-            tracing::warn!(
-                sink,
-                "deleted {} uncommitted file(s) left by an earlier run: {}",
-                deleted.len(),
-                deleted.join(", ")
-            );
-        }
+        let mut files: Box<dyn StepSink> = if settings.delta {
+            let delta = DeltaSettings::parse(sink, &options).map_err(fail)?;
+            let mut table = DeltaSink::open(sink, delta, &options, &schema)
+                .await
+                .map_err(fail)?;
+            if let Some(step) = table
+                .settle(store.checkpoint(), store.dir())
+                .await
+                .map_err(fail)?
+            {
+                tracing::warn!(
+                    sink,
+                    table = %table.url(),
+                    step,
+                    "the last run stopped between the state commit and the table commit of step {step}; committed it to the table now"
+                );
+            }
+            Box::new(DeltaSteps::new(
+                table,
+                tokio::runtime::Handle::current(),
+                metrics,
+            ))
+        } else {
+            let dir = settings.path.clone().ok_or_else(|| {
+                fail(
+                    OptionError::Missing {
+                        key: "path".into(),
+                        doc: "an exactly-once sink writes a directory of step files",
+                    }
+                    .into(),
+                )
+            })?;
+            let files = StepFiles::new(&dir, sink, settings.format, options, schema)
+                .map_err(fail)?
+                .with_metrics(metrics);
+            let deleted = files.clean(store.checkpoint().step).map_err(fail)?;
+            if !deleted.is_empty() {
+                tracing::warn!(
+                    sink,
+                    "deleted {} uncommitted file(s) left by an earlier run: {}",
+                    deleted.len(),
+                    deleted.join(", ")
+                );
+            }
+            Box::new(files)
+        };
         let name = sink.to_string();
         let handle = tokio::task::spawn_blocking(move || -> Result<(), StatementError> {
             let rows = match &job {
-                ExactlyOnce::Rows(source) => steps::run(source, &mut store, &mut files)?,
-                ExactlyOnce::Query(q) => steps::run_query(q, &mut store, &mut files)?,
+                ExactlyOnce::Rows(source) => steps::run(source, &mut store, files.as_mut())?,
+                ExactlyOnce::Query(q) => steps::run_query(q, &mut store, files.as_mut())?,
             };
             state.blocking_lock().rows += rows;
             Ok(())

@@ -1,65 +1,66 @@
 //! The HTTP endpoints of `weir run --metrics-addr`: `/metrics` (OpenMetrics text), `/health`
 //! (the process runs) and `/ready` (every source has connected and read).
 //!
-//! A small HTTP/1.1 responder on `std::net::TcpListener`, on a thread of its own: three `GET`
-//! routes, one request per connection (`Connection: close`), answered one at a time. An HTTP
-//! crate (hyper, tiny_http) would bring more code than these routes need, and none is in the
-//! build yet; a scrape every few seconds needs no concurrency. A client that sends nothing is
-//! cut off after a few seconds, so it cannot hold the endpoint.
+//! Served by hyper (HTTP/1.1) on a single-threaded tokio runtime of its own, so scrapes never
+//! wait for the engine's workers and the engine never waits for a scrape. Connections are
+//! served concurrently (at most [`MAX_CONNECTIONS`]; more are closed at once), each gets
+//! [`REQUEST_DEADLINE`] for its request head and [`CONNECTION_DEADLINE`] in all, so idle or
+//! trickling clients cannot starve Prometheus. Bind it to loopback (`127.0.0.1:9464`) unless the
+//! endpoint is meant to be reached from elsewhere: it has no authentication.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::MetricsHandle;
 
 /// The content type of the OpenMetrics text format (Prometheus asks for it and parses it).
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The largest request head read.
+/// The largest request head read (hyper's smallest buffer).
 const MAX_HEAD: usize = 8192;
+
+/// Connections served at once; one more is closed as soon as it is accepted.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// How long a request head may take to arrive, however it trickles.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long one connection may last in all (a client that reads the answer slowly included).
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A running metrics endpoint; dropping it (or [`MetricsServer::stop`]) stops it.
 #[derive(Debug)]
 pub struct MetricsServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl MetricsServer {
     /// Listens on `addr` (port 0 picks a free one) and serves `handle`'s metrics.
     pub fn start(addr: &str, handle: MetricsHandle) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(addr)?;
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("weir-metrics".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if flag.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    match conn {
-                        Ok(stream) => {
-                            if let Err(e) = answer(stream, &handle) {
-                                tracing::debug!(error = %e, "metrics endpoint: a request failed");
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "metrics endpoint: cannot accept a connection");
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
-                    }
-                }
-            })?;
+            .spawn(move || runtime.block_on(serve(listener, handle, stopped)))?;
         Ok(Self {
             addr,
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
         })
     }
@@ -75,9 +76,9 @@ impl MetricsServer {
     }
 
     fn finish(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -90,48 +91,74 @@ impl Drop for MetricsServer {
     }
 }
 
-/// How long one request may take to arrive: one deadline for the whole head, so a client that
-/// trickles bytes cannot hold the endpoint (it answers one connection at a time).
-const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// Accepts connections until told to stop, serving each on a task of its own.
+async fn serve(
+    listener: std::net::TcpListener,
+    handle: MetricsHandle,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "metrics endpoint: cannot listen");
+            return;
+        }
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => return,
+            a = listener.accept() => a,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics endpoint: cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::debug!("metrics endpoint: {MAX_CONNECTIONS} connections open; one closed");
+            continue;
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let answer = route(&handle, &req);
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(REQUEST_DEADLINE)
+                .keep_alive(false)
+                .max_buf_size(MAX_HEAD)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(CONNECTION_DEADLINE, connection).await {
+                Ok(Err(e)) => tracing::debug!(error = %e, "metrics endpoint: a request failed"),
+                Err(_) => tracing::debug!("metrics endpoint: a connection ran out of time"),
+                Ok(Ok(())) => {}
+            }
+        });
+    }
+}
 
-/// Reads one request and answers it.
-fn answer(mut stream: TcpStream, handle: &MetricsHandle) -> std::io::Result<()> {
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the request did not arrive in time",
-            ));
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.len() > MAX_HEAD {
-            return respond(&mut stream, 431, "text/plain", "request head too large\n");
-        }
+/// The answer to one request.
+fn route(handle: &MetricsHandle, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET {
+        return respond(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET\n".into(),
+        );
     }
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    if method != "GET" {
-        return respond(&mut stream, 405, "text/plain", "only GET\n");
-    }
-    match path {
-        "/metrics" => respond(&mut stream, 200, OPENMETRICS, &handle.render()),
-        "/health" => respond(&mut stream, 200, "text/plain", "ok\n"),
+    match req.uri().path() {
+        "/metrics" => respond(StatusCode::OK, OPENMETRICS, handle.render()),
+        "/health" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
         "/ready" => {
             if handle.ready() {
-                respond(&mut stream, 200, "text/plain", "ready\n")
+                respond(StatusCode::OK, "text/plain", "ready\n".into())
             } else {
                 let waiting = handle.not_ready();
                 let body = if waiting.is_empty() {
@@ -139,31 +166,23 @@ fn answer(mut stream: TcpStream, handle: &MetricsHandle) -> std::io::Result<()> 
                 } else {
                     format!("not ready: waiting for {}\n", waiting.join(", "))
                 };
-                respond(&mut stream, 503, "text/plain", &body)
+                respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", body)
             }
         }
         _ => respond(
-            &mut stream,
-            404,
+            StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics, /health or /ready\n",
+            "not found: try /metrics, /health or /ready\n".into(),
         ),
     }
 }
 
-fn respond(stream: &mut TcpStream, status: u16, kind: &str, body: &str) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        _ => "Service Unavailable",
-    };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
+fn respond(status: StatusCode, kind: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(kind),
     );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
+    r
 }

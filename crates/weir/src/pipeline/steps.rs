@@ -7,6 +7,9 @@
 //! after the last committed one (renamed, but its commit never happened) are deleted, and the
 //! source resumes at the committed positions. So a crash at any moment neither loses nor repeats
 //! a row, and the dedup state always matches the files.
+//!
+//! A table sink (`delta`) goes one step further: once the state commit is durable, the step is
+//! published as one table commit (see `sink::delta` for its order and how a stop is settled).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +28,7 @@ use super::state::dedup;
 use super::threads::{with_read_ahead, ReadItem};
 use super::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::error::{SourceError, SourceErrorKind};
-use crate::sink::{open_writer, BatchWriter, SinkError, SinkFormat, Target};
+use crate::sink::{open_writer, BatchWriter, SinkError, SinkFormat, StepSink, Target};
 use crate::source::SourceDefinition;
 
 /// The files of a checkpointed sink.
@@ -113,6 +116,16 @@ impl StepFiles {
             }
         }
         Ok(deleted)
+    }
+}
+
+impl StepSink for StepFiles {
+    fn name(&self) -> &str {
+        &self.sink
+    }
+
+    fn metrics(&self) -> &crate::metrics::SinkMetrics {
+        &self.metrics
     }
 
     /// Appends `batch` to step `step`'s file (opening it at the step's first batch).
@@ -317,7 +330,7 @@ impl StepTransform for Query {
 pub(crate) fn run(
     source: &Arc<SourceDefinition>,
     store: &mut StateStore,
-    files: &mut StepFiles,
+    files: &mut dyn StepSink,
 ) -> Result<u64, SourceError> {
     let reader = open_whole(source, store.checkpoint())?;
     with_read_ahead(&source.name, reader, |_, next| {
@@ -332,7 +345,7 @@ pub(crate) fn run(
 pub(crate) fn run_query(
     query: &Arc<ContinuousQuery>,
     store: &mut StateStore,
-    files: &mut StepFiles,
+    files: &mut dyn StepSink,
 ) -> Result<u64, SourceError> {
     let source = &query.source;
     let reader = open_positioned(source, store.checkpoint(), &query.hidden, true)?;
@@ -365,14 +378,14 @@ pub(crate) fn run_query(
 fn step_loop(
     source: &Arc<SourceDefinition>,
     store: &mut StateStore,
-    files: &mut StepFiles,
+    files: &mut dyn StepSink,
     read: &mut dyn FnMut() -> ReadItem,
     transform: &mut dyn StepTransform,
 ) -> Result<u64, SourceError> {
     let Some(spec) = &source.state else {
         return Ok(0);
     };
-    let sink_name = files.sink.clone();
+    let sink_name = files.name().to_string();
     let sink = |e: SinkError| {
         SourceError::new(
             &source.name,
@@ -408,7 +421,7 @@ fn step_loop(
             files.write(store.checkpoint().step + 1, &b).map_err(sink)?;
             rows_out += b.num_rows() as u64;
             files
-                .metrics
+                .metrics()
                 .rows
                 .fetch_add(b.num_rows() as u64, Ordering::Relaxed);
         }
@@ -424,11 +437,17 @@ fn step_loop(
                     ..Checkpoint::default()
                 })
                 .map_err(state)?;
-            files.metrics.commit.observe(committing.elapsed());
+            if files.publishes() {
+                // The state first, durable, then the table: a stop in between is settled from
+                // the state at the next start.
+                store.sync().map_err(state)?;
+                files.publish(store.checkpoint()).map_err(sink)?;
+            }
+            files.metrics().commit.observe(committing.elapsed());
             let step = store.checkpoint().step;
-            files.metrics.step.store(step, Ordering::Relaxed);
+            files.metrics().step.store(step, Ordering::Relaxed);
             spec.remember(store);
-            tracing::debug!(source = %source.name, sink = %files.sink, step, "step committed");
+            tracing::debug!(source = %source.name, sink = %sink_name, step, "step committed");
             step_rows = 0;
             moved = false;
             started = Instant::now();

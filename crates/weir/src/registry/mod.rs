@@ -51,6 +51,7 @@ pub(crate) const REGISTRY_OPTIONS: &[OptionSpec] = &[
     STRATEGY,
     BASIC_AUTH,
     BEARER_TOKEN,
+    ALLOW_HTTP,
     CA_LOCATION,
     CERTIFICATE_LOCATION,
     KEY_LOCATION,
@@ -96,6 +97,13 @@ const BEARER_TOKEN: OptionSpec = OptionSpec::new(
     "a bearer token sent to the registry",
 )
 .secret();
+const ALLOW_HTTP: OptionSpec = OptionSpec::new(
+    "schema.registry.allow.http",
+    OptionKind::Bool,
+    "send credentials to an `http://` registry on a host other than loopback (they then travel \
+     unencrypted); loopback registries are always allowed",
+)
+.default_value("false");
 const CA_LOCATION: OptionSpec = OptionSpec::new(
     "schema.registry.ssl.ca.location",
     OptionKind::Path,
@@ -164,6 +172,39 @@ pub(crate) struct Registry {
     max_depth: usize,
 }
 
+/// Credentials (basic or bearer auth, or user info in a URL) go over plain http only to a
+/// loopback registry, unless `'schema.registry.allow.http'` says so.
+fn refuse_clear_text_credentials(
+    urls: &[String],
+    auth: bool,
+    options: &Options,
+) -> Result<(), OptionError> {
+    if options.flag(&ALLOW_HTTP)? {
+        return Ok(());
+    }
+    for u in urls {
+        let Ok(url) = url::Url::parse(u) else {
+            continue;
+        };
+        let credentials = auth || !url.username().is_empty() || url.password().is_some();
+        let loopback = match url.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        };
+        if url.scheme() == "http" && credentials && !loopback {
+            return Err(OptionError::Conflict(format!(
+                "the registry at http://{}{} would receive credentials unencrypted; use https, \
+                 or set 'schema.registry.allow.http' = 'true' if that is meant",
+                url.host_str().unwrap_or(""),
+                url.port().map(|p| format!(":{p}")).unwrap_or_default()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What `'schema.registry.url'` does to a source.
 pub(crate) enum Use {
     /// No registry.
@@ -215,6 +256,8 @@ impl Use {
             (None, Some(t)) => Auth::Bearer(t),
             (None, None) => Auth::None,
         };
+        refuse_clear_text_credentials(&urls, !matches!(auth, Auth::None), options)
+            .map_err(option)?;
         let tls = RegistryTls {
             ca: path(&CA_LOCATION),
             certificate: path(&CERTIFICATE_LOCATION),
@@ -618,5 +661,50 @@ impl PreparedDecoder for RegistryPrepared {
             target,
             self.batch_size,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(pairs: &[(&str, &str)]) -> Options {
+        Options::new(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    /// Credentials go over plain http to loopback only, unless allowed in so many words.
+    #[test]
+    fn credentials_over_plain_http_are_refused_off_loopback() {
+        let remote = vec!["http://registry.example.com:8081".to_string()];
+        let e = refuse_clear_text_credentials(&remote, true, &Options::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schema.registry.allow.http"), "{e}");
+        // User info in the URL is a credential too, and is not shown.
+        let with_user = vec!["http://u:hunter2@registry.example.com".to_string()];
+        let e = refuse_clear_text_credentials(&with_user, false, &Options::default())
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        refuse_clear_text_credentials(&remote, false, &Options::default()).unwrap();
+        refuse_clear_text_credentials(
+            &remote,
+            true,
+            &options(&[("schema.registry.allow.http", "true")]),
+        )
+        .unwrap();
+        for local in [
+            "http://127.0.0.1:8081",
+            "http://localhost:1",
+            "http://[::1]:2",
+        ] {
+            refuse_clear_text_credentials(&[local.to_string()], true, &Options::default()).unwrap();
+        }
+        refuse_clear_text_credentials(
+            &["https://registry.example.com".to_string()],
+            true,
+            &Options::default(),
+        )
+        .unwrap();
     }
 }

@@ -1,15 +1,20 @@
 //! Sinks: where query results go. `parquet` and `ipc` write files, `file` writes one encoded
-//! message per row, `stdout` prints JSON lines or a table. The same writers serve
-//! `weir run --output` and `weir decode --output`. Each connector declares its options here.
+//! message per row, `stdout` prints JSON lines or a table, `delta` commits to a Delta Lake table
+//! on the local disk or object storage. The same writers serve `weir run --output` and
+//! `weir decode --output`. Each connector declares its options here.
 
+pub(crate) mod delta;
 mod json;
 mod options;
+mod storage;
 
+pub(crate) use self::delta::DELTA_OPTIONS;
 pub(crate) use self::json::json_writer;
 pub(crate) use self::options::{
     SinkSettings, FILE_SINK_OPTIONS, IPC_OPTIONS, PARQUET_OPTIONS, SINK_CONNECTOR_OPTIONS,
     STDOUT_OPTIONS,
 };
+pub(crate) use self::storage::STORAGE_OPTIONS;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -72,6 +77,44 @@ pub enum SinkError {
     /// The encoder of a `file` sink failed.
     #[error("cannot encode the rows: {0}")]
     Encode(#[source] CodecError),
+    /// Object storage (or the local directory standing for it) cannot be opened or listed.
+    #[error("cannot use {path}: {reason}")]
+    Storage {
+        /// The path or URL.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// delta-rs failed to read, create or commit to a table.
+    #[error("sink {sink}: Delta table {table}: {source}")]
+    Delta {
+        /// The sink.
+        sink: String,
+        /// The table's URL.
+        table: String,
+        /// The cause.
+        #[source]
+        source: Box<deltalake_core::DeltaTableError>,
+    },
+    /// Another writer with the same app id moved the table on: this one must not add rows.
+    #[error(
+        "sink {sink}: Delta table {table} already holds step {table_step} of writer '{app_id}', \
+         so step {step} from this process would be a second copy; another weir with the same \
+         'app.id' is writing, or this one's state is older than the table. Stop the other \
+         writer, or give this sink another 'app.id' or table"
+    )]
+    Fenced {
+        /// The sink.
+        sink: String,
+        /// The table's URL.
+        table: String,
+        /// The writer's app id.
+        app_id: String,
+        /// The step the table holds.
+        table_step: u64,
+        /// The step this writer was committing.
+        step: u64,
+    },
     /// A message cannot be framed.
     #[error("cannot write {path}: {source}")]
     Frame {
@@ -90,6 +133,32 @@ impl SinkError {
             path: path.display().to_string(),
             source,
         }
+    }
+}
+
+/// A sink an exactly-once pipeline writes in steps: each step's output is made durable, then
+/// the state commit records it with the positions, then (for a table) the step is published.
+pub(crate) trait StepSink: Send {
+    /// The sink's name.
+    fn name(&self) -> &str;
+
+    /// The sink's counters.
+    fn metrics(&self) -> &crate::metrics::SinkMetrics;
+
+    /// Appends `batch` to step `step`'s output.
+    fn write(&mut self, step: u64, batch: &RecordBatch) -> Result<(), SinkError>;
+
+    /// Makes step `step`'s output durable; returns what the state commit records of it.
+    fn seal(&mut self, step: u64) -> Result<Vec<String>, SinkError>;
+
+    /// True when a step must be published once its state commit is durable.
+    fn publishes(&self) -> bool {
+        false
+    }
+
+    /// Publishes the step `checkpoint` records, once that commit is durable.
+    fn publish(&mut self, _checkpoint: &weir_dedup::Checkpoint) -> Result<(), SinkError> {
+        Ok(())
     }
 }
 

@@ -23,7 +23,7 @@ pub(crate) const STDOUT_OPTIONS: &[OptionSpec] = &[FORMAT];
 
 const CONNECTOR: OptionSpec = OptionSpec::new(
     "connector",
-    OptionKind::Choice(&["parquet", "ipc", "file", "stdout"]),
+    OptionKind::Choice(&["parquet", "ipc", "file", "stdout", "delta"]),
     "the sink (required)",
 );
 const PATH: OptionSpec = OptionSpec::new(
@@ -78,6 +78,8 @@ pub(crate) struct SinkSettings {
     pub(crate) path: Option<PathBuf>,
     /// The `file` sink: the encoding of each message and its framing.
     pub(crate) messages: Option<(String, Framing)>,
+    /// A `delta` sink (its settings are read by [`super::delta::DeltaSettings`]).
+    pub(crate) delta: bool,
 }
 
 impl SinkSettings {
@@ -96,6 +98,7 @@ impl SinkSettings {
                 format: SinkFormat::Parquet,
                 path: Some(path()?),
                 messages: None,
+                delta: false,
             },
             "ipc" => Self {
                 format: match options.choice(&IPC_FORMAT)? {
@@ -104,6 +107,7 @@ impl SinkSettings {
                 },
                 path: Some(path()?),
                 messages: None,
+                delta: false,
             },
             "file" => {
                 let framing = match options.choice(&FRAMING)? {
@@ -115,8 +119,16 @@ impl SinkSettings {
                     format: SinkFormat::JsonLines,
                     path: Some(path()?),
                     messages: Some((options.require(&ENCODING)?.to_string(), framing)),
+                    delta: false,
                 }
             }
+            // A Delta table's data files are Parquet.
+            "delta" => Self {
+                format: SinkFormat::Parquet,
+                path: None,
+                messages: None,
+                delta: true,
+            },
             _ => Self {
                 format: match options.choice(&FORMAT)? {
                     Some("table") => SinkFormat::Table,
@@ -124,6 +136,7 @@ impl SinkSettings {
                 },
                 path: None,
                 messages: None,
+                delta: false,
             },
         })
     }
@@ -135,6 +148,7 @@ impl SinkSettings {
             Some("ipc") => IPC_OPTIONS,
             Some("file") => FILE_SINK_OPTIONS,
             Some("stdout") => STDOUT_OPTIONS,
+            Some("delta") => super::DELTA_OPTIONS,
             _ => &[],
         }
     }

@@ -6,6 +6,7 @@
 mod cli;
 mod common;
 mod custom_decoder;
+mod delta;
 mod engine;
 mod kafka;
 mod metrics;

@@ -265,6 +265,55 @@ fn metrics_of_a_file_run_agree_with_its_summary_and_state() {
         .all(|l| l["level"].is_string() && l["target"].is_string()));
 }
 
+/// Idle and trickling clients do not hold the endpoint: with eight connections that send
+/// nothing and one that sends a byte a second, a scrape and a readiness probe are answered
+/// (each within a 5 s read limit; one connection at a time would take 2 s per idle client).
+#[test]
+fn slow_and_idle_clients_do_not_starve_a_scrape() {
+    let engine = weir::Engine::new(weir::EngineOptions::default());
+    let server = weir::MetricsServer::start("127.0.0.1:0", engine.metrics_handle()).unwrap();
+    let addr = server.addr().to_string();
+    let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    let trickle_addr = addr.clone();
+    let trickler = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(&trickle_addr).unwrap();
+        for b in b"GET /metrics HTTP/1.1\r\n" {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1000));
+        }
+    });
+    let quick = |path: &str| {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text)
+            .unwrap_or_else(|e| panic!("{path} not answered while clients idle: {e}"));
+        text
+    };
+    let metrics = quick("/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains("# EOF"), "{metrics}");
+    let ready = quick("/ready");
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(quick("/nowhere").starts_with("HTTP/1.1 404"));
+    let mut post = TcpStream::connect(&addr).unwrap();
+    post.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        post,
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    post.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+    drop(idle);
+    server.stop();
+    trickler.join().unwrap();
+}
+
 #[test]
 fn ready_waits_for_every_source() {
     // Two sources, one never read: `/ready` answers 503 and names it, while the one being

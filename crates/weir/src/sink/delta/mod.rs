@@ -1,0 +1,580 @@
+//! The `delta` sink: rows land in a Delta Lake table, on the local disk or object storage,
+//! exactly once. delta-rs writes the data files (its `RecordBatchWriter`, streamed as multipart
+//! uploads, rolled at `'target.file.size'`) and commits them (its `CommitBuilder`); weir writes
+//! none of Delta's protocol itself.
+//!
+//! Each step of an exactly-once pipeline ends in this order:
+//! 1. the step's data files are completed in the table's directory (not yet part of the table),
+//! 2. the state commit (RocksDB) records the positions, the dedup keys, the window state and
+//!    the step's `add` actions, and is made durable,
+//! 3. one Delta commit adds the files with application-transaction (`txn`) actions: `<app.id>`
+//!    at the step's number and `<app.id>/<partition>` at each source partition's next offset.
+//!
+//! A kill between 1 and 2 leaves unreferenced files (no reader sees them; `VACUUM` removes
+//! them). A kill between 2 and 3 leaves the table one step behind the state: on start, the table
+//! is read, its `<app.id>` version compared with the state's step, and the recorded `add`
+//! actions of that one step committed (settled). The table's `txn` versions are also the fence:
+//! a commit is made only while `<app.id>` is at the step before it, so a second writer with a
+//! stale view fails with an error and adds nothing.
+
+mod options;
+
+pub(crate) use self::options::{DeltaSettings, DELTA_OPTIONS};
+
+use std::sync::{Arc, Once};
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow as _;
+use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake_core::kernel::{Action, Add, StructField, StructType, Transaction};
+use deltalake_core::logstore::{
+    default_logstore, logstore_factories, LogStore, LogStoreFactory, ObjectStoreRef, StorageConfig,
+};
+use deltalake_core::protocol::{DeltaOperation, OutputMode};
+use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
+use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError, TableProperty};
+use object_store::path::Path as ObjectPath;
+use parquet::file::properties::WriterProperties;
+use url::Url;
+use weir_codec::Options;
+
+use super::storage::{open_location, Location};
+use super::SinkError;
+
+/// Commits tried when another commit (of another app) lands between reading the table and
+/// writing the next version; each try re-reads the table and checks the fence again.
+const COMMIT_TRIES: usize = 20;
+
+/// A Delta table being written in steps.
+pub(crate) struct DeltaSink {
+    /// The sink's name, for messages.
+    sink: String,
+    /// The table's URL, for messages (it carries no credentials).
+    url: Url,
+    settings: DeltaSettings,
+    table: DeltaTable,
+    writer: RecordBatchWriter,
+    /// The table's Arrow schema, which every batch is cast to (Delta's types, the table's
+    /// column order).
+    schema: SchemaRef,
+}
+
+impl std::fmt::Debug for DeltaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeltaSink({} at {})", self.sink, self.url)
+    }
+}
+
+/// What the table says of this writer: the last step it committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TableProgress {
+    /// The `<app.id>` transaction version: the last step committed (0 when none).
+    pub(crate) step: u64,
+    /// The table version read.
+    pub(crate) version: deltalake_core::kernel::Version,
+}
+
+impl DeltaSink {
+    /// Opens the table of `settings` for rows of `schema`, creating it when the path holds
+    /// nothing, and checking (or, with `'schema.evolution' = 'add_columns'`, widening) the
+    /// schema of an existing one.
+    pub(crate) async fn open(
+        sink: &str,
+        settings: DeltaSettings,
+        options: &Options,
+        schema: &SchemaRef,
+    ) -> Result<Self, SinkError> {
+        let location = open_location(&settings.path, options)?;
+        register_log_store();
+        let url = location.url.clone();
+        let err = delta_error(sink, &url);
+        let mut table = DeltaTableBuilder::from_url(url.clone())
+            .map_err(&err)?
+            .with_storage_backend(Arc::clone(&location.store), url.clone())
+            .build()
+            .map_err(&err)?;
+        let wanted = StructType::try_from_arrow(schema.as_ref()).map_err(|e| {
+            SinkError::Options(format!(
+                "sink {sink}: the query's columns cannot be a Delta table's: {e}"
+            ))
+        })?;
+        match table.load().await {
+            Ok(()) => {
+                table = check_schema(sink, &url, table, &wanted, settings.add_columns).await?;
+            }
+            Err(DeltaTableError::NotATable(_)) => {
+                refuse_foreign_files(sink, &location).await?;
+                let mut create = table
+                    .create()
+                    .with_table_name(sink)
+                    .with_columns(wanted.fields().cloned())
+                    .with_configuration_property(
+                        TableProperty::CheckpointInterval,
+                        Some(settings.checkpoint_interval.to_string()),
+                    );
+                if !settings.partition_by.is_empty() {
+                    for c in &settings.partition_by {
+                        if wanted.field(c).is_none() {
+                            return Err(SinkError::Options(format!(
+                                "sink {sink}: 'partition.by' names '{c}', which the query does not have"
+                            )));
+                        }
+                    }
+                    create = create.with_partition_columns(settings.partition_by.clone());
+                }
+                table = create.await.map_err(&err)?;
+                tracing::info!(sink, table = %url, "created the Delta table");
+            }
+            Err(e) => return Err(err(e)),
+        }
+        let props = WriterProperties::builder()
+            .set_compression(settings.compression)
+            .build();
+        let writer = RecordBatchWriter::for_table(&table)
+            .map_err(&err)?
+            .with_writer_properties(props)
+            .with_target_file_size(settings.target_file_size);
+        let schema = writer.arrow_schema();
+        drop(err);
+        Ok(Self {
+            sink: sink.to_string(),
+            url,
+            settings,
+            table,
+            writer,
+            schema,
+        })
+    }
+
+    /// The table's URL.
+    pub(crate) fn url(&self) -> &Url {
+        &self.url
+    }
+
+    fn err(&self) -> impl Fn(DeltaTableError) -> SinkError + '_ {
+        delta_error(&self.sink, &self.url)
+    }
+
+    /// Streams `batch` into the step's data files.
+    pub(crate) async fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        let batch = if batch.schema().fields() == self.schema.fields() {
+            batch.clone()
+        } else {
+            cast_to(batch, &self.schema).map_err(|e| {
+                SinkError::Options(format!(
+                    "sink {}: the rows cannot be written as the table's columns: {e}",
+                    self.sink
+                ))
+            })?
+        };
+        let err = delta_error(&self.sink, &self.url);
+        self.writer.write(batch).await.map_err(err)
+    }
+
+    /// Completes the step's data files; returns their `add` actions (none when the step wrote
+    /// no rows). The files are durable, but not in the table until [`DeltaSink::commit`].
+    pub(crate) async fn seal(&mut self) -> Result<Vec<Add>, SinkError> {
+        let err = delta_error(&self.sink, &self.url);
+        self.writer.flush().await.map_err(err)
+    }
+
+    /// How far the table says this writer is.
+    pub(crate) async fn progress(&mut self) -> Result<TableProgress, SinkError> {
+        let err = delta_error(&self.sink, &self.url);
+        self.table.update_state().await.map_err(&err)?;
+        let snapshot = self.table.snapshot().map_err(&err)?;
+        let step = snapshot
+            .transaction_version(self.table.log_store().as_ref(), &self.settings.app_id)
+            .await
+            .map_err(&err)?
+            .unwrap_or(0);
+        Ok(TableProgress {
+            step: u64::try_from(step).unwrap_or(0),
+            version: snapshot.version(),
+        })
+    }
+
+    /// Commits step `step`'s `adds` with the `txn` actions of the step and of `positions`, as
+    /// one table version. Fenced: the commit is made only while the table's `<app.id>` version
+    /// is `step - 1`; otherwise another writer has moved on and this one stops. Returns the
+    /// table version written.
+    pub(crate) async fn commit(
+        &mut self,
+        step: u64,
+        positions: &[(String, i64)],
+        adds: Vec<Add>,
+    ) -> Result<deltalake_core::kernel::Version, SinkError> {
+        let app = self.settings.app_id.clone();
+        let mut txns = vec![Transaction::new_with_last_update(
+            &app,
+            i64::try_from(step).unwrap_or(i64::MAX),
+            Some(now_ms()),
+        )];
+        txns.extend(positions.iter().map(|(p, next)| {
+            Transaction::new_with_last_update(format!("{app}/{p}"), *next, Some(now_ms()))
+        }));
+        let actions: Vec<Action> = adds.into_iter().map(Action::Add).collect();
+        let mut last = None;
+        for _ in 0..COMMIT_TRIES {
+            let progress = self.progress().await?;
+            if progress.step + 1 != step {
+                return Err(SinkError::Fenced {
+                    sink: self.sink.clone(),
+                    table: self.url.to_string(),
+                    app_id: app,
+                    table_step: progress.step,
+                    step,
+                });
+            }
+            let err = self.err();
+            let snapshot = self.table.snapshot().map_err(&err)?;
+            let operation = DeltaOperation::StreamingUpdate {
+                output_mode: OutputMode::Append,
+                query_id: app.clone(),
+                epoch_id: i64::try_from(step).unwrap_or(i64::MAX),
+            };
+            let props = CommitProperties::default()
+                .with_application_transactions(txns.clone())
+                .with_max_retries(0);
+            let attempt = CommitBuilder::from(props)
+                .with_actions(actions.clone())
+                .build(Some(snapshot), self.table.log_store(), operation)
+                .await;
+            match attempt {
+                Ok(done) => return Ok(done.version()),
+                // Another version landed first: read the table again and check the fence.
+                Err(DeltaTableError::Transaction {
+                    source:
+                        TransactionError::VersionAlreadyExists(_)
+                        | TransactionError::MaxCommitAttempts(_),
+                })
+                | Err(DeltaTableError::VersionAlreadyExists(_)) => {
+                    last = Some(step);
+                }
+                Err(e) => return Err(self.err()(e)),
+            }
+        }
+        Err(SinkError::Options(format!(
+            "sink {}: the commit of step {} to {} lost the race for the next table version {COMMIT_TRIES} times ({last:?}); other writers commit too often",
+            self.sink, step, self.url
+        )))
+    }
+}
+
+/// Reads `adds` back from what a state commit recorded (one JSON `add` action each).
+pub(crate) fn adds_from_records(records: &[String]) -> Result<Vec<Add>, SinkError> {
+    records
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<Add>(r).map_err(|e| {
+                SinkError::Options(format!(
+                    "a committed step's Delta file record cannot be read ({e}): the state directory holds another sink's files"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// What a state commit records of `adds`: one JSON `add` action each.
+pub(crate) fn records_of(adds: &[Add]) -> Result<Vec<String>, SinkError> {
+    adds.iter()
+        .map(|a| {
+            serde_json::to_string(a)
+                .map_err(|e| SinkError::Options(format!("cannot record a Delta add action: {e}")))
+        })
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn delta_error<'a>(sink: &'a str, url: &'a Url) -> impl Fn(DeltaTableError) -> SinkError + 'a {
+    move |source| SinkError::Delta {
+        sink: sink.to_string(),
+        table: url.to_string(),
+        source: Box::new(source),
+    }
+}
+
+/// Casts `batch` to `schema` (same column names; Delta's types), by name.
+fn cast_to(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let column = batch.column_by_name(field.name()).ok_or_else(|| {
+            arrow::error::ArrowError::SchemaError(format!("no column '{}'", field.name()))
+        })?;
+        columns.push(if column.data_type() == field.data_type() {
+            Arc::clone(column)
+        } else {
+            arrow::compute::cast(column, field.data_type())?
+        });
+    }
+    RecordBatch::try_new(Arc::clone(schema), columns)
+}
+
+/// A path that holds files but no Delta log is not a table weir may take over.
+async fn refuse_foreign_files(sink: &str, location: &Location) -> Result<(), SinkError> {
+    let prefix =
+        ObjectPath::from_url_path(location.url.path()).map_err(|e| SinkError::Storage {
+            path: location.url.to_string(),
+            reason: e.to_string(),
+        })?;
+    let listing = location
+        .store
+        .list_with_delimiter(Some(&prefix))
+        .await
+        .map_err(|e| SinkError::Storage {
+            path: location.url.to_string(),
+            reason: e.to_string(),
+        })?;
+    let foreign: Vec<String> = listing
+        .objects
+        .iter()
+        .map(|o| o.location.to_string())
+        .chain(listing.common_prefixes.iter().map(|p| format!("{p}/")))
+        .filter(|p| !p.ends_with("_delta_log/"))
+        .take(3)
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(SinkError::Options(format!(
+        "sink {sink}: {} is not a Delta table (no _delta_log/) but holds {}{}; write the table to an empty path",
+        location.url,
+        foreign.join(", "),
+        if foreign.len() == 3 { ", ..." } else { "" }
+    )))
+}
+
+/// Checks an existing table's columns against the query's: the same names and types, or (with
+/// `add_columns`) the query's new columns added to the table as nullable.
+async fn check_schema(
+    sink: &str,
+    url: &Url,
+    table: DeltaTable,
+    wanted: &StructType,
+    add_columns: bool,
+) -> Result<DeltaTable, SinkError> {
+    let err = delta_error(sink, url);
+    let have = table.snapshot().map_err(&err)?.schema();
+    let mut differences = Vec::new();
+    let mut new_columns: Vec<StructField> = Vec::new();
+    for f in wanted.fields() {
+        match have.field(f.name()) {
+            None => new_columns.push(StructField::nullable(f.name(), f.data_type().clone())),
+            Some(h) if h.data_type() != f.data_type() => differences.push(format!(
+                "'{}' is {} in the table, {} in the query",
+                f.name(),
+                h.data_type(),
+                f.data_type()
+            )),
+            Some(_) => {}
+        }
+    }
+    for h in have.fields() {
+        if wanted.field(h.name()).is_none() && !h.is_nullable() {
+            differences.push(format!(
+                "'{}' ({}, not null) is in the table, not in the query",
+                h.name(),
+                h.data_type()
+            ));
+        }
+    }
+    if !add_columns {
+        differences.extend(new_columns.iter().map(|f| {
+            format!(
+                "'{}' ({}) is in the query, not in the table",
+                f.name(),
+                f.data_type()
+            )
+        }));
+    }
+    if !differences.is_empty() {
+        return Err(SinkError::Options(format!(
+            "sink {sink}: the table {url} has other columns than the query: {}{}",
+            differences.join("; "),
+            if add_columns {
+                ""
+            } else {
+                " (new columns can be added with 'schema.evolution' = 'add_columns')"
+            }
+        )));
+    }
+    if new_columns.is_empty() {
+        return Ok(table);
+    }
+    let names: Vec<String> = new_columns.iter().map(|f| f.name().to_string()).collect();
+    let table = table
+        .add_columns()
+        .with_fields(new_columns)
+        .await
+        .map_err(&err)?;
+    tracing::info!(sink, table = %url, columns = %names.join(", "), "added columns to the Delta table");
+    Ok(table)
+}
+
+/// delta-rs finds the log store of a table by its URL's scheme and knows only `file://` and
+/// `memory://` without its cloud crates (which would bring the AWS SDK). weir hands it the
+/// object store itself, so the default log store (commits by conditional put) serves every
+/// scheme weir opens.
+fn register_log_store() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for s in ["s3", "s3a", "gs", "az", "abfs", "abfss", "azure"] {
+            if let Ok(url) = Url::parse(&format!("{s}://")) {
+                logstore_factories().insert(url, Arc::new(ConditionalPutLogStore));
+            }
+        }
+    });
+}
+
+/// The default log store over weir's own object store: a commit is a put that fails if the
+/// version exists (S3's `If-None-Match`, GCS's and Azure's preconditions).
+struct ConditionalPutLogStore;
+
+impl LogStoreFactory for ConditionalPutLogStore {
+    fn with_options(
+        &self,
+        prefixed_store: ObjectStoreRef,
+        root_store: ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+    ) -> deltalake_core::DeltaResult<Arc<dyn LogStore>> {
+        Ok(default_logstore(
+            prefixed_store,
+            root_store,
+            location,
+            options,
+        ))
+    }
+}
+
+/// The `delta` sink as an exactly-once pipeline drives it: on the pipeline's own thread, each
+/// call waits for delta-rs's futures on the engine's runtime.
+pub(crate) struct DeltaSteps {
+    table: DeltaSink,
+    runtime: tokio::runtime::Handle,
+    metrics: Arc<crate::metrics::SinkMetrics>,
+    /// The `add` actions of the step last sealed, kept for its publication.
+    sealed: Option<(u64, Vec<Add>)>,
+}
+
+impl DeltaSteps {
+    /// Drives `table` from a blocking thread, waiting on `runtime`.
+    pub(crate) fn new(
+        table: DeltaSink,
+        runtime: tokio::runtime::Handle,
+        metrics: Arc<crate::metrics::SinkMetrics>,
+    ) -> Self {
+        Self {
+            table,
+            runtime,
+            metrics,
+            sealed: None,
+        }
+    }
+}
+
+impl super::StepSink for DeltaSteps {
+    fn name(&self) -> &str {
+        &self.table.sink
+    }
+
+    fn metrics(&self) -> &crate::metrics::SinkMetrics {
+        &self.metrics
+    }
+
+    fn write(&mut self, _step: u64, batch: &RecordBatch) -> Result<(), SinkError> {
+        self.runtime.block_on(self.table.write(batch))
+    }
+
+    fn seal(&mut self, step: u64) -> Result<Vec<String>, SinkError> {
+        let adds = self.runtime.block_on(self.table.seal())?;
+        let bytes: i64 = adds.iter().map(|a| a.size).sum();
+        self.metrics.bytes.fetch_add(
+            u64::try_from(bytes).unwrap_or(0),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.metrics
+            .files
+            .fetch_add(adds.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let records = records_of(&adds)?;
+        self.sealed = Some((step, adds));
+        Ok(records)
+    }
+
+    fn publishes(&self) -> bool {
+        true
+    }
+
+    fn publish(&mut self, checkpoint: &weir_dedup::Checkpoint) -> Result<(), SinkError> {
+        let adds = match self.sealed.take() {
+            Some((step, adds)) if step == checkpoint.step => adds,
+            _ => adds_from_records(&checkpoint.files)?,
+        };
+        let files = adds.len();
+        let started = std::time::Instant::now();
+        let version = self.runtime.block_on(self.table.commit(
+            checkpoint.step,
+            &checkpoint.positions,
+            adds,
+        ))?;
+        // One line a step (at debug): what the commit-latency benchmark reads.
+        tracing::debug!(
+            sink = %self.table.sink,
+            step = checkpoint.step,
+            version,
+            files,
+            micros = started.elapsed().as_micros() as u64,
+            "Delta commit"
+        );
+        Ok(())
+    }
+}
+
+impl DeltaSink {
+    /// Brings the table level with the state's last committed step `checkpoint`: when the table
+    /// is one step behind (a stop between the state commit and the table commit), commits that
+    /// step's recorded files; when it is level, nothing. Any other gap is an error naming both.
+    /// Returns the step settled, if any.
+    pub(crate) async fn settle(
+        &mut self,
+        checkpoint: &weir_dedup::Checkpoint,
+        state_dir: &std::path::Path,
+    ) -> Result<Option<u64>, SinkError> {
+        let table = self.progress().await?;
+        let state = checkpoint.step;
+        if table.step == state {
+            return Ok(None);
+        }
+        if table.step + 1 == state {
+            let adds = adds_from_records(&checkpoint.files)?;
+            self.commit(state, &checkpoint.positions, adds).await?;
+            return Ok(Some(state));
+        }
+        if table.step > state {
+            return Err(SinkError::Fenced {
+                sink: self.sink.clone(),
+                table: self.url.to_string(),
+                app_id: self.settings.app_id.clone(),
+                table_step: table.step,
+                step: state + 1,
+            });
+        }
+        Err(SinkError::Options(format!(
+            "sink {}: the state at {} has committed step {state}, but the Delta table {} holds only step {} of writer '{}': steps in between are missing from the table (was it replaced or restored?). Write to a new table, or start with a new state directory",
+            self.sink,
+            state_dir.display(),
+            self.url,
+            table.step,
+            self.settings.app_id
+        )))
+    }
+}

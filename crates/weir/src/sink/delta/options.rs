@@ -1,0 +1,122 @@
+//! The `delta` sink's options, declared once, and the settings they parse into.
+
+use weir_codec::{OptionError, OptionKind, OptionSpec, Options};
+
+use crate::sink::SinkError;
+
+/// The `delta` sink's own options (the object-storage options come beside them).
+pub(crate) const DELTA_OPTIONS: &[OptionSpec] = &[
+    TABLE_PATH,
+    PARTITION_BY,
+    TARGET_FILE_SIZE,
+    CHECKPOINT_INTERVAL,
+    SCHEMA_EVOLUTION,
+    APP_ID,
+    COMPRESSION,
+];
+
+/// The table's place.
+pub(crate) const TABLE_PATH: OptionSpec = OptionSpec::new(
+    "path",
+    OptionKind::Text,
+    "the table: a local directory or an `s3://`, `gs://`, `az://`, `abfss://` or `file://` URL \
+     (required)",
+);
+const PARTITION_BY: OptionSpec = OptionSpec::new(
+    "partition.by",
+    OptionKind::List,
+    "columns the table is partitioned by when weir creates it (an existing table keeps its own)",
+);
+const TARGET_FILE_SIZE: OptionSpec = OptionSpec::new(
+    "target.file.size",
+    OptionKind::Bytes,
+    "a data file is closed and another begun once it reaches this size",
+)
+.default_value("128MB");
+const CHECKPOINT_INTERVAL: OptionSpec = OptionSpec::new(
+    "checkpoint.interval",
+    OptionKind::Count,
+    "a Delta checkpoint every this many commits (`delta.checkpointInterval` of a table weir \
+     creates)",
+)
+.default_value("10");
+const SCHEMA_EVOLUTION: OptionSpec = OptionSpec::new(
+    "schema.evolution",
+    OptionKind::Choice(&["none", "add_columns"]),
+    "`add_columns`: columns of the query that an existing table lacks are added to it \
+     (nullable); `none`: any difference is an error naming every column",
+)
+.default_value("none");
+const APP_ID: OptionSpec = OptionSpec::new(
+    "app.id",
+    OptionKind::Text,
+    "the writer's name in the table's transaction (`txn`) actions: `<app.id>` holds the last \
+     step, `<app.id>/<partition>` the next offset of each source partition; the sink's name \
+     when absent",
+);
+const COMPRESSION: OptionSpec = OptionSpec::new(
+    "compression",
+    OptionKind::Choice(&["zstd", "snappy", "none"]),
+    "the data files' page compression",
+)
+.default_value("snappy");
+
+/// What a `delta` sink was declared with.
+#[derive(Debug, Clone)]
+pub(crate) struct DeltaSettings {
+    /// A local path or URL.
+    pub(crate) path: String,
+    /// Partition columns of a table weir creates.
+    pub(crate) partition_by: Vec<String>,
+    /// Bytes at which a data file is rolled.
+    pub(crate) target_file_size: u64,
+    /// Commits between checkpoints.
+    pub(crate) checkpoint_interval: u64,
+    /// Add the query's new columns to an existing table.
+    pub(crate) add_columns: bool,
+    /// The writer's name in the table's `txn` actions.
+    pub(crate) app_id: String,
+    /// The data files' compression.
+    pub(crate) compression: parquet::basic::Compression,
+}
+
+impl DeltaSettings {
+    /// Reads the options of the sink `sink`.
+    pub(crate) fn parse(sink: &str, options: &Options) -> Result<Self, SinkError> {
+        let target_file_size = match options.text(&TARGET_FILE_SIZE) {
+            Some(t) => weir_dedup::parse_bytes(t).map_err(|why| {
+                OptionError::invalid(&TARGET_FILE_SIZE, TARGET_FILE_SIZE.key, t, why)
+            })? as u64,
+            None => 0,
+        };
+        let checkpoint_interval = options
+            .count(&CHECKPOINT_INTERVAL)?
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                OptionError::invalid(
+                    &CHECKPOINT_INTERVAL,
+                    CHECKPOINT_INTERVAL.key,
+                    options.text(&CHECKPOINT_INTERVAL).unwrap_or(""),
+                    "a positive number",
+                )
+            })?;
+        let compression = match options.choice(&COMPRESSION)? {
+            Some("zstd") => parquet::basic::Compression::ZSTD(parquet::basic::ZstdLevel::default()),
+            Some("none") => parquet::basic::Compression::UNCOMPRESSED,
+            _ => parquet::basic::Compression::SNAPPY,
+        };
+        Ok(Self {
+            path: options.require(&TABLE_PATH)?.to_string(),
+            partition_by: options.list(&PARTITION_BY),
+            target_file_size,
+            checkpoint_interval,
+            add_columns: options.choice(&SCHEMA_EVOLUTION)? == Some("add_columns"),
+            app_id: options
+                .text(&APP_ID)
+                .filter(|a| !a.trim().is_empty())
+                .unwrap_or(sink)
+                .to_string(),
+            compression,
+        })
+    }
+}

@@ -1,0 +1,456 @@
+//! The `delta` sink: exactly-once steps into a Delta Lake table on the local filesystem and on a
+//! real S3-compatible object store (SeaweedFS, started by scripts/test.sh, whose address comes in
+//! WEIR_S3_ENDPOINT). Tables are read back with delta-rs, as another engine would; the Python
+//! `deltalake` reader checks them again in scripts/delta_check.sh, and the kill -9 test is
+//! scripts/crash_test.sh with WEIR_CRASH_SINK=delta.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::Int64Type;
+use deltalake_core::DeltaTable;
+use object_store::ObjectStoreExt as _;
+use weir::{Engine, EngineOptions};
+
+fn engine() -> Engine {
+    Engine::new(EngineOptions {
+        partitions: 2,
+        batch_size: 4,
+        ..EngineOptions::default()
+    })
+}
+
+/// Appends JSON lines `{"id": i, "v": "..."}` for each id.
+fn append(path: &Path, ids: &[i64], tag: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    for id in ids {
+        writeln!(f, r#"{{"id": {id}, "v": "{tag}-{id}"}}"#).unwrap();
+    }
+}
+
+fn source(data: &Path, state: &Path) -> String {
+    format!(
+        "CREATE SOURCE s (id BIGINT, v VARCHAR) WITH ('connector' = 'file', 'path' = '{}', \
+         'framing' = 'lines', 'encoding' = 'json', 'state.dir' = '{}', 'dedup.key' = 'id', \
+         'commit.interval' = '5 rows');",
+        data.display(),
+        state.display()
+    )
+}
+
+/// A local table, loaded as any delta-rs user would.
+async fn load(dir: &Path) -> DeltaTable {
+    let url = url::Url::from_directory_path(dir).unwrap();
+    deltalake_core::open_table(url).await.unwrap()
+}
+
+/// How often each id appears in the table's current snapshot.
+async fn ids(table: &DeltaTable) -> BTreeMap<i64, usize> {
+    let mut ids = BTreeMap::new();
+    for uri in table.get_file_uris().unwrap() {
+        let path = match url::Url::parse(&uri) {
+            Ok(u) => u.to_file_path().unwrap(),
+            Err(_) => std::path::PathBuf::from(&uri),
+        };
+        let f = std::fs::File::open(path).unwrap();
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(f, 1024).unwrap();
+        for b in reader {
+            let b: RecordBatch = b.unwrap();
+            let col = b.column_by_name("id").unwrap();
+            for id in col.as_primitive::<Int64Type>().values() {
+                *ids.entry(*id).or_insert(0) += 1;
+            }
+        }
+    }
+    ids
+}
+
+async fn txn(table: &DeltaTable, app: &str) -> Option<i64> {
+    table
+        .snapshot()
+        .unwrap()
+        .transaction_version(table.log_store().as_ref(), app)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_sink_holds_each_key_once_and_its_positions_across_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    let state = dir.path().join("state");
+    let table_dir = dir.path().join("table");
+    let first: Vec<i64> = (1..=20)
+        .flat_map(|i| if i % 3 == 0 { vec![i, i] } else { vec![i] })
+        .collect();
+    append(&data, &first, "a");
+    let script = format!(
+        "{}\nCREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}', \
+         'partition.by' = 'v');",
+        source(&data, &state),
+        table_dir.display()
+    );
+    let e = engine();
+    e.query(&script).await.unwrap();
+    assert_eq!(e.finish().await.unwrap()[0].rows, 20);
+    let table = load(&table_dir).await;
+    let got = ids(&table).await;
+    assert_eq!(
+        got.keys().copied().collect::<Vec<_>>(),
+        (1..=20).collect::<Vec<_>>()
+    );
+    assert!(got.values().all(|&n| n == 1), "{got:?}");
+    let steps = txn(&table, "lake").await.unwrap();
+    assert!(steps >= 4, "26 messages at 5 a step: {steps} steps");
+    // The table says how far the source is: 26 lines read, as the state says too.
+    let positions = weir_state_positions(&state);
+    assert!(!positions.is_empty());
+    for (name, next) in &positions {
+        assert_eq!(
+            txn(&table, &format!("lake/{name}")).await,
+            Some(*next),
+            "{name}"
+        );
+    }
+    // Partitioned by v: a directory per value.
+    assert!(table_dir.join("v=a-1").is_dir());
+
+    // More rows, repeats dropped by the state; nothing new: no new version.
+    append(&data, &[5, 21, 22, 6, 22, 23], "b");
+    let e = engine();
+    e.query(&script).await.unwrap();
+    assert_eq!(e.finish().await.unwrap()[0].rows, 3);
+    let table = load(&table_dir).await;
+    let got = ids(&table).await;
+    assert_eq!(
+        got.keys().copied().collect::<Vec<_>>(),
+        (1..=23).collect::<Vec<_>>()
+    );
+    assert!(got.values().all(|&n| n == 1), "{got:?}");
+    let version = table.version();
+    let e = engine();
+    e.query(&script).await.unwrap();
+    assert_eq!(e.finish().await.unwrap()[0].rows, 0);
+    assert_eq!(load(&table_dir).await.version(), version);
+}
+
+/// The positions the state directory committed, through `weir stats`'s library call.
+fn weir_state_positions(state: &Path) -> Vec<(String, i64)> {
+    let (checkpoint, _, _) = weir_dedup::StateStore::inspect(state).unwrap();
+    checkpoint.positions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_committed_to_the_state_but_not_the_table_is_settled_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    let state = dir.path().join("state");
+    let table_dir = dir.path().join("table");
+    append(&data, &(1..=12).collect::<Vec<_>>(), "a");
+    let script = format!(
+        "{}\nCREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}', \
+         'checkpoint.interval' = '1000');",
+        source(&data, &state),
+        table_dir.display()
+    );
+    let e = engine();
+    e.query(&script).await.unwrap();
+    e.finish().await.unwrap();
+    let table = load(&table_dir).await;
+    let last = table.version().unwrap();
+    let steps = txn(&table, "lake").await.unwrap();
+    // A stop between the two commits: the table's last commit never happened.
+    std::fs::remove_file(table_dir.join(format!("_delta_log/{last:020}.json"))).unwrap();
+    let behind = load(&table_dir).await;
+    assert_eq!(txn(&behind, "lake").await, Some(steps - 1));
+    assert!(ids(&behind).await.len() < 12);
+    // The next start commits the recorded step, and nothing is lost or doubled.
+    let e = engine();
+    e.query(&script).await.unwrap();
+    e.finish().await.unwrap();
+    let table = load(&table_dir).await;
+    assert_eq!(txn(&table, "lake").await, Some(steps));
+    let got = ids(&table).await;
+    assert_eq!(
+        got.keys().copied().collect::<Vec<_>>(),
+        (1..=12).collect::<Vec<_>>()
+    );
+    assert!(got.values().all(|&n| n == 1), "{got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_writer_with_a_stale_view_adds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    let table_dir = dir.path().join("table");
+    append(&data, &(1..=12).collect::<Vec<_>>(), "a");
+    let sink = format!(
+        "CREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}');",
+        table_dir.display()
+    );
+    let first = format!("{}\n{sink}", source(&data, &dir.path().join("state-1")));
+    let e = engine();
+    e.query(&first).await.unwrap();
+    e.finish().await.unwrap();
+    let version = load(&table_dir).await.version();
+    // Another process with the same app id but its own (empty) state: a zombie's view.
+    let second = format!("{}\n{sink}", source(&data, &dir.path().join("state-2")));
+    let e = engine();
+    let err = match e.query(&second).await {
+        Err(err) => err.to_string(),
+        Ok(_) => e.finish().await.unwrap_err().to_string(),
+    };
+    assert!(
+        err.contains("already holds step") && err.contains("'lake'"),
+        "{err}"
+    );
+    let table = load(&table_dir).await;
+    assert_eq!(table.version(), version, "the stale writer committed");
+    assert!(ids(&table).await.values().all(|&n| n == 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_differences_are_named_and_new_columns_can_be_added() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    let table_dir = dir.path().join("table");
+    append(&data, &[1, 2, 3], "a");
+    let run = |state: &str, columns: &str, extra: &str| {
+        format!(
+            "CREATE SOURCE s ({columns}) WITH ('connector' = 'file', 'path' = '{}', \
+             'framing' = 'lines', 'encoding' = 'json', 'state.dir' = '{}');\n\
+             CREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}', \
+             'app.id' = '{state}'{extra});",
+            data.display(),
+            dir.path().join(state).display(),
+            table_dir.display()
+        )
+    };
+    let e = engine();
+    e.query(&run("a", "id BIGINT", "")).await.unwrap();
+    e.finish().await.unwrap();
+    // Another type for id, and a new column: both named.
+    let err = engine()
+        .query(&run("b", "id VARCHAR, v VARCHAR", ""))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'id' is long in the table, string in the query"),
+        "{err}"
+    );
+    assert!(
+        err.contains("'v' (string) is in the query, not in the table"),
+        "{err}"
+    );
+    // The new column, allowed: added, and the old rows read it as null.
+    let e = engine();
+    e.query(&run(
+        "c",
+        "id BIGINT, v VARCHAR",
+        ", 'schema.evolution' = 'add_columns'",
+    ))
+    .await
+    .unwrap();
+    e.finish().await.unwrap();
+    let table = load(&table_dir).await;
+    let fields: Vec<String> = table
+        .snapshot()
+        .unwrap()
+        .schema()
+        .fields()
+        .map(|f| f.name().to_string())
+        .collect();
+    assert_eq!(fields, ["id", "v"]);
+    assert_eq!(ids(&table).await.values().sum::<usize>(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_that_is_not_a_table_and_a_sink_without_state_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    append(&data, &[1, 2], "a");
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), b"not a table").unwrap();
+    let script = format!(
+        "{}\nCREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}');",
+        source(&data, &dir.path().join("state")),
+        other.display()
+    );
+    let err = engine().query(&script).await.unwrap_err().to_string();
+    assert!(
+        err.contains("is not a Delta table") && err.contains("notes.txt"),
+        "{err}"
+    );
+
+    let script = format!(
+        "CREATE SOURCE s (id BIGINT) WITH ('connector' = 'file', 'path' = '{}', \
+         'framing' = 'lines', 'encoding' = 'json');\n\
+         CREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}');",
+        data.display(),
+        dir.path().join("t2").display()
+    );
+    let e = engine();
+    let err = match e.query(&script).await {
+        Err(err) => err.to_string(),
+        Ok(_) => e.finish().await.unwrap_err().to_string(),
+    };
+    assert!(err.contains("'state.dir'"), "{err}");
+
+    // Options are checked at CREATE SINK.
+    let script = format!(
+        "{}\nCREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}', \
+         'checkpoint.interval' = '0', 's3.bogus' = 'x');",
+        source(&data, &dir.path().join("state-3")),
+        dir.path().join("t3").display()
+    );
+    let err = engine().query(&script).await.unwrap_err().to_string();
+    assert!(err.contains("s3.bogus"), "{err}");
+}
+
+/// The S3-compatible store the test command starts, or `None` (with a notice) outside it.
+fn s3() -> Option<(String, String, String, String)> {
+    match (
+        std::env::var("WEIR_S3_ENDPOINT"),
+        std::env::var("WEIR_S3_ACCESS_KEY"),
+        std::env::var("WEIR_S3_SECRET_KEY"),
+        std::env::var("WEIR_S3_BUCKET"),
+    ) {
+        (Ok(e), Ok(k), Ok(s), Ok(b)) => Some((e, k, s, b)),
+        _ => {
+            assert!(
+                std::env::var("CI").is_err(),
+                "WEIR_S3_ENDPOINT is not set under CI: scripts/test.sh starts the object store"
+            );
+            eprintln!("NOTICE: WEIR_S3_ENDPOINT unset; the S3 tests did not run (scripts/test.sh sets it)");
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_table_on_s3_is_written_exactly_once_and_faults_are_named() {
+    let Some((endpoint, key, secret, bucket)) = s3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    append(
+        &data,
+        &(1..=15).flat_map(|i| [i, i]).collect::<Vec<_>>(),
+        "a",
+    );
+    let prefix = format!("it-{}", std::process::id());
+    std::env::set_var("WEIR_TEST_S3_SECRET", &secret);
+    let sink = |path: &str, secret_ref: &str| {
+        format!(
+            "CREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{path}', \
+             's3.endpoint' = '{endpoint}', 's3.region' = 'us-east-1', \
+             's3.access.key.id' = '{key}', 's3.secret.access.key' = '{secret_ref}', \
+             'storage.max.retries' = '1', 'storage.retry.timeout' = '2s');"
+        )
+    };
+    let table = format!("s3://{bucket}/{prefix}/quotes");
+    let script = format!(
+        "{}\n{}",
+        source(&data, &dir.path().join("state")),
+        sink(&table, "${env:WEIR_TEST_S3_SECRET}")
+    );
+    let e = engine();
+    e.query(&script).await.unwrap();
+    assert_eq!(e.finish().await.unwrap()[0].rows, 15);
+
+    // Read back with delta-rs over the same store.
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(&endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_bucket_name(&bucket)
+        .with_access_key_id(&key)
+        .with_secret_access_key(&secret)
+        .build()
+        .unwrap();
+    let store: std::sync::Arc<dyn object_store::ObjectStore> = std::sync::Arc::new(store);
+    let log = object_store::path::Path::from(format!("{prefix}/quotes/_delta_log"));
+    let commits = {
+        use futures::TryStreamExt;
+        store
+            .list(Some(&log))
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+    };
+    assert!(commits.len() >= 3, "{commits:?}");
+    // The rows, through the table's add actions.
+    let mut rows = 0usize;
+    let mut ids = BTreeMap::new();
+    for c in &commits {
+        if !c.location.as_ref().ends_with(".json") {
+            continue;
+        }
+        let text = store.get(&c.location).await.unwrap().bytes().await.unwrap();
+        for line in std::str::from_utf8(&text).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(add) = v.get("add") {
+                let path = object_store::path::Path::from(format!(
+                    "{prefix}/quotes/{}",
+                    add["path"].as_str().unwrap()
+                ));
+                let bytes = store.get(&path).await.unwrap().bytes().await.unwrap();
+                let reader =
+                    parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(bytes, 1024)
+                        .unwrap();
+                for b in reader {
+                    let b = b.unwrap();
+                    rows += b.num_rows();
+                    for id in b
+                        .column_by_name("id")
+                        .unwrap()
+                        .as_primitive::<Int64Type>()
+                        .values()
+                    {
+                        *ids.entry(*id).or_insert(0usize) += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(rows, 15);
+    assert!(ids.values().all(|&n| n == 1), "{ids:?}");
+
+    // A wrong secret: one line naming the table, without the secret.
+    let script = format!(
+        "{}\n{}",
+        source(&data, &dir.path().join("state-bad")),
+        sink(
+            &format!("s3://{bucket}/{prefix}/other"),
+            "wrong-secret-value"
+        )
+    );
+    let err = engine().query(&script).await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("s3://{bucket}/{prefix}/other")),
+        "{err}"
+    );
+    assert!(
+        !err.contains("wrong-secret-value") && !err.contains(&secret),
+        "{err}"
+    );
+    // A bucket that does not exist.
+    let script = format!(
+        "{}\n{}",
+        source(&data, &dir.path().join("state-nobucket")),
+        sink("s3://no-such-bucket-weir/t", "${env:WEIR_TEST_S3_SECRET}")
+    );
+    let err = engine().query(&script).await.unwrap_err().to_string();
+    assert!(err.contains("no-such-bucket-weir"), "{err}");
+    assert!(!err.contains(&secret), "{err}");
+}
