@@ -106,3 +106,6 @@ WEIR_CRASH_SINK=delta ./scripts/crash_test.sh
 
 echo "== windows exactly once under kill -9 (scripts/window_crash_test.sh)"
 ./scripts/window_crash_test.sh
+
+echo "== windows exactly once into a Delta table on S3 under kill -9 (scripts/window_crash_test.sh, delta)"
+WEIR_CRASH_SINK=delta ./scripts/window_crash_test.sh

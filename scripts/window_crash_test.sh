@@ -10,15 +10,34 @@
 #
 # Uses the broker at WEIR_KAFKA_BOOTSTRAP, or starts one with scripts/kafka.sh (and stops it).
 # WEIR_CRASH_CHUNK sets the messages per chunk (default 30000), WEIR_CRASH_SEED the first seed.
+#
+# WEIR_CRASH_SINK=delta writes the bars into a Delta table on the S3-compatible store at
+# WEIR_S3_ENDPOINT (scripts/objectstore.sh; credentials in WEIR_S3_ACCESS_KEY/WEIR_S3_SECRET_KEY,
+# bucket WEIR_S3_BUCKET) instead of Parquet step files, and the check reads the table with the
+# Python `deltalake` package (delta-rs's own binding).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS="${WEIR_CRASH_KILLS:-20}"
 CHUNK="${WEIR_CRASH_CHUNK:-30000}"
 SEED="${WEIR_CRASH_SEED:-$RANDOM}"
+SINK_KIND="${WEIR_CRASH_SINK:-parquet}"
 CRASH_NAME=window-crash
 . scripts/crash_setup.sh
 TOPIC="weir-window-crash-$$-$SEED"
 echo "window crash test: broker $WEIR_KAFKA_BOOTSTRAP, topic $TOPIC, $KILLS kills, $CHUNK messages a chunk, seed $SEED"
+if [ "$SINK_KIND" = delta ]; then
+  if ! "$VENV/bin/python" -c "import deltalake" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "deltalake==1.6.6"
+  fi
+  TABLE="s3://$WEIR_S3_BUCKET/window-crash-$$-$SEED"
+  SINK_WITH="'connector' = 'delta', 'path' = '$TABLE',
+  's3.endpoint' = '$WEIR_S3_ENDPOINT', 's3.region' = 'us-east-1',
+  's3.access.key.id' = '$WEIR_S3_ACCESS_KEY', 's3.secret.access.key' = '\${env:WEIR_S3_SECRET_KEY}'"
+  echo "window crash test: into the Delta table $TABLE"
+else
+  TABLE=""
+  SINK_WITH="'connector' = 'parquet', 'path' = '$WORK/out'"
+fi
 
 "$WEIR" gen quotes --count 1 --out "$WORK/unused.bin" --schema-dir "$WORK/schema" 2>/dev/null
 cat > "$WORK/p.sql" <<SQL
@@ -36,7 +55,7 @@ CREATE SINK bars FROM (
          last_value(bid_price ORDER BY timestamp) AS last_bid
   FROM TUMBLE(quotes, timestamp, INTERVAL '100 milliseconds')
   GROUP BY window_start, window_end, ticker
-) WITH ('connector' = 'parquet', 'path' = '$WORK/out');
+) WITH ($SINK_WITH);
 SQL
 
 # Chunk c covers event time from 2026-03-02T14:30:00Z + c seconds, 100,000 quotes a second:
@@ -63,10 +82,11 @@ echo "window crash test: $landed kills landed, $finished_early runs ended before
 "$WEIR" run --quiet "$WORK/p.sql"
 "$WEIR" stats "$WORK/state"
 
-"$VENV/bin/python" - "$WORK" "$chunk" <<'PY'
+"$VENV/bin/python" - "$WORK" "$chunk" "$TABLE" <<'PY'
 import glob, json, os, sys
+import pyarrow as pa
 import pyarrow.parquet as pq
-work, chunks = sys.argv[1], int(sys.argv[2])
+work, chunks, table = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 WINDOW = 100_000_000  # ns
 seen = set()
 bars = {}
@@ -96,15 +116,27 @@ for c in range(1, chunks + 1):
                     e[3] = (t, bid)
                 if t >= e[4][0]:
                     e[4] = (t, bid)
-files = sorted(glob.glob(f"{work}/out/*.parquet"))
-leftovers = [n for n in os.listdir(f"{work}/out") if n.endswith(".tmp")]
-assert not leftovers, f"temporary files left after the final run: {leftovers}"
+if table:
+    from deltalake import DeltaTable
+    opts = {"AWS_ENDPOINT_URL": os.environ["WEIR_S3_ENDPOINT"], "AWS_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": os.environ["WEIR_S3_ACCESS_KEY"],
+            "AWS_SECRET_ACCESS_KEY": os.environ["WEIR_S3_SECRET_KEY"], "AWS_ALLOW_HTTP": "true",
+            "conditional_put": "etag"}
+    dt = DeltaTable(table, storage_options=opts)
+    parts = [dt.to_pyarrow_table()]
+    where = f"the Delta table (version {dt.version()}, step {dt.transaction_version('bars')})"
+else:
+    files = sorted(glob.glob(f"{work}/out/*.parquet"))
+    leftovers = [n for n in os.listdir(f"{work}/out") if n.endswith(".tmp")]
+    assert not leftovers, f"temporary files left after the final run: {leftovers}"
+    parts = [pq.read_table(path) for path in files]
+    where = f"{len(files)} committed files"
+def ns(col):  # Delta keeps microseconds, the step files nanoseconds
+    return col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64()).to_pylist()
 got = {}
 doubled = 0
-for path in files:
-    t = pq.read_table(path)
-    starts = t.column("window_start").cast("int64").to_pylist()
-    ends = t.column("window_end").cast("int64").to_pylist()
+for t in parts:
+    starts, ends = ns(t.column("window_start")), ns(t.column("window_end"))
     cols = [t.column(c).to_pylist() for c in ("ticker", "n", "lo", "hi", "first_bid", "last_bid")]
     for i, (s, e) in enumerate(zip(starts, ends)):
         assert e - s == WINDOW, (s, e)
@@ -117,7 +149,7 @@ missing = [k for k in want if k not in got]
 extra = [k for k in got if k not in want]
 wrong = [k for k in want if k in got and got[k] != want[k]]
 print(f"window crash test: {sent} messages sent, {len(seen)} distinct, {len(want)} bars expected; "
-      f"{len(files)} committed files hold {len(got)} bars, {doubled} doubled, {len(missing)} missing, "
+      f"{where} holds {len(got)} bars, {doubled} doubled, {len(missing)} missing, "
       f"{len(extra)} unexpected, {len(wrong)} with other values")
 for k in wrong[:5]:
     print("  ", k, "want", want[k], "got", got[k])
