@@ -13,6 +13,7 @@ use weir_codec::{
 use super::Engine;
 use crate::continuous::exec::ContinuousExec;
 use crate::error::StatementError;
+use crate::pipeline::ledger::TableLedger;
 use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
@@ -64,8 +65,8 @@ impl SinkState {
         if self.settings.delta {
             return Err(SinkError::Options(format!(
                 "sink {sink} is a Delta table, written in exactly-once steps: its rows must come \
-                 from a source with 'state.dir' (in CREATE SINK ... FROM), not INSERT INTO or a \
-                 query without state"
+                 from a source (CREATE SINK ... FROM <source>) or a continuous query over a \
+                 source with 'state.dir', not INSERT INTO or another query"
             )));
         }
         if self.writer.is_none() {
@@ -176,12 +177,14 @@ impl Engine {
             })),
         );
         let line = s.position.line;
+        // A table sink keeps its own positions, so a source without state feeds it exactly
+        // once too.
         let stateful = s.source.as_deref().and_then(|src| {
             self.sources
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
-                .find(|c| c.name == src && c.state.is_some())
+                .find(|c| c.name == src && (c.state.is_some() || settings.delta))
                 .cloned()
         });
         // A `delta` sink's format is Parquet, so it counts among the file sinks here.
@@ -255,29 +258,49 @@ impl Engine {
                 Arc::clone(&st.metrics),
             )
         };
-        let Some(spec) = &source.state else {
-            return Err(StatementError::Invalid(format!(
-                "source {} has no state",
-                source.name
-            )));
+        let mut store = match &source.state {
+            Some(spec) => Some(spec.open(&source.name)?),
+            None if settings.delta && matches!(job, ExactlyOnce::Rows(_)) => None,
+            None => {
+                return Err(StatementError::Invalid(format!(
+                    "source {} has no state",
+                    source.name
+                )))
+            }
         };
-        let mut store = spec.open(&source.name)?;
+        let mut resumed = None;
         let mut files: Box<dyn StepSink> = if settings.delta {
             let delta = DeltaSettings::parse(sink, &options).map_err(fail)?;
             let mut table = DeltaSink::open(sink, delta, &options, &schema)
                 .await
                 .map_err(fail)?;
-            if let Some(step) = table
-                .settle(store.checkpoint(), store.dir())
-                .await
-                .map_err(fail)?
-            {
-                tracing::warn!(
-                    sink,
-                    table = %table.url(),
-                    step,
-                    "the last run stopped between the state commit and the table commit of step {step}; committed it to the table now"
-                );
+            match &store {
+                Some(store) => {
+                    if let Some(step) = table
+                        .settle(store.checkpoint(), store.dir())
+                        .await
+                        .map_err(fail)?
+                    {
+                        tracing::warn!(
+                            sink,
+                            table = %table.url(),
+                            step,
+                            "the last run stopped between the state commit and the table commit of step {step}; committed it to the table now"
+                        );
+                    }
+                }
+                // Without a state directory the table is the only record: resume from its
+                // positions.
+                None => {
+                    let from = table.resume().await.map_err(fail)?;
+                    tracing::info!(
+                        sink,
+                        table = %table.url(),
+                        step = from.step,
+                        "resuming from the positions in the table"
+                    );
+                    resumed = Some(TableLedger::new(from));
+                }
             }
             Box::new(DeltaSteps::new(
                 table,
@@ -285,6 +308,12 @@ impl Engine {
                 metrics,
             ))
         } else {
+            let Some(store) = &store else {
+                return Err(StatementError::Invalid(format!(
+                    "source {} has no state",
+                    source.name
+                )));
+            };
             let dir = settings.path.clone().ok_or_else(|| {
                 fail(
                     OptionError::Missing {
@@ -309,10 +338,23 @@ impl Engine {
             Box::new(files)
         };
         let name = sink.to_string();
+        let in_task = name.clone();
         let handle = tokio::task::spawn_blocking(move || -> Result<(), StatementError> {
-            let rows = match &job {
-                ExactlyOnce::Rows(source) => steps::run(source, &mut store, files.as_mut())?,
-                ExactlyOnce::Query(q) => steps::run_query(q, &mut store, files.as_mut())?,
+            let rows = match (&job, store.as_mut(), resumed.as_mut()) {
+                (ExactlyOnce::Rows(source), Some(store), _) => {
+                    steps::run(source, store, files.as_mut())?
+                }
+                (ExactlyOnce::Rows(source), None, Some(table)) => {
+                    steps::run(source, table, files.as_mut())?
+                }
+                (ExactlyOnce::Query(q), Some(store), _) => {
+                    steps::run_query(q, store, files.as_mut())?
+                }
+                _ => {
+                    return Err(StatementError::Invalid(format!(
+                        "sink {in_task} has neither a state directory nor a table to record its steps; this is a bug in weir"
+                    )))
+                }
             };
             state.blocking_lock().rows += rows;
             Ok(())

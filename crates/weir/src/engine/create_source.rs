@@ -14,7 +14,7 @@ use weir_codec::{
 
 use super::Engine;
 use crate::error::{df_message, SourceError, SourceErrorKind, StatementError};
-use crate::pipeline::state::{StateSpec, STATE_OPTIONS};
+use crate::pipeline::state::{CommitInterval, StateSpec, STATE_OPTIONS};
 use crate::pipeline::window::WatermarkSpec;
 use crate::registry;
 use crate::source::file::{FileSettings, FILE_OPTIONS};
@@ -140,6 +140,7 @@ impl Engine {
         });
         definition.stats = stats;
         definition.state = StateSpec::parse(&name, &options, &definition.schema)?;
+        definition.commit = CommitInterval::of(&name, &options)?;
         definition.watermark = self
             .watermark(&s, &options, &definition.schema)
             .await

@@ -9,6 +9,7 @@
 //! - [`decode`]: the decode stage, shared by every kind of scan.
 //! - [`state`]: a source's state settings and the dedup stage.
 //! - [`steps`]: exactly-once output, and the clean-up of what a crash left.
+//! - [`ledger`]: where the steps are recorded (the state directory, or a table sink's log).
 //! - [`scan`]: the scans DataFusion runs (stateless in parallel, or one reader with state).
 //! - [`threads`]: putting a reader on a thread of its own.
 //! - [`window`]: event time, windows and their aggregation, for continuous queries.
@@ -16,6 +17,7 @@
 //! The engine only wires these together: it never reads a message itself.
 
 pub(crate) mod decode;
+pub(crate) mod ledger;
 pub(crate) mod reader;
 pub(crate) mod scan;
 pub(crate) mod state;

@@ -74,8 +74,8 @@ const DEDUP_RECENT_KEYS: OptionSpec = OptionSpec::new(
 const COMMIT_INTERVAL: OptionSpec = OptionSpec::new(
     "commit.interval",
     OptionKind::Text,
-    "the step size of checkpoints: a time (`5s`), a row count (`100000 rows`), or both; a \
-     step ends at whichever comes first",
+    "the step size of checkpoints (with `state.dir`) or of a table sink's commits: a time \
+     (`5s`), a row count (`100000 rows`), or both; a step ends at whichever comes first",
 )
 .default_value("5s, 1000000 rows");
 
@@ -88,7 +88,23 @@ pub(crate) struct CommitInterval {
     rows: Option<u64>,
 }
 
+impl Default for CommitInterval {
+    /// `'commit.interval'`'s default: 5 s or 1,000,000 rows.
+    fn default() -> Self {
+        Self {
+            every: Some(Duration::from_secs(5)),
+            rows: Some(1_000_000),
+        }
+    }
+}
+
 impl CommitInterval {
+    /// A source's `'commit.interval'` (given or the default).
+    pub(crate) fn of(source: &str, options: &Options) -> Result<Self, SourceError> {
+        let err = |e: OptionError| SourceError::new(source, SourceErrorKind::Option(e));
+        Self::parse(options.require(&COMMIT_INTERVAL).map_err(err)?).map_err(err)
+    }
+
     /// Parses `'commit.interval'`: a duration (`5s`), a row count (`100000 rows`), or both,
     /// comma separated.
     fn parse(s: &str) -> Result<Self, OptionError> {
@@ -132,8 +148,6 @@ pub(crate) struct StateSpec {
     /// `'state.dir'`.
     pub(crate) dir: PathBuf,
     options: StateOptions,
-    /// `'commit.interval'`.
-    pub(crate) commit: CommitInterval,
     /// The state statistics at the end of the last scan, for the run's report.
     last_stats: Mutex<Option<DedupStats>>,
 }
@@ -149,7 +163,11 @@ impl StateSpec {
         let conflict = |text: String| err(OptionError::Conflict(text));
         let given = |spec: &OptionSpec| options.given(spec).is_some();
         let Some(dir) = options.given(&STATE_DIR) else {
-            if let Some(k) = STATE_OPTIONS.iter().find(|s| given(s)) {
+            // 'commit.interval' also paces a table sink's commits, which need no state.
+            if let Some(k) = STATE_OPTIONS
+                .iter()
+                .find(|s| given(s) && s.key != COMMIT_INTERVAL.key)
+            {
                 return Err(conflict(format!(
                     "'{}' needs 'state.dir' (a directory for the dedup keys and read positions)",
                     k.key
@@ -207,8 +225,6 @@ impl StateSpec {
             .count(&DEDUP_RECENT_KEYS)
             .map_err(err)?
             .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        let commit =
-            CommitInterval::parse(options.require(&COMMIT_INTERVAL).map_err(err)?).map_err(err)?;
         Ok(Some(Self {
             dir: PathBuf::from(dir),
             options: StateOptions {
@@ -216,7 +232,6 @@ impl StateSpec {
                 block_cache_bytes,
                 recent_keys,
             },
-            commit,
             last_stats: Mutex::new(None),
         }))
     }

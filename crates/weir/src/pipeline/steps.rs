@@ -20,11 +20,12 @@ use arrow::datatypes::SchemaRef;
 use weir_codec::Options;
 use weir_dedup::{Checkpoint, StateStore};
 
+use super::ledger::Ledger;
+
 use std::sync::atomic::Ordering;
 
 use super::reader::Next;
 use super::scan::{open_positioned, open_whole};
-use super::state::dedup;
 use super::threads::{with_read_ahead, ReadItem};
 use super::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::error::{SourceError, SourceErrorKind};
@@ -325,16 +326,16 @@ impl StepTransform for Query {
 }
 
 /// Runs the exactly-once loop of `source` into `files`: read (on a thread of its own), dedup,
-/// write each batch, and at each step's end seal the file before the state commit that records
-/// it. Returns the rows written.
+/// write each batch, and at each step's end seal the file before the commit to `ledger` that
+/// records it (the state directory, or a table sink's own log). Returns the rows written.
 pub(crate) fn run(
     source: &Arc<SourceDefinition>,
-    store: &mut StateStore,
+    ledger: &mut dyn Ledger,
     files: &mut dyn StepSink,
 ) -> Result<u64, SourceError> {
-    let reader = open_whole(source, store.checkpoint())?;
+    let reader = open_whole(source, ledger.checkpoint())?;
     with_read_ahead(&source.name, reader, |_, next| {
-        step_loop(source, store, files, next, &mut Rows)
+        step_loop(source, ledger, files, next, &mut Rows)
     })?
 }
 
@@ -377,14 +378,11 @@ pub(crate) fn run_query(
 /// The loop of [`run`] and [`run_query`], fed by the reading thread.
 fn step_loop(
     source: &Arc<SourceDefinition>,
-    store: &mut StateStore,
+    store: &mut dyn Ledger,
     files: &mut dyn StepSink,
     read: &mut dyn FnMut() -> ReadItem,
     transform: &mut dyn StepTransform,
 ) -> Result<u64, SourceError> {
-    let Some(spec) = &source.state else {
-        return Ok(0);
-    };
     let sink_name = files.name().to_string();
     let sink = |e: SinkError| {
         SourceError::new(
@@ -395,7 +393,6 @@ fn step_loop(
             },
         )
     };
-    let state = |e| SourceError::new(&source.name, e);
     let mut rows_out = 0u64;
     let mut step_rows = 0u64;
     let mut started = Instant::now();
@@ -408,7 +405,7 @@ fn step_loop(
             Next::Batch(b) => {
                 step_rows += b.num_rows() as u64;
                 moved = true;
-                let b = dedup(store, b, &source.name)?;
+                let b = store.dedup(b, &source.name)?;
                 if b.num_rows() > 0 {
                     transform.batch(b, item.channel, &mut out)?;
                 }
@@ -425,36 +422,35 @@ fn step_loop(
                 .rows
                 .fetch_add(b.num_rows() as u64, Ordering::Relaxed);
         }
-        if moved && (end || spec.commit.due(started, step_rows)) {
+        if moved && (end || source.commit.due(started, step_rows)) {
             let committing = Instant::now();
             let names = files.seal(store.checkpoint().step + 1).map_err(sink)?;
             let operator_state = transform.state()?;
-            store
-                .commit(Checkpoint {
+            store.commit(
+                Checkpoint {
                     positions: item.positions,
                     files: names,
                     state: operator_state,
                     ..Checkpoint::default()
-                })
-                .map_err(state)?;
+                },
+                source,
+            )?;
             if files.publishes() {
                 // The state first, durable, then the table: a stop in between is settled from
                 // the state at the next start.
-                store.sync().map_err(state)?;
+                store.sync(source)?;
                 files.publish(store.checkpoint()).map_err(sink)?;
             }
             files.metrics().commit.observe(committing.elapsed());
             let step = store.checkpoint().step;
             files.metrics().step.store(step, Ordering::Relaxed);
-            spec.remember(store);
             tracing::debug!(source = %source.name, sink = %sink_name, step, "step committed");
             step_rows = 0;
             moved = false;
             started = Instant::now();
         }
         if end {
-            store.finish().map_err(state)?;
-            spec.remember(store);
+            store.finish(source)?;
             return Ok(rows_out);
         }
     }

@@ -19,7 +19,7 @@ use weir_codec::{OptionKind, OptionSpec, Options, PreparedDecoder};
 use self::dead_letter::DeadLetterFile;
 use self::meta::MetaKind;
 use crate::error::{SourceError, SourceErrorKind};
-use crate::pipeline::state::StateSpec;
+use crate::pipeline::state::{CommitInterval, StateSpec};
 use crate::pipeline::window::WatermarkSpec;
 
 /// The options of every source, whatever its connector and encoding.
@@ -237,6 +237,8 @@ pub(crate) struct SourceDefinition {
     pub(crate) stats: Arc<SourceStats>,
     /// Dedup and checkpoints (`'state.dir'`), if set.
     pub(crate) state: Option<StateSpec>,
+    /// `'commit.interval'`: when a step of an exactly-once sink ends.
+    pub(crate) commit: CommitInterval,
     /// The event-time column and its watermark (`WATERMARK FOR`), if declared.
     pub(crate) watermark: Option<WatermarkSpec>,
     /// What a bad-message error tells the user to do (it depends on the command run).
@@ -279,6 +281,7 @@ impl SourceDefinition {
             stop: parts.stop,
             stats: Arc::default(),
             state: None,
+            commit: CommitInterval::default(),
             watermark: None,
             bad_message_hint: parts.bad_message_hint,
         }

@@ -11,6 +11,7 @@ use std::path::Path;
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use deltalake_core::DeltaTable;
+use futures::StreamExt as _;
 use object_store::ObjectStoreExt as _;
 use weir::{Engine, EngineOptions};
 
@@ -139,6 +140,59 @@ async fn a_delta_sink_holds_each_key_once_and_its_positions_across_runs() {
     e.query(&script).await.unwrap();
     assert_eq!(e.finish().await.unwrap()[0].rows, 0);
     assert_eq!(load(&table_dir).await.version(), version);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_without_state_resumes_from_the_positions_in_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    let table_dir = dir.path().join("table");
+    append(&data, &(1..=12).collect::<Vec<_>>(), "a");
+    // No 'state.dir': the table's own log keeps the positions.
+    let script = format!(
+        "CREATE SOURCE s (id BIGINT, v VARCHAR) WITH ('connector' = 'file', 'path' = '{}', \
+         'framing' = 'lines', 'encoding' = 'json', 'commit.interval' = '5 rows');\n\
+         CREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}');",
+        data.display(),
+        table_dir.display()
+    );
+    let run = || async {
+        let e = engine();
+        e.query(&script).await.unwrap();
+        e.finish().await.unwrap()[0].rows
+    };
+    assert_eq!(run().await, 12);
+    let table = load(&table_dir).await;
+    let steps = txn(&table, "lake").await.unwrap();
+    assert!(steps >= 2, "12 rows in steps of at least 5: {steps} steps");
+    // The last commit names the source's position, at its txn version: 12 lines read.
+    let info = table.history(Some(1)).next().await.unwrap().unwrap();
+    let positions = info.info["weir.positions"].as_object().unwrap().clone();
+    assert_eq!(positions.len(), 1, "{positions:?}");
+    for (name, next) in &positions {
+        assert_eq!(txn(&table, &format!("lake/{name}")).await, next.as_i64());
+    }
+
+    // The next run reads only what came after, and a run with nothing new commits nothing.
+    append(&data, &(13..=18).collect::<Vec<_>>(), "b");
+    assert_eq!(run().await, 6);
+    let version = load(&table_dir).await.version();
+    assert_eq!(run().await, 0);
+    assert_eq!(load(&table_dir).await.version(), version);
+
+    // A stop after a step's files were written but before its commit (the commit removed):
+    // the next run reads that step's rows again from the table's positions, once.
+    let last = version.unwrap();
+    std::fs::remove_file(table_dir.join(format!("_delta_log/{last:020}.json"))).unwrap();
+    let behind = ids(&load(&table_dir).await).await.len();
+    assert!(behind < 18, "{behind}");
+    assert_eq!(run().await as usize, 18 - behind);
+    let got = ids(&load(&table_dir).await).await;
+    assert_eq!(
+        got.keys().copied().collect::<Vec<_>>(),
+        (1..=18).collect::<Vec<_>>()
+    );
+    assert!(got.values().all(|&n| n == 1), "{got:?}");
 }
 
 /// The positions the state directory committed, through `weir stats`'s library call.
@@ -273,7 +327,7 @@ async fn schema_differences_are_named_and_new_columns_can_be_added() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_path_that_is_not_a_table_and_a_sink_without_state_are_refused() {
+async fn a_path_that_is_not_a_table_and_a_query_without_state_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("in.jsonl");
     append(&data, &[1, 2], "a");
@@ -291,10 +345,12 @@ async fn a_path_that_is_not_a_table_and_a_sink_without_state_are_refused() {
         "{err}"
     );
 
+    // A query (not the source itself) over a source without state has no positions to keep.
     let script = format!(
         "CREATE SOURCE s (id BIGINT) WITH ('connector' = 'file', 'path' = '{}', \
          'framing' = 'lines', 'encoding' = 'json');\n\
-         CREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}');",
+         CREATE SINK lake FROM (SELECT id * 2 AS twice FROM s) WITH ('connector' = 'delta', \
+         'path' = '{}');",
         data.display(),
         dir.path().join("t2").display()
     );
@@ -304,6 +360,14 @@ async fn a_path_that_is_not_a_table_and_a_sink_without_state_are_refused() {
         Ok(_) => e.finish().await.unwrap_err().to_string(),
     };
     assert!(err.contains("'state.dir'"), "{err}");
+    // Nor may a source without state take the dedup options.
+    let script = format!(
+        "CREATE SOURCE s (id BIGINT) WITH ('connector' = 'file', 'path' = '{}', \
+         'framing' = 'lines', 'encoding' = 'json', 'dedup.key' = 'id');",
+        data.display(),
+    );
+    let err = engine().query(&script).await.unwrap_err().to_string();
+    assert!(err.contains("'dedup.key' needs 'state.dir'"), "{err}");
 
     // Options are checked at CREATE SINK.
     let script = format!(

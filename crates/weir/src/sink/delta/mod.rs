@@ -34,6 +34,7 @@ use deltalake_core::logstore::{
 use deltalake_core::protocol::{DeltaOperation, OutputMode};
 use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
 use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError, TableProperty};
+use futures::StreamExt as _;
 use object_store::path::Path as ObjectPath;
 use parquet::file::properties::WriterProperties;
 use url::Url;
@@ -236,6 +237,7 @@ impl DeltaSink {
             };
             let props = CommitProperties::default()
                 .with_application_transactions(txns.clone())
+                .with_metadata(commit_metadata(&app, step, positions))
                 .with_max_retries(0);
             let attempt = CommitBuilder::from(props)
                 .with_actions(actions.clone())
@@ -261,6 +263,30 @@ impl DeltaSink {
         )))
     }
 }
+
+/// The commit's provenance (in its `commitInfo`): the writer, the step and every position, so a
+/// pipeline without a state directory can find the names of the partitions whose `txn`
+/// versions it resumes from (Delta has no way to list a table's application ids).
+fn commit_metadata(
+    app: &str,
+    step: u64,
+    positions: &[(String, i64)],
+) -> [(String, serde_json::Value); 3] {
+    let positions: serde_json::Map<String, serde_json::Value> = positions
+        .iter()
+        .map(|(p, next)| (p.clone(), serde_json::Value::from(*next)))
+        .collect();
+    [
+        (META_APP.into(), serde_json::Value::from(app)),
+        (META_STEP.into(), serde_json::Value::from(step)),
+        (META_POSITIONS.into(), serde_json::Value::Object(positions)),
+    ]
+}
+
+/// `commitInfo` keys of a weir commit.
+const META_APP: &str = "weir.appId";
+const META_STEP: &str = "weir.step";
+const META_POSITIONS: &str = "weir.positions";
 
 /// Reads `adds` back from what a state commit recorded (one JSON `add` action each).
 pub(crate) fn adds_from_records(records: &[String]) -> Result<Vec<Add>, SinkError> {
@@ -576,5 +602,67 @@ impl DeltaSink {
             table.step,
             self.settings.app_id
         )))
+    }
+}
+
+impl DeltaSink {
+    /// Where a pipeline without a state directory resumes: the last step this writer committed
+    /// to the table and the next offset of every partition, as the table's `txn` versions say
+    /// (the partitions' names come from that step's `commitInfo`; each is checked against its
+    /// `txn` version). Step 0 and no positions when the writer never committed.
+    pub(crate) async fn resume(&mut self) -> Result<weir_dedup::Checkpoint, SinkError> {
+        let progress = self.progress().await?;
+        if progress.step == 0 {
+            return Ok(weir_dedup::Checkpoint::default());
+        }
+        let app = self.settings.app_id.clone();
+        let err = delta_error(&self.sink, &self.url);
+        let mut found = None;
+        {
+            let mut history = self.table.history(None);
+            while let Some(info) = history.next().await {
+                let info = info.map_err(&err)?;
+                let ours = info.info.get(META_APP).and_then(|v| v.as_str()) == Some(app.as_str())
+                    && info.info.get(META_STEP).and_then(serde_json::Value::as_u64)
+                        == Some(progress.step);
+                if ours {
+                    found = info
+                        .info
+                        .get(META_POSITIONS)
+                        .and_then(|v| v.as_object())
+                        .cloned();
+                    break;
+                }
+            }
+        }
+        let Some(names) = found else {
+            return Err(SinkError::Options(format!(
+                "sink {}: the Delta table {} is at step {} of writer '{app}', but its log no longer holds that commit (older than the table's log retention?), so the partitions to resume cannot be named. Give the source a 'state.dir', or write to a new table",
+                self.sink, self.url, progress.step
+            )));
+        };
+        let snapshot = self.table.snapshot().map_err(&err)?;
+        let mut positions = Vec::with_capacity(names.len());
+        for (name, recorded) in names {
+            let txn = snapshot
+                .transaction_version(self.table.log_store().as_ref(), format!("{app}/{name}"))
+                .await
+                .map_err(&err)?;
+            match (txn, recorded.as_i64()) {
+                (Some(next), Some(r)) if next == r => positions.push((name, next)),
+                _ => {
+                    return Err(SinkError::Options(format!(
+                        "sink {}: in the Delta table {}, the position of '{name}' that step {} of writer '{app}' recorded ({recorded}) differs from its txn version ({txn:?}); another writer uses the app id '{app}'? Set a distinct 'app.id'",
+                        self.sink, self.url, progress.step
+                    )))
+                }
+            }
+        }
+        positions.sort();
+        Ok(weir_dedup::Checkpoint {
+            step: progress.step,
+            positions,
+            ..weir_dedup::Checkpoint::default()
+        })
     }
 }

@@ -1,0 +1,109 @@
+//! Where an exactly-once pipeline records its steps: the source's state directory (RocksDB:
+//! positions, dedup keys, window state, the step's files), or, for a table sink on a source
+//! without one, the table's own log, whose commits carry the positions (so the pipeline keeps
+//! only the last committed step in memory and resumes from the table).
+
+use arrow::array::RecordBatch;
+use weir_dedup::{Checkpoint, StateStore};
+
+use super::state::dedup;
+use crate::error::SourceError;
+use crate::source::SourceDefinition;
+
+/// The record of a pipeline's committed steps.
+pub(crate) trait Ledger {
+    /// The last committed step (step 0, no positions, when none).
+    fn checkpoint(&self) -> &Checkpoint;
+
+    /// Drops the rows of `batch` seen before (none without a dedup key).
+    fn dedup(&mut self, batch: RecordBatch, source: &str) -> Result<RecordBatch, SourceError>;
+
+    /// Records the step that ends now (its number is the last one's plus one).
+    fn commit(
+        &mut self,
+        checkpoint: Checkpoint,
+        source: &SourceDefinition,
+    ) -> Result<(), SourceError>;
+
+    /// Waits until the last commit is durable.
+    fn sync(&mut self, source: &SourceDefinition) -> Result<(), SourceError>;
+
+    /// The end of the run: every commit durable.
+    fn finish(&mut self, source: &SourceDefinition) -> Result<(), SourceError>;
+}
+
+impl Ledger for StateStore {
+    fn checkpoint(&self) -> &Checkpoint {
+        StateStore::checkpoint(self)
+    }
+
+    fn dedup(&mut self, batch: RecordBatch, source: &str) -> Result<RecordBatch, SourceError> {
+        dedup(self, batch, source)
+    }
+
+    fn commit(
+        &mut self,
+        checkpoint: Checkpoint,
+        source: &SourceDefinition,
+    ) -> Result<(), SourceError> {
+        StateStore::commit(self, checkpoint).map_err(|e| SourceError::new(&source.name, e))?;
+        if let Some(spec) = &source.state {
+            spec.remember(self);
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
+        StateStore::sync(self).map_err(|e| SourceError::new(&source.name, e))
+    }
+
+    fn finish(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
+        StateStore::finish(self).map_err(|e| SourceError::new(&source.name, e))?;
+        if let Some(spec) = &source.state {
+            spec.remember(self);
+        }
+        Ok(())
+    }
+}
+
+/// The steps of a pipeline whose table sink keeps its positions: the last step committed to
+/// the table, nothing on disk. There is no dedup state, so rows pass as they are.
+#[derive(Debug, Default)]
+pub(crate) struct TableLedger {
+    committed: Checkpoint,
+}
+
+impl TableLedger {
+    /// Resumes after `committed`, the step and positions read from the table.
+    pub(crate) fn new(committed: Checkpoint) -> Self {
+        Self { committed }
+    }
+}
+
+impl Ledger for TableLedger {
+    fn checkpoint(&self) -> &Checkpoint {
+        &self.committed
+    }
+
+    fn dedup(&mut self, batch: RecordBatch, _: &str) -> Result<RecordBatch, SourceError> {
+        Ok(batch)
+    }
+
+    fn commit(
+        &mut self,
+        mut checkpoint: Checkpoint,
+        _: &SourceDefinition,
+    ) -> Result<(), SourceError> {
+        checkpoint.step = self.committed.step + 1;
+        self.committed = checkpoint;
+        Ok(())
+    }
+
+    fn sync(&mut self, _: &SourceDefinition) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn finish(&mut self, _: &SourceDefinition) -> Result<(), SourceError> {
+        Ok(())
+    }
+}
