@@ -45,6 +45,7 @@ pub use metrics::server::MetricsServer;
 pub use metrics::MetricsHandle;
 pub use output::{ResultOutput, ResultWriter, StdoutFormat};
 pub use registry::client::RegistryError;
+pub use sink::delta::{compact_delta_table, Compaction};
 pub use sink::SinkError;
 pub use source::file::{for_each_message, FileError, MessagesError};
 pub use sql::SqlError;

@@ -137,6 +137,20 @@ enum Command {
         /// The state directory.
         state_dir: PathBuf,
     },
+    /// Compact a Delta table's small files into files of about --target-file-size (delta-rs's
+    /// OPTIMIZE: one commit that changes no rows; the old files stay until VACUUM). Safe while a
+    /// weir sink writes the table.
+    Compact {
+        /// The table: a local directory or an s3://, gs://, az://, abfss:// or file:// URL.
+        table: String,
+        /// An object-storage option as a delta sink takes it (s3.endpoint=..., s3.region=...,
+        /// s3.access.key.id=..., s3.secret.access.key=${env:NAME}, ...); repeatable.
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
+        /// The size of the files compaction writes.
+        #[arg(long, default_value = "128MB")]
+        target_file_size: String,
+    },
     /// Generate quotes, run the options-quotes source and a GROUP BY ticker query, print the top
     /// groups and the throughput. Needs no broker.
     Demo {
@@ -353,6 +367,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             kafka_config.as_deref(),
         ),
         Command::Stats { state_dir } => cli::stats::stats(&state_dir),
+        Command::Compact {
+            table,
+            options,
+            target_file_size,
+        } => cli::compact::compact(&table, &options, &target_file_size),
         Command::Demo {
             count,
             partitions,

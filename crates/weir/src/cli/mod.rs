@@ -1,5 +1,6 @@
 //! The commands of the `weir` program, one file each, and what they share.
 
+pub(crate) mod compact;
 pub(crate) mod decode;
 pub(crate) mod demo;
 pub(crate) mod gen;

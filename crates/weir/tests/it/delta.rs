@@ -195,6 +195,95 @@ async fn a_source_without_state_resumes_from_the_positions_in_the_table() {
     assert!(got.values().all(|&n| n == 1), "{got:?}");
 }
 
+/// Data files in the table's current snapshot.
+fn files(table: &DeltaTable) -> usize {
+    table.get_file_uris().unwrap().count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_are_compacted_by_the_sink_and_by_weir_compact() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    append(&data, &(1..=40).collect::<Vec<_>>(), "a");
+    let run = |table: &Path, state: &str, compaction: &str| {
+        let script = format!(
+            "{}\nCREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}', \
+             'compaction.interval' = '{compaction}');",
+            source(&data, &dir.path().join(state)),
+            table.display()
+        );
+        async move {
+            let e = engine();
+            e.query(&script).await.unwrap();
+            e.finish().await.unwrap();
+        }
+    };
+    // Compaction off: a file a step.
+    let plain = dir.path().join("plain");
+    run(&plain, "state-plain", "0").await;
+    let table = load(&plain).await;
+    let steps = txn(&table, "lake").await.unwrap();
+    assert!(steps >= 5, "{steps} steps");
+    assert_eq!(files(&table), steps as usize);
+
+    // Every 3 commits: the files of those steps become one.
+    let compacted = dir.path().join("compacted");
+    run(&compacted, "state-compacted", "3").await;
+    let table = load(&compacted).await;
+    assert_eq!(txn(&table, "lake").await, Some(steps));
+    assert!(files(&table) < steps as usize, "{} files", files(&table));
+    let ops: Vec<String> = table
+        .history(None)
+        .map(|i| i.unwrap().operation.unwrap_or_default())
+        .collect()
+        .await;
+    assert!(ops.iter().any(|o| o == "OPTIMIZE"), "{ops:?}");
+    let got = ids(&table).await;
+    assert_eq!(got.len(), 40);
+    assert!(got.values().all(|&n| n == 1), "{got:?}");
+
+    // `weir compact` on the table made without: one file, the same rows, the same txn versions.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["compact", plain.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(&format!("{steps} files")), "{stdout}");
+    let table = load(&plain).await;
+    assert_eq!(files(&table), 1);
+    assert_eq!(txn(&table, "lake").await, Some(steps));
+    let got = ids(&table).await;
+    assert_eq!(got.len(), 40);
+    assert!(got.values().all(|&n| n == 1), "{got:?}");
+    // The writer goes on after it: the state and the table still agree.
+    append(&data, &[41, 42, 3], "b");
+    run(&plain, "state-plain", "0").await;
+    let table = load(&plain).await;
+    assert_eq!(ids(&table).await.len(), 42);
+
+    // Unknown options are named, values never shown.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "compact",
+            plain.to_str().unwrap(),
+            "--option",
+            "s3.secret=hunter2",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("s3.secret") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
+}
+
 /// The positions the state directory committed, through `weir stats`'s library call.
 fn weir_state_positions(state: &Path) -> Vec<(String, i64)> {
     let (checkpoint, _, _) = weir_dedup::StateStore::inspect(state).unwrap();

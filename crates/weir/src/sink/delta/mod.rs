@@ -17,8 +17,10 @@
 //! a commit is made only while `<app.id>` is at the step before it, so a second writer with a
 //! stale view fails with an error and adds nothing.
 
+mod compact;
 mod options;
 
+pub use self::compact::{compact_delta_table, Compaction};
 pub(crate) use self::options::{DeltaSettings, DELTA_OPTIONS};
 
 use std::sync::{Arc, Once};
@@ -56,6 +58,10 @@ pub(crate) struct DeltaSink {
     settings: DeltaSettings,
     table: DeltaTable,
     writer: RecordBatchWriter,
+    /// How data files are written (the writer's and compaction's).
+    props: WriterProperties,
+    /// Commits since the last compaction.
+    commits_since_compaction: u64,
     /// The table's Arrow schema, which every batch is cast to (Delta's types, the table's
     /// column order).
     schema: SchemaRef,
@@ -134,7 +140,7 @@ impl DeltaSink {
             .build();
         let writer = RecordBatchWriter::for_table(&table)
             .map_err(&err)?
-            .with_writer_properties(props)
+            .with_writer_properties(props.clone())
             .with_target_file_size(settings.target_file_size);
         let schema = writer.arrow_schema();
         drop(err);
@@ -144,8 +150,31 @@ impl DeltaSink {
             settings,
             table,
             writer,
+            props,
+            commits_since_compaction: 0,
             schema,
         })
+    }
+
+    /// Counts a commit, and after every `'compaction.interval'` of them compacts the table's
+    /// small files (one more commit, which changes no rows). Returns what a compaction did.
+    pub(crate) async fn after_commit(&mut self) -> Result<Option<Compaction>, SinkError> {
+        self.commits_since_compaction += 1;
+        let every = self.settings.compaction_interval;
+        if every == 0 || self.commits_since_compaction < every {
+            return Ok(None);
+        }
+        self.commits_since_compaction = 0;
+        let err = delta_error(&self.sink, &self.url);
+        let (table, done) = compact::compact_table(
+            self.table.clone(),
+            self.settings.target_file_size,
+            self.props.clone(),
+        )
+        .await
+        .map_err(err)?;
+        self.table = table;
+        Ok(Some(done))
     }
 
     /// The table's URL.
@@ -561,6 +590,20 @@ impl super::StepSink for DeltaSteps {
             micros = started.elapsed().as_micros() as u64,
             "Delta commit"
         );
+        let started = std::time::Instant::now();
+        if let Some(done) = self.runtime.block_on(self.table.after_commit())? {
+            tracing::info!(
+                sink = %self.table.sink,
+                table = %self.table.url,
+                version = done.version,
+                removed = done.files_removed,
+                added = done.files_added,
+                bytes_removed = done.bytes_removed,
+                bytes_added = done.bytes_added,
+                micros = started.elapsed().as_micros() as u64,
+                "compacted the table's small files"
+            );
+        }
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub(crate) const DELTA_OPTIONS: &[OptionSpec] = &[
     PARTITION_BY,
     TARGET_FILE_SIZE,
     CHECKPOINT_INTERVAL,
+    COMPACTION_INTERVAL,
     SCHEMA_EVOLUTION,
     APP_ID,
     COMPRESSION,
@@ -40,6 +41,14 @@ const CHECKPOINT_INTERVAL: OptionSpec = OptionSpec::new(
      creates)",
 )
 .default_value("10");
+const COMPACTION_INTERVAL: OptionSpec = OptionSpec::new(
+    "compaction.interval",
+    OptionKind::Count,
+    "after every this many commits, the table's files below `target.file.size` are compacted \
+     into files of about that size (delta-rs's OPTIMIZE: a commit of its own that changes no \
+     rows; the old files stay until `VACUUM`); `0`: never (run `weir compact` instead)",
+)
+.default_value("100");
 const SCHEMA_EVOLUTION: OptionSpec = OptionSpec::new(
     "schema.evolution",
     OptionKind::Choice(&["none", "add_columns"]),
@@ -72,6 +81,8 @@ pub(crate) struct DeltaSettings {
     pub(crate) target_file_size: u64,
     /// Commits between checkpoints.
     pub(crate) checkpoint_interval: u64,
+    /// Commits between compactions (0: none).
+    pub(crate) compaction_interval: u64,
     /// Add the query's new columns to an existing table.
     pub(crate) add_columns: bool,
     /// The writer's name in the table's `txn` actions.
@@ -110,6 +121,7 @@ impl DeltaSettings {
             partition_by: options.list(&PARTITION_BY),
             target_file_size,
             checkpoint_interval,
+            compaction_interval: options.count(&COMPACTION_INTERVAL)?.unwrap_or(0),
             add_columns: options.choice(&SCHEMA_EVOLUTION)? == Some("add_columns"),
             app_id: options
                 .text(&APP_ID)
