@@ -17,6 +17,7 @@ use crate::pipeline::ledger::TableLedger;
 use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
+use crate::sink::storage::{is_remote, local_path, open_location, Location};
 use crate::sink::{
     open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, StepSink,
     Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
@@ -39,19 +40,67 @@ pub(super) struct SinkState {
     /// The `file` sink's encoder.
     encoder: Option<Arc<dyn EncoderFactory>>,
     writer: Option<(SchemaRef, Box<dyn BatchWriter>)>,
+    /// For a `'path'` on object storage: the local file the writer fills, uploaded at the end.
+    upload: Option<PendingUpload>,
     /// Rows written.
     pub(super) rows: u64,
     /// The sink's counters for the metrics.
     metrics: Arc<crate::metrics::SinkMetrics>,
 }
 
+/// A file sink's output on object storage: written to a local file, uploaded when complete (in
+/// parts, so it appears whole or not at all).
+struct PendingUpload {
+    /// The directory the object goes in.
+    location: Location,
+    /// The object's name in it.
+    name: String,
+    /// The local file (in a temporary directory removed with it).
+    file: std::path::PathBuf,
+    _spool: tempfile::TempDir,
+}
+
+impl PendingUpload {
+    /// The upload of the object `url` (`s3://bucket/dir/name`) reached with `options`.
+    fn new(sink: &str, url: &str, options: &Options) -> Result<Self, SinkError> {
+        let bad = |why: &str| SinkError::Storage {
+            path: url.to_string(),
+            reason: why.to_string(),
+        };
+        let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        let name = parsed
+            .path_segments()
+            .and_then(|mut s| s.next_back())
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| bad("names a directory; this sink writes one file: give its name"))?
+            .to_string();
+        let dir = parsed.join("./").map_err(|e| bad(&e.to_string()))?;
+        let location = open_location(dir.as_str(), options)?;
+        let spool = tempfile::Builder::new()
+            .prefix(&format!("weir-{sink}-"))
+            .tempdir()
+            .map_err(|e| SinkError::io(&std::env::temp_dir(), e))?;
+        Ok(Self {
+            location,
+            file: spool.path().join(&name),
+            name,
+            _spool: spool,
+        })
+    }
+}
+
 impl SinkState {
-    /// Completes the output (file footers).
-    pub(super) fn finish(&mut self) -> Result<(), SinkError> {
-        match self.writer.as_mut() {
-            Some((_, w)) => w.finish(),
-            None => Ok(()),
+    /// Completes the output (file footers), and uploads it when its place is object storage.
+    pub(super) async fn finish(&mut self) -> Result<(), SinkError> {
+        if let Some((_, w)) = self.writer.as_mut() {
+            w.finish()?;
         }
+        if let Some(up) = self.upload.take() {
+            if self.writer.is_some() {
+                up.location.upload(&up.file, &up.name).await?;
+            }
+        }
+        Ok(())
     }
 
     /// The writer for rows of `schema`, opened at the first rows; later writes must have the
@@ -71,7 +120,13 @@ impl SinkState {
         }
         if self.writer.is_none() {
             let target = match &self.settings.path {
-                Some(p) => Target::File(p.clone()),
+                Some(p) if is_remote(&p.to_string_lossy()) => {
+                    let up = PendingUpload::new(sink, &p.to_string_lossy(), &self.options)?;
+                    let target = Target::File(up.file.clone());
+                    self.upload = Some(up);
+                    target
+                }
+                Some(p) => Target::File(local_path(&p.to_string_lossy())),
                 None => Target::Stdout,
             };
             let w: Box<dyn BatchWriter> = match (&self.encoder, &self.settings.messages) {
@@ -151,7 +206,11 @@ impl Engine {
             &[
                 SINK_CONNECTOR_OPTIONS,
                 SinkSettings::declared(connector),
-                if settings.delta { STORAGE_OPTIONS } else { &[] },
+                if settings.path.is_some() || settings.delta {
+                    STORAGE_OPTIONS
+                } else {
+                    &[]
+                },
                 encoder.as_ref().map_or(&[], |e| e.options()),
             ],
         )
@@ -172,6 +231,7 @@ impl Engine {
                 options,
                 encoder,
                 writer: None,
+                upload: None,
                 rows: 0,
                 metrics,
             })),
@@ -323,10 +383,16 @@ impl Engine {
                     .into(),
                 )
             })?;
-            let files = StepFiles::new(&dir, sink, settings.format, options, schema)
-                .map_err(fail)?
-                .with_metrics(metrics);
-            let deleted = files.clean(store.checkpoint().step).map_err(fail)?;
+            let files = StepFiles::new(
+                &dir.to_string_lossy(),
+                sink,
+                settings.format,
+                options,
+                schema,
+            )
+            .map_err(fail)?
+            .with_metrics(metrics);
+            let deleted = files.clean(store.checkpoint().step).await.map_err(fail)?;
             if !deleted.is_empty() {
                 tracing::warn!(
                     sink,

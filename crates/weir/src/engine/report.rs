@@ -116,7 +116,7 @@ impl Engine {
         let mut reports = Vec::new();
         for (name, state) in sinks {
             let mut st = state.lock().await;
-            st.finish().map_err(|source| EngineError::Sink {
+            st.finish().await.map_err(|source| EngineError::Sink {
                 sink: name.clone(),
                 source: Box::new(source),
             })?;

@@ -8,10 +8,15 @@
 //! source resumes at the committed positions. So a crash at any moment neither loses nor repeats
 //! a row, and the dedup state always matches the files.
 //!
+//! On object storage (an `s3://`, `gs://`, `az://` or `abfss://` directory) the temporary file
+//! is local, and the step's end uploads it as `<sink>-<step>.<ext>` in parts; the object
+//! appears whole when the upload completes, or not at all, so the upload takes the rename's
+//! place.
+//!
 //! A table sink (`delta`) goes one step further: once the state commit is durable, the step is
 //! published as one table commit (see `sink::delta` for its order and how a stop is settled).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,12 +34,28 @@ use super::scan::{open_positioned, open_whole};
 use super::threads::{with_read_ahead, ReadItem};
 use super::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::error::{SourceError, SourceErrorKind};
+use crate::sink::storage::{is_remote, local_path, open_location, Location};
 use crate::sink::{open_writer, BatchWriter, SinkError, SinkFormat, StepSink, Target};
 use crate::source::SourceDefinition;
 
+/// Where a checkpointed sink's files are completed.
+enum StepDir {
+    /// A local directory: files are renamed into place.
+    Local,
+    /// An object-store directory: files are written in `dir` (a local temporary directory,
+    /// removed with it) and uploaded into place.
+    Remote {
+        location: Location,
+        runtime: tokio::runtime::Handle,
+        _spool: tempfile::TempDir,
+    },
+}
+
 /// The files of a checkpointed sink.
 pub(crate) struct StepFiles {
+    /// Where files are written (for a remote sink, the local temporary directory).
     dir: PathBuf,
+    place: StepDir,
     sink: String,
     ext: &'static str,
     format: SinkFormat,
@@ -46,9 +67,10 @@ pub(crate) struct StepFiles {
 }
 
 impl StepFiles {
-    /// The sink `sink` writing `format` files of `schema` into the directory `dir`.
+    /// The sink `sink` writing `format` files of `schema` into the directory `path` (local, or
+    /// an object-storage URL reached with `options`' credentials).
     pub(crate) fn new(
-        dir: &Path,
+        path: &str,
         sink: &str,
         format: SinkFormat,
         options: Options,
@@ -63,9 +85,33 @@ impl StepFiles {
                 ))
             }
         };
-        std::fs::create_dir_all(dir).map_err(|e| SinkError::io(dir, e))?;
+        let (dir, place) = if is_remote(path) {
+            let location = open_location(path, &options)?;
+            let spool = tempfile::Builder::new()
+                .prefix(&format!("weir-{sink}-"))
+                .tempdir()
+                .map_err(|e| SinkError::io(&std::env::temp_dir(), e))?;
+            let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+                SinkError::Options(format!(
+                    "sink {sink}: no runtime to upload with ({e}); this is a bug in weir"
+                ))
+            })?;
+            (
+                spool.path().to_path_buf(),
+                StepDir::Remote {
+                    location,
+                    runtime,
+                    _spool: spool,
+                },
+            )
+        } else {
+            let dir = local_path(path);
+            std::fs::create_dir_all(&dir).map_err(|e| SinkError::io(&dir, e))?;
+            (dir, StepDir::Local)
+        };
         Ok(Self {
-            dir: dir.to_path_buf(),
+            dir,
+            place,
             sink: sink.to_string(),
             ext,
             format,
@@ -90,28 +136,38 @@ impl StepFiles {
         format!(".{}-{step:010}.{}.tmp", self.sink, self.ext)
     }
 
-    /// Deletes what a crashed run left: temporary files, and files of steps after `committed`.
-    /// Returns the names deleted.
-    pub(crate) fn clean(&self, committed: u64) -> Result<Vec<String>, SinkError> {
-        let mut deleted = Vec::new();
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| SinkError::io(&self.dir, e))?;
+    /// True for a name this sink's crashed run may leave behind after step `committed`: a
+    /// temporary file, or the file of a later step.
+    fn stale(&self, name: &str, committed: u64) -> bool {
         let prefix = format!("{}-", self.sink);
         let temp_prefix = format!(".{}-", self.sink);
         let suffix = format!(".{}", self.ext);
+        if name.starts_with(&temp_prefix) && name.ends_with(".tmp") {
+            return true;
+        }
+        name.strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(&suffix))
+            .and_then(|s| s.parse::<u64>().ok())
+            .is_some_and(|step| step > committed)
+    }
+
+    /// Deletes what a crashed run left: temporary files, and files of steps after `committed`.
+    /// Returns the names deleted.
+    pub(crate) async fn clean(&self, committed: u64) -> Result<Vec<String>, SinkError> {
+        let mut deleted = Vec::new();
+        if let StepDir::Remote { location, .. } = &self.place {
+            for name in location.list_names().await? {
+                if self.stale(&name, committed) {
+                    location.delete(&name).await?;
+                    deleted.push(name);
+                }
+            }
+            return Ok(deleted);
+        }
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| SinkError::io(&self.dir, e))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let stale = if name.starts_with(&temp_prefix) && name.ends_with(".tmp") {
-                true
-            } else if let Some(step) = name
-                .strip_prefix(&prefix)
-                .and_then(|r| r.strip_suffix(&suffix))
-                .and_then(|s| s.parse::<u64>().ok())
-            {
-                step > committed
-            } else {
-                false
-            };
-            if stale {
+            if self.stale(&name, committed) {
                 std::fs::remove_file(entry.path()).map_err(|e| SinkError::io(&entry.path(), e))?;
                 deleted.push(name);
             }
@@ -162,10 +218,20 @@ impl StepSink for StepFiles {
         }
         writer.finish()?;
         drop(writer);
+        let name = self.final_name(step);
+        if let StepDir::Remote {
+            location, runtime, ..
+        } = &self.place
+        {
+            let bytes = runtime.block_on(location.upload(&tmp, &name))?;
+            std::fs::remove_file(&tmp).map_err(|e| SinkError::io(&tmp, e))?;
+            self.metrics.bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.metrics.files.fetch_add(1, Ordering::Relaxed);
+            return Ok(vec![name]);
+        }
         std::fs::File::open(&tmp)
             .and_then(|f| f.sync_all())
             .map_err(|e| SinkError::io(&tmp, e))?;
-        let name = self.final_name(step);
         let target = self.dir.join(&name);
         std::fs::rename(&tmp, &target).map_err(|e| SinkError::io(&target, e))?;
         if let Ok(m) = std::fs::metadata(&target) {

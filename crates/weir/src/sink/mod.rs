@@ -6,7 +6,7 @@
 pub(crate) mod delta;
 mod json;
 mod options;
-mod storage;
+pub(crate) mod storage;
 
 pub(crate) use self::delta::DELTA_OPTIONS;
 pub(crate) use self::json::json_writer;

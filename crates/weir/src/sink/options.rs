@@ -30,7 +30,9 @@ const PATH: OptionSpec = OptionSpec::new(
     "path",
     OptionKind::Path,
     "the output file (directories are created); for a sink fed straight from a source with \
-     state, a directory of step files (required)",
+     state, a directory of step files; a local path, a `file://` URL, or an `s3://`, `gs://`, \
+     `az://` or `abfss://` URL (see [object storage](#delta-lake-tables-on-object-storage)) \
+     (required)",
 );
 const COMPRESSION: OptionSpec = OptionSpec::new(
     "compression",

@@ -10,7 +10,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
-use object_store::{ObjectStore, RetryConfig};
+use object_store::{ObjectStore, ObjectStoreExt as _, RetryConfig};
 use url::Url;
 use weir_codec::{OptionKind, OptionSpec, Options};
 
@@ -293,9 +293,130 @@ fn azure(url: &Url, options: &Options, retry: RetryConfig) -> Result<impl Object
     b.build().map_err(|e| e.to_string())
 }
 
+/// The object-store schemes weir writes (a `file://` URL is a local path).
+const REMOTE_SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "abfs", "abfss", "azure"];
+
+/// True when `path` is an object-storage URL (not a local path or a `file://` URL).
+pub(crate) fn is_remote(path: &str) -> bool {
+    Url::parse(path).is_ok_and(|u| REMOTE_SCHEMES.contains(&u.scheme()))
+}
+
+/// The local path of `path`: itself, or the path of a `file://` URL.
+pub(crate) fn local_path(path: &str) -> std::path::PathBuf {
+    match Url::parse(path) {
+        Ok(u) if u.scheme() == "file" => u
+            .to_file_path()
+            .unwrap_or_else(|()| std::path::PathBuf::from(path)),
+        _ => std::path::PathBuf::from(path),
+    }
+}
+
+/// Bytes a part of a multipart upload holds, and parts in flight at once: an upload holds at
+/// most their product in memory, whatever the file's size.
+const PART_BYTES: usize = 8 << 20;
+const PARTS_IN_FLIGHT: usize = 4;
+
+impl Location {
+    fn storage_error(&self, e: impl std::fmt::Display) -> SinkError {
+        SinkError::Storage {
+            path: self.url.to_string(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// The object `name` in this location (a directory).
+    fn object(&self, name: &str) -> Result<object_store::path::Path, SinkError> {
+        let dir = object_store::path::Path::from_url_path(self.url.path())
+            .map_err(|e| self.storage_error(e))?;
+        Ok(dir.join(name))
+    }
+
+    /// Uploads the local file `local` as the object `name`, in parts of 8 MiB with at most 4 in
+    /// flight. The object appears whole when the upload completes, or not at all: a failed
+    /// upload is aborted. Returns the bytes uploaded.
+    pub(crate) async fn upload(
+        &self,
+        local: &std::path::Path,
+        name: &str,
+    ) -> Result<u64, SinkError> {
+        use std::io::Read as _;
+        let target = self.object(name)?;
+        let upload =
+            self.store.put_multipart(&target).await.map_err(|e| {
+                self.storage_error(format!("cannot begin the upload of {name}: {e}"))
+            })?;
+        let mut parts = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        let mut file = std::fs::File::open(local).map_err(|e| SinkError::io(local, e))?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        let failed = loop {
+            let n = match file.read(&mut buf) {
+                Ok(0) => break None,
+                Ok(n) => n,
+                Err(e) => break Some(SinkError::io(local, e)),
+            };
+            if let Err(e) = parts.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                break Some(self.storage_error(format!("cannot upload {name}: {e}")));
+            }
+            parts.write(&buf[..n]);
+            total += n as u64;
+        };
+        if let Some(e) = failed {
+            // Nothing of an aborted upload is ever visible.
+            let _ = parts.abort().await;
+            return Err(e);
+        }
+        parts.finish().await.map_err(|e| {
+            self.storage_error(format!("cannot complete the upload of {name}: {e}"))
+        })?;
+        Ok(total)
+    }
+
+    /// The names of the objects directly in this location.
+    pub(crate) async fn list_names(&self) -> Result<Vec<String>, SinkError> {
+        let dir = object_store::path::Path::from_url_path(self.url.path())
+            .map_err(|e| self.storage_error(e))?;
+        let listing = self
+            .store
+            .list_with_delimiter(Some(&dir))
+            .await
+            .map_err(|e| self.storage_error(e))?;
+        Ok(listing
+            .objects
+            .iter()
+            .filter_map(|o| o.location.filename().map(str::to_string))
+            .collect())
+    }
+
+    /// Deletes the object `name`.
+    pub(crate) async fn delete(&self, name: &str) -> Result<(), SinkError> {
+        let target = self.object(name)?;
+        self.store
+            .delete(&target)
+            .await
+            .map_err(|e| self.storage_error(format!("cannot delete {name}: {e}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_store_urls_are_remote_and_file_urls_local() {
+        assert!(is_remote("s3://bucket/dir"));
+        assert!(is_remote(
+            "abfss://container@account.dfs.core.windows.net/dir"
+        ));
+        assert!(!is_remote("file:///tmp/out"));
+        assert!(!is_remote("out/steps"));
+        assert!(!is_remote("/tmp/out.parquet"));
+        assert_eq!(
+            local_path("file:///tmp/out"),
+            std::path::Path::new("/tmp/out")
+        );
+        assert_eq!(local_path("out/steps"), std::path::Path::new("out/steps"));
+    }
 
     fn options(pairs: &[(&str, &str)]) -> Options {
         Options::new(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))

@@ -15,6 +15,8 @@ use futures::StreamExt as _;
 use object_store::ObjectStoreExt as _;
 use weir::{Engine, EngineOptions};
 
+use crate::common::s3;
+
 fn engine() -> Engine {
     Engine::new(EngineOptions {
         partitions: 2,
@@ -467,26 +469,6 @@ async fn a_path_that_is_not_a_table_and_a_query_without_state_are_refused() {
     );
     let err = engine().query(&script).await.unwrap_err().to_string();
     assert!(err.contains("s3.bogus"), "{err}");
-}
-
-/// The S3-compatible store the test command starts, or `None` (with a notice) outside it.
-fn s3() -> Option<(String, String, String, String)> {
-    match (
-        std::env::var("WEIR_S3_ENDPOINT"),
-        std::env::var("WEIR_S3_ACCESS_KEY"),
-        std::env::var("WEIR_S3_SECRET_KEY"),
-        std::env::var("WEIR_S3_BUCKET"),
-    ) {
-        (Ok(e), Ok(k), Ok(s), Ok(b)) => Some((e, k, s, b)),
-        _ => {
-            assert!(
-                std::env::var("CI").is_err(),
-                "WEIR_S3_ENDPOINT is not set under CI: scripts/test.sh starts the object store"
-            );
-            eprintln!("NOTICE: WEIR_S3_ENDPOINT unset; the S3 tests did not run (scripts/test.sh sets it)");
-            None
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
