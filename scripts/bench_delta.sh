@@ -13,9 +13,15 @@ cd "$(dirname "$0")/.."
 N="${1:-20000000}"
 RUNS="${2:-3}"
 INTERVAL="${3:-1000000 rows}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-release-target}"
-cargo build --release --locked -p weir --bin weir >&2
-WEIR="$CARGO_TARGET_DIR/release/weir"
+# WEIR_BIN: a weir program to measure instead of building the release one (a dry run of the
+# script with a debug build, for example).
+if [ -n "${WEIR_BIN:-}" ]; then
+  WEIR="$WEIR_BIN"
+else
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-release-target}"
+  cargo build --release --locked -p weir --bin weir >&2
+  WEIR="$CARGO_TARGET_DIR/release/weir"
+fi
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 "$WEIR" gen quotes --count "$N" --seed 11 --duplicates 0.1 --out "$WORK/q.bin" \
