@@ -17,7 +17,7 @@ use crate::pipeline::ledger::TableLedger;
 use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
-use crate::sink::storage::{is_remote, local_path, open_location, Location};
+use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{
     open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, StepSink,
     Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
@@ -55,9 +55,9 @@ struct PendingUpload {
     location: Location,
     /// The object's name in it.
     name: String,
-    /// The local file (in a temporary directory removed with it).
+    /// The local file (in a spool directory removed with it).
     file: std::path::PathBuf,
-    _spool: tempfile::TempDir,
+    _spool: Spool,
 }
 
 impl PendingUpload {
@@ -68,18 +68,16 @@ impl PendingUpload {
             reason: why.to_string(),
         };
         let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
-        let name = parsed
-            .path_segments()
-            .and_then(|mut s| s.next_back())
-            .filter(|n| !n.is_empty())
+        // The name as the store names it (percent-decoded from the URL).
+        let name = object_store::path::Path::from_url_path(parsed.path())
+            .map_err(|e| bad(&e.to_string()))?
+            .filename()
+            .filter(|_| !parsed.path().ends_with('/'))
             .ok_or_else(|| bad("names a directory; this sink writes one file: give its name"))?
             .to_string();
         let dir = parsed.join("./").map_err(|e| bad(&e.to_string()))?;
         let location = open_location(dir.as_str(), options)?;
-        let spool = tempfile::Builder::new()
-            .prefix(&format!("weir-{sink}-"))
-            .tempdir()
-            .map_err(|e| SinkError::io(&std::env::temp_dir(), e))?;
+        let spool = Spool::open(sink, &parsed)?;
         Ok(Self {
             location,
             file: spool.path().join(&name),
@@ -291,8 +289,9 @@ impl Engine {
         Ok(Some(Arc::new(q)))
     }
 
-    /// A file sink fed straight from a source with state, or by a continuous query over one:
-    /// exactly-once steps. Its `'path'` is a directory of step files.
+    /// A file sink fed straight from a source with state, or by a continuous query over one,
+    /// or a `delta` sink fed straight from any source: exactly-once steps. A file sink's
+    /// `'path'` is a directory of step files; a `delta` sink's steps are table commits.
     async fn exactly_once_sink(
         &self,
         sink: &str,

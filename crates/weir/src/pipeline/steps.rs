@@ -34,7 +34,7 @@ use super::scan::{open_positioned, open_whole};
 use super::threads::{with_read_ahead, ReadItem};
 use super::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::error::{SourceError, SourceErrorKind};
-use crate::sink::storage::{is_remote, local_path, open_location, Location};
+use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{open_writer, BatchWriter, SinkError, SinkFormat, StepSink, Target};
 use crate::source::SourceDefinition;
 
@@ -42,12 +42,12 @@ use crate::source::SourceDefinition;
 enum StepDir {
     /// A local directory: files are renamed into place.
     Local,
-    /// An object-store directory: files are written in `dir` (a local temporary directory,
-    /// removed with it) and uploaded into place.
+    /// An object-store directory: files are written in `dir` (a local spool directory, emptied
+    /// at start and removed with it) and uploaded into place.
     Remote {
         location: Location,
         runtime: tokio::runtime::Handle,
-        _spool: tempfile::TempDir,
+        _spool: Spool,
     },
 }
 
@@ -87,10 +87,7 @@ impl StepFiles {
         };
         let (dir, place) = if is_remote(path) {
             let location = open_location(path, &options)?;
-            let spool = tempfile::Builder::new()
-                .prefix(&format!("weir-{sink}-"))
-                .tempdir()
-                .map_err(|e| SinkError::io(&std::env::temp_dir(), e))?;
+            let spool = Spool::open(sink, &location.url)?;
             let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
                 SinkError::Options(format!(
                     "sink {sink}: no runtime to upload with ({e}); this is a bug in weir"
@@ -136,44 +133,86 @@ impl StepFiles {
         format!(".{}-{step:010}.{}.tmp", self.sink, self.ext)
     }
 
-    /// True for a name this sink's crashed run may leave behind after step `committed`: a
-    /// temporary file, or the file of a later step.
-    fn stale(&self, name: &str, committed: u64) -> bool {
+    /// What `name` is to a sink whose state committed step `committed`: a temporary file or
+    /// the file of a later step (left by a crashed run), or one of its committed files.
+    fn classify(&self, name: &str, committed: u64) -> Leftover {
         let prefix = format!("{}-", self.sink);
         let temp_prefix = format!(".{}-", self.sink);
         let suffix = format!(".{}", self.ext);
         if name.starts_with(&temp_prefix) && name.ends_with(".tmp") {
-            return true;
+            return Leftover::Temporary;
         }
-        name.strip_prefix(&prefix)
+        match name
+            .strip_prefix(&prefix)
             .and_then(|r| r.strip_suffix(&suffix))
             .and_then(|s| s.parse::<u64>().ok())
-            .is_some_and(|step| step > committed)
+        {
+            // A step's file is completed before its state commit, and the commit of step n
+            // waits for step n-1's: a crash leaves at most two steps' files uncommitted.
+            Some(step) if step > committed && step <= committed + 2 => Leftover::Uncommitted,
+            Some(step) if step > committed => Leftover::Foreign(step),
+            _ => Leftover::Keep,
+        }
     }
 
-    /// Deletes what a crashed run left: temporary files, and files of steps after `committed`.
-    /// Returns the names deleted.
+    /// Deletes what a crashed run left: temporary files, and files of the (at most two) steps
+    /// after `committed`. A file of a step further on was not written with this state (a lost
+    /// or replaced state directory, or another writer): that is an error, and nothing is
+    /// deleted. Returns the names deleted.
     pub(crate) async fn clean(&self, committed: u64) -> Result<Vec<String>, SinkError> {
-        let mut deleted = Vec::new();
-        if let StepDir::Remote { location, .. } = &self.place {
-            for name in location.list_names().await? {
-                if self.stale(&name, committed) {
-                    location.delete(&name).await?;
-                    deleted.push(name);
+        let names: Vec<String> = match &self.place {
+            StepDir::Remote { location, .. } => location.list_names().await?,
+            StepDir::Local => std::fs::read_dir(&self.dir)
+                .map_err(|e| SinkError::io(&self.dir, e))?
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+        };
+        let mut stale = Vec::new();
+        for name in names {
+            match self.classify(&name, committed) {
+                Leftover::Keep => {}
+                Leftover::Temporary | Leftover::Uncommitted => stale.push(name),
+                Leftover::Foreign(step) => {
+                    return Err(SinkError::Options(format!(
+                        "sink {}: {} holds {name}, the file of step {step}, but the state has committed only step {committed}: the state directory is not the one these files were written with (lost, replaced, or another writer's). Nothing was deleted; write to a new path, or restore the state directory",
+                        self.sink,
+                        self.place_name()
+                    )))
                 }
             }
-            return Ok(deleted);
         }
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| SinkError::io(&self.dir, e))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if self.stale(&name, committed) {
-                std::fs::remove_file(entry.path()).map_err(|e| SinkError::io(&entry.path(), e))?;
-                deleted.push(name);
+        for name in &stale {
+            match &self.place {
+                StepDir::Remote { location, .. } => location.delete(name).await?,
+                StepDir::Local => {
+                    let path = self.dir.join(name);
+                    std::fs::remove_file(&path).map_err(|e| SinkError::io(&path, e))?;
+                }
             }
         }
-        Ok(deleted)
+        Ok(stale)
     }
+
+    /// The sink's directory, for messages.
+    fn place_name(&self) -> String {
+        match &self.place {
+            StepDir::Remote { location, .. } => location.url.to_string(),
+            StepDir::Local => self.dir.display().to_string(),
+        }
+    }
+}
+
+/// What a file in a checkpointed sink's directory is, at start.
+enum Leftover {
+    /// A committed step's file, or not the sink's.
+    Keep,
+    /// A file being written when a run stopped.
+    Temporary,
+    /// A completed file of a step the state never committed.
+    Uncommitted,
+    /// A file of a step beyond what a crash can leave (with the step's number).
+    Foreign(u64),
 }
 
 impl StepSink for StepFiles {

@@ -1,4 +1,4 @@
-//! Where a table lives: a local directory or an object-store URL (`s3://`, `gs://`, `az://`,
+//! Where a sink writes: a local directory or an object-store URL (`s3://`, `gs://`, `az://`,
 //! `abfss://`, `file://`), opened through the `object_store` crate DataFusion already builds.
 //! Credentials and endpoints come from the declared `s3.*`, `gcs.*` and `azure.*` options and,
 //! when those are not given, from each cloud's standard environment variables and credential
@@ -130,8 +130,8 @@ const STORAGE_TIMEOUT: OptionSpec = OptionSpec::new(
 )
 .default_value("3m");
 
-/// A table's place: its URL (a directory URL, ending in `/`) and the store it is in, rooted at
-/// the bucket (or the filesystem root).
+/// A sink's place (a Delta table, or a directory of files): its URL (a directory URL, ending
+/// in `/`) and the store it is in, rooted at the bucket (or the filesystem root).
 pub(crate) struct Location {
     /// The table's URL, as delta-rs and the log name it.
     pub(crate) url: Url,
@@ -308,6 +308,48 @@ pub(crate) fn local_path(path: &str) -> std::path::PathBuf {
             .to_file_path()
             .unwrap_or_else(|()| std::path::PathBuf::from(path)),
         _ => std::path::PathBuf::from(path),
+    }
+}
+
+/// A local directory where a sink's output waits for its upload:
+/// `<temp dir>/weir-spool/<sink>-<hash of the URL>`. It is emptied when opened (what a killed
+/// run left there was never uploaded, and a crash must not fill the disk) and removed when
+/// dropped.
+pub(crate) struct Spool {
+    dir: std::path::PathBuf,
+}
+
+impl Spool {
+    /// The spool of the sink `sink` writing to `url`.
+    pub(crate) fn open(sink: &str, url: &Url) -> Result<Self, SinkError> {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        url.as_str().hash(&mut h);
+        let safe: String = sink
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let dir = std::env::temp_dir()
+            .join("weir-spool")
+            .join(format!("{safe}-{:016x}", h.finish()));
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(SinkError::io(&dir, e)),
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| SinkError::io(&dir, e))?;
+        Ok(Self { dir })
+    }
+
+    /// The directory.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.dir
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -136,12 +136,12 @@ async fn step_files_and_a_file_sink_on_s3_hold_each_row_once() {
     assert_eq!(all.values().sum::<usize>(), 40);
 
     // What a run killed after an upload and before its state commit leaves: the object of a
-    // step the state never committed (a step number the next run does not reach, so only the
-    // start's clean-up can remove it).
+    // step the state never committed (the second after the last committed one, which the next
+    // run, one step long, does not reach: only the start's clean-up can remove it).
     let state = weir_dedup::StateStore::inspect(&dir.path().join("state"))
         .unwrap()
         .0;
-    let orphan = format!("{prefix}/steps/lake-{:010}.parquet", state.step + 50);
+    let orphan = format!("{prefix}/steps/lake-{:010}.parquet", state.step + 2);
     store
         .put(
             &ObjectPath::from(orphan.as_str()),
@@ -151,6 +151,10 @@ async fn step_files_and_a_file_sink_on_s3_hold_each_row_once() {
         .unwrap();
     append(&data, &[21, 3, 22, 21, 23]);
     run().await;
+    let after = weir_dedup::StateStore::inspect(&dir.path().join("state"))
+        .unwrap()
+        .0;
+    assert_eq!(after.step, state.step + 1, "the run was to be one step");
     let (ids, _) = ids_under(store.as_ref(), &format!("{prefix}/steps")).await;
     assert_eq!(
         ids.keys().copied().collect::<Vec<_>>(),
@@ -184,6 +188,31 @@ async fn file_urls_are_local_paths_and_a_file_sink_needs_a_file_name() {
         .iter()
         .all(|f| f.file_name().to_string_lossy().ends_with(".arrow")));
     assert!(out.join("one.parquet").is_file());
+
+    // A step file beyond what a crash can leave: the state is not the one these files were
+    // written with. Refused, and nothing deleted.
+    let committed = weir_dedup::StateStore::inspect(&dir.path().join("state"))
+        .unwrap()
+        .0
+        .step;
+    let foreign = out
+        .join("steps")
+        .join(format!("lake-{:010}.arrow", committed + 3));
+    std::fs::write(&foreign, b"another writer's").unwrap();
+    let e = engine();
+    let err = match e.query(&script).await {
+        Err(err) => err.to_string(),
+        Ok(_) => e.finish().await.unwrap_err().to_string(),
+    };
+    assert!(
+        err.contains("is not the one these files were written with"),
+        "{err}"
+    );
+    assert!(foreign.is_file());
+    assert_eq!(
+        std::fs::read_dir(out.join("steps")).unwrap().count(),
+        steps.len() + 1
+    );
 
     // An object-storage path that names no file, for a sink that writes one.
     let script = format!(

@@ -93,16 +93,23 @@ async fn a_sink_from_a_source_with_state_writes_each_key_once_across_runs() {
     let st = &e.state_reports()[0].1;
     assert_eq!(st.duplicates_dropped, 6);
 
-    // A crashed run left a temporary file and a renamed file whose commit never happened.
-    std::fs::write(out.join(".out-0000000999.parquet.tmp"), b"half").unwrap();
-    std::fs::write(out.join("out-0000000999.parquet"), b"uncommitted").unwrap();
+    // A crashed run left a temporary file and a renamed file whose commit never happened (the
+    // second step after the last committed one: the commit of a step waits for the one before).
+    let committed = weir_dedup::StateStore::inspect(&state).unwrap().0.step;
+    let uncommitted = format!("{:010}", committed + 2);
+    std::fs::write(out.join(format!(".out-{uncommitted}.parquet.tmp")), b"half").unwrap();
+    std::fs::write(
+        out.join(format!("out-{uncommitted}.parquet")),
+        b"uncommitted",
+    )
+    .unwrap();
     // New messages: repeats of old ids (dropped by the state) and new ids.
     append(&data, &[5, 21, 22, 6, 22, 23], "b");
     let e = engine();
     e.query(&script).await.unwrap();
     assert_eq!(e.finish().await.unwrap()[0].rows, 3);
     let (ids, names) = read_dir(&out);
-    assert!(!names.iter().any(|n| n.contains("999")), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains(&uncommitted)), "{names:?}");
     assert_eq!(
         ids.keys().copied().collect::<Vec<_>>(),
         (1..=23).collect::<Vec<_>>()

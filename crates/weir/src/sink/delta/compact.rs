@@ -1,7 +1,8 @@
 //! Compaction of a Delta table's small files: delta-rs's OPTIMIZE (bin-packing files below the
 //! target size into files of about it, one commit that removes the old files and adds the new
 //! ones, marked as changing no data). Streaming with short steps makes many small files; the
-//! sink runs this every `'compaction.interval'` commits, and `weir compact` runs it on demand.
+//! sink runs this every `'compaction.interval'` table versions, and `weir compact` runs it on
+//! demand (for a sink with `'compaction.interval' = '0'`, or a table another writer made).
 //! Readers see the same rows before and after; `txn` versions are untouched, so exactly-once
 //! resumption and fencing do not notice it.
 
@@ -13,7 +14,7 @@ use parquet::file::properties::WriterProperties;
 use weir_codec::{unknown_keys, Options};
 
 use super::{delta_error, register_log_store};
-use crate::sink::storage::{open_location, STORAGE_OPTIONS};
+use crate::sink::storage::{is_remote, local_path, open_location, STORAGE_OPTIONS};
 use crate::sink::SinkError;
 
 /// What one compaction did.
@@ -67,6 +68,13 @@ pub async fn compact_delta_table(
 ) -> Result<Compaction, SinkError> {
     let options = Options::new(weir_codec::resolve_references(options)?);
     unknown_keys(&options, &[STORAGE_OPTIONS])?;
+    let local = local_path(path);
+    if !is_remote(path) && !local.join("_delta_log").is_dir() {
+        return Err(SinkError::Options(format!(
+            "{} is not a Delta table (no _delta_log/ in it)",
+            local.display()
+        )));
+    }
     let location = open_location(path, &options)?;
     register_log_store();
     let url = location.url.clone();

@@ -10,6 +10,10 @@
 //! 3. one Delta commit adds the files with application-transaction (`txn`) actions: `<app.id>`
 //!    at the step's number and `<app.id>/<partition>` at each source partition's next offset.
 //!
+//! Without a state directory (a source fed straight into the sink) there is no step 2: the
+//! table is the only record, each commit's `commitInfo` also names the partitions, and a start
+//! resumes from the `txn` versions ([`DeltaSink::resume`]).
+//!
 //! A kill between 1 and 2 leaves unreferenced files (no reader sees them; `VACUUM` removes
 //! them). A kill between 2 and 3 leaves the table one step behind the state: on start, the table
 //! is read, its `<app.id>` version compared with the state's step, and the recorded `add`
@@ -60,8 +64,10 @@ pub(crate) struct DeltaSink {
     writer: RecordBatchWriter,
     /// How data files are written (the writer's and compaction's).
     props: WriterProperties,
-    /// Commits since the last compaction.
-    commits_since_compaction: u64,
+    /// The table version after this writer's last commit (or as opened): compaction runs when
+    /// a commit takes the version across a multiple of `'compaction.interval'`, so restarts do
+    /// not reset the count.
+    last_version: u64,
     /// The table's Arrow schema, which every batch is cast to (Delta's types, the table's
     /// column order).
     schema: SchemaRef,
@@ -143,6 +149,7 @@ impl DeltaSink {
             .with_writer_properties(props.clone())
             .with_target_file_size(settings.target_file_size);
         let schema = writer.arrow_schema();
+        let last_version = table.version().unwrap_or(0);
         drop(err);
         Ok(Self {
             sink: sink.to_string(),
@@ -151,20 +158,24 @@ impl DeltaSink {
             table,
             writer,
             props,
-            commits_since_compaction: 0,
+            last_version,
             schema,
         })
     }
 
-    /// Counts a commit, and after every `'compaction.interval'` of them compacts the table's
-    /// small files (one more commit, which changes no rows). Returns what a compaction did.
-    pub(crate) async fn after_commit(&mut self) -> Result<Option<Compaction>, SinkError> {
-        self.commits_since_compaction += 1;
+    /// After the commit that made table version `version`: every `'compaction.interval'`
+    /// versions, compacts the table's small files (one more commit, which changes no rows).
+    /// Returns what a compaction did.
+    pub(crate) async fn after_commit(
+        &mut self,
+        version: u64,
+    ) -> Result<Option<Compaction>, SinkError> {
         let every = self.settings.compaction_interval;
-        if every == 0 || self.commits_since_compaction < every {
+        let crossed = every > 0 && version / every > self.last_version / every;
+        self.last_version = version;
+        if !crossed {
             return Ok(None);
         }
-        self.commits_since_compaction = 0;
         let err = delta_error(&self.sink, &self.url);
         let (table, done) = compact::compact_table(
             self.table.clone(),
@@ -174,6 +185,7 @@ impl DeltaSink {
         .await
         .map_err(err)?;
         self.table = table;
+        self.last_version = done.version;
         Ok(Some(done))
     }
 
@@ -591,8 +603,17 @@ impl super::StepSink for DeltaSteps {
             "Delta commit"
         );
         let started = std::time::Instant::now();
-        if let Some(done) = self.runtime.block_on(self.table.after_commit())? {
-            tracing::info!(
+        // The step is committed: a compaction that fails (another OPTIMIZE removed the same
+        // files first, storage trouble) is retried at the next interval, not a reason to stop.
+        match self.runtime.block_on(self.table.after_commit(version)) {
+            Err(e) => tracing::warn!(
+                sink = %self.table.sink,
+                step = checkpoint.step,
+                "compaction after step {} failed, the step itself is committed; it is tried again after the next 'compaction.interval' commits: {e}",
+                checkpoint.step
+            ),
+            Ok(None) => {}
+            Ok(Some(done)) => tracing::info!(
                 sink = %self.table.sink,
                 table = %self.table.url,
                 version = done.version,
@@ -602,7 +623,7 @@ impl super::StepSink for DeltaSteps {
                 bytes_added = done.bytes_added,
                 micros = started.elapsed().as_micros() as u64,
                 "compacted the table's small files"
-            );
+            ),
         }
         Ok(())
     }
@@ -655,9 +676,6 @@ impl DeltaSink {
     /// `txn` version). Step 0 and no positions when the writer never committed.
     pub(crate) async fn resume(&mut self) -> Result<weir_dedup::Checkpoint, SinkError> {
         let progress = self.progress().await?;
-        if progress.step == 0 {
-            return Ok(weir_dedup::Checkpoint::default());
-        }
         let app = self.settings.app_id.clone();
         let err = delta_error(&self.sink, &self.url);
         let mut found = None;
@@ -665,7 +683,17 @@ impl DeltaSink {
             let mut history = self.table.history(None);
             while let Some(info) = history.next().await {
                 let info = info.map_err(&err)?;
-                let ours = info.info.get(META_APP).and_then(|v| v.as_str()) == Some(app.as_str())
+                let by_app = info.info.get(META_APP).and_then(|v| v.as_str()) == Some(app.as_str());
+                if by_app && progress.step == 0 {
+                    // Its commits are in the log but its txn is gone (expired by the table's
+                    // 'delta.setTransactionRetentionDuration'?): starting over would double
+                    // every row.
+                    return Err(SinkError::Options(format!(
+                        "sink {}: the Delta table {} holds commits of writer '{app}' but no txn version for it (expired by 'delta.setTransactionRetentionDuration'?), so where to resume is unknown; give the source a 'state.dir', or write to a new table or with a new 'app.id'",
+                        self.sink, self.url
+                    )));
+                }
+                let ours = by_app
                     && info.info.get(META_STEP).and_then(serde_json::Value::as_u64)
                         == Some(progress.step);
                 if ours {
@@ -678,9 +706,12 @@ impl DeltaSink {
                 }
             }
         }
+        if progress.step == 0 {
+            return Ok(weir_dedup::Checkpoint::default());
+        }
         let Some(names) = found else {
             return Err(SinkError::Options(format!(
-                "sink {}: the Delta table {} is at step {} of writer '{app}', but its log no longer holds that commit (older than the table's log retention?), so the partitions to resume cannot be named. Give the source a 'state.dir', or write to a new table",
+                "sink {}: the Delta table {} is at step {} of writer '{app}', but its log holds no commit of that step naming its partitions (older than the table's log retention, or written with 'state.dir' or by an older weir), so where to resume is unknown. Give the source a 'state.dir', or write to a new table",
                 self.sink, self.url, progress.step
             )));
         };

@@ -44,7 +44,7 @@ const CHECKPOINT_INTERVAL: OptionSpec = OptionSpec::new(
 const COMPACTION_INTERVAL: OptionSpec = OptionSpec::new(
     "compaction.interval",
     OptionKind::Count,
-    "after every this many commits, the table's files below `target.file.size` are compacted \
+    "every this many table versions, the table's files below `target.file.size` are compacted \
      into files of about that size (delta-rs's OPTIMIZE: a commit of its own that changes no \
      rows; the old files stay until `VACUUM`); `0`: never (run `weir compact` instead)",
 )
