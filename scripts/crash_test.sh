@@ -15,6 +15,10 @@
 # WEIR_S3_BUCKET) instead of Parquet step files, and the check reads the table with the Python
 # `deltalake` package (delta-rs's own binding): every key once, and the table's transaction
 # versions equal to the positions the state committed.
+#
+# WEIR_CRASH_SINK=delta-stateless does the same with a source without 'state.dir' (no dedup):
+# the table alone records the positions, and the check is that every message of the topic,
+# repeats included, is in the table exactly once by (partition, offset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS="${WEIR_CRASH_KILLS:-20}"
@@ -33,10 +37,10 @@ CREATE SOURCE quotes (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE, 
   WITH ('connector' = 'kafka', 'brokers' = '$WEIR_KAFKA_BOOTSTRAP', 'topic' = '$TOPIC',
         'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO',
         'location' = '$WORK/schema/stocks.pb',
-        'state.dir' = '$WORK/state', 'dedup.key' = 'ticker,sequence_number',
+        $([ "$SINK_KIND" = delta-stateless ] || echo "'state.dir' = '$WORK/state', 'dedup.key' = 'ticker,sequence_number',")
         'commit.interval' = '150ms, 3000 rows');
 SQL
-if [ "$SINK_KIND" = delta ]; then
+if [ "$SINK_KIND" = delta ] || [ "$SINK_KIND" = delta-stateless ]; then
   if ! "$VENV/bin/python" -c "import deltalake" 2>/dev/null; then
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "deltalake==1.6.6"
   fi
@@ -69,6 +73,43 @@ while [ "$landed" -lt "$KILLS" ]; do
 done
 echo "crash test: $landed kills landed, $finished_early runs ended before their kill; finishing"
 "$WEIR" run --quiet "$WORK/p.sql"
+
+if [ "$SINK_KIND" = delta-stateless ]; then
+"$VENV/bin/python" - "$WORK" "$chunk" "$TABLE" <<'PY'
+import json, os, sys
+from deltalake import DeltaTable
+work, chunks, table = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sent = sum(1 for c in range(1, chunks + 1) for _ in open(f"{work}/ref-{c}.jsonl"))
+opts = {"AWS_ENDPOINT_URL": os.environ["WEIR_S3_ENDPOINT"], "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": os.environ["WEIR_S3_ACCESS_KEY"],
+        "AWS_SECRET_ACCESS_KEY": os.environ["WEIR_S3_SECRET_KEY"], "AWS_ALLOW_HTTP": "true",
+        "conditional_put": "etag"}
+dt = DeltaTable(table, storage_options=opts)
+t = dt.to_pyarrow_table(columns=["kafka_partition", "kafka_offset"])
+got = list(zip(t.column("kafka_partition").to_pylist(), t.column("kafka_offset").to_pylist()))
+seen = set(got)
+doubled = len(got) - len(seen)
+# Every offset of every partition from 0 to its end: nothing missing.
+ends = {}
+for p, o in seen:
+    ends[p] = max(ends.get(p, -1), o)
+missing = sum(ends[p] + 1 for p in ends) - len(seen)
+# The positions the last commit names, against the table's txn versions and the rows.
+last = next(h for h in dt.history() if h.get("weir.appId") == "out")
+positions = last["weir.positions"]
+wrong = {n: (v, dt.transaction_version(f"out/{n}"), ends.get(int(n.rsplit("/", 1)[1]), -1) + 1)
+         for n, v in positions.items()
+         if not v == dt.transaction_version(f"out/{n}") == ends.get(int(n.rsplit("/", 1)[1]), -1) + 1}
+print(f"crash test: {sent} messages sent; the Delta table (version {dt.version()}, step "
+      f"{dt.transaction_version('out')}) holds {len(got)} rows, {doubled} doubled, {missing} missing "
+      f"offsets; {len(positions)} partition positions, {len(wrong)} differ from the txn versions "
+      f"or the rows")
+assert positions and not wrong, f"positions, txn versions and rows disagree: {wrong}"
+assert doubled == 0 and missing == 0 and len(got) == sent, "exactly-once violated"
+PY
+echo "crash test: passed"
+exit 0
+fi
 "$WEIR" stats "$WORK/state"
 
 if [ "$SINK_KIND" = delta ]; then

@@ -104,6 +104,9 @@ echo "== exactly-once under kill -9 (scripts/crash_test.sh)"
 echo "== exactly-once into a Delta table on S3 under kill -9 (scripts/crash_test.sh, delta)"
 WEIR_CRASH_SINK=delta ./scripts/crash_test.sh
 
+echo "== exactly-once into a Delta table without state under kill -9 (scripts/crash_test.sh, delta-stateless)"
+WEIR_CRASH_SINK=delta-stateless ./scripts/crash_test.sh
+
 echo "== windows exactly once under kill -9 (scripts/window_crash_test.sh)"
 ./scripts/window_crash_test.sh
 
