@@ -163,9 +163,18 @@ impl OptionError {
 }
 
 /// The `WITH` options of a source or sink, as text, read through their declarations.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Options {
     values: BTreeMap<String, String>,
+}
+
+/// Shows the keys only: values may be secrets resolved from `${env:...}` or `${file:...}`.
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("keys", &self.values.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Options {
@@ -402,6 +411,14 @@ impl fmt::Display for OptionSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_shows_keys_not_values() {
+        let o = Options::new([("sasl.password".to_string(), "hunter2".to_string())]);
+        let shown = format!("{o:?}");
+        assert!(shown.contains("sasl.password"), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
 
     const NAME: OptionSpec = OptionSpec::new("name", OptionKind::Text, "a name");
     const MODE: OptionSpec =
