@@ -33,9 +33,16 @@ use std::sync::Arc;
 pub use options::{parse_properties, SecurityOption, SecurityValues, SECURITY_OPTIONS};
 pub use sasl::{SaslExchange, SaslMechanism};
 
-/// A password, token or key: compared and cloned like a string, never shown.
+/// A password, token or key: compared and cloned like a string, never shown, and zeroed in
+/// memory when dropped.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Secret(String);
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
 
 impl Secret {
     /// Wraps a secret value.
