@@ -149,7 +149,7 @@ missing = [k for k in want if k not in got]
 extra = [k for k in got if k not in want]
 wrong = [k for k in want if k in got and got[k] != want[k]]
 print(f"window crash test: {sent} messages sent, {len(seen)} distinct, {len(want)} bars expected; "
-      f"{where} holds {len(got)} bars, {doubled} doubled, {len(missing)} missing, "
+      f"{where}: {len(got)} bars, {doubled} doubled, {len(missing)} missing, "
       f"{len(extra)} unexpected, {len(wrong)} with other values")
 for k in wrong[:5]:
     print("  ", k, "want", want[k], "got", got[k])
