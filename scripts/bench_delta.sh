@@ -61,7 +61,8 @@ for r in $(seq 1 "$RUNS"); do
   for kind in $KINDS; do
     pipeline "$kind" "$r" > "$WORK/$kind.sql"
     /usr/bin/time -f "%e %U %S %M" -o "$WORK/time" env RUST_LOG=weir::sink::delta=debug \
-      "$WEIR" run --quiet --log-format json "$WORK/$kind.sql" 2> "$WORK/log-$kind-$r" >/dev/null
+      "$WEIR" run --quiet --log-format json "$WORK/$kind.sql" 2> "$WORK/log-$kind-$r" >/dev/null \
+      || { echo "bench_delta.sh: weir failed on $kind run $r:" >&2; grep -v "Delta commit" "$WORK/log-$kind-$r" | tail -5 >&2; exit 1; }
     read -r wall user sys rss < "$WORK/time"
     cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
     printf "%-10s %4s %9s %9s %10s %12s\n" "$kind" "$r" "$wall" "$cpu" "$((rss / 1024))" \
