@@ -37,8 +37,8 @@ mod source;
 mod sql;
 
 pub use engine::{
-    Engine, EngineOptions, SinkReport, SourceReport, SourceStatsHandle, WindowStateReport,
-    SQL_BAD_MESSAGE_HINT,
+    Engine, EngineOptions, ReaderTimes, SinkReport, SourceReport, SourceStatsHandle,
+    WindowStateReport, SQL_BAD_MESSAGE_HINT,
 };
 pub use error::{df_message, EngineError, SourceError, SourceErrorKind, StatementError};
 pub use metrics::server::MetricsServer;

@@ -57,7 +57,8 @@ enum Command {
         /// .arrows, .jsonl or .txt).
         #[arg(long, short)]
         output: Option<PathBuf>,
-        /// Decoders per source scan and DataFusion partitions [default: one per core].
+        /// Readers per source scan and DataFusion partitions [default: the cores this process may
+        /// use, CPU affinity and cgroup quota included].
         #[arg(long)]
         partitions: Option<usize>,
         /// Rows per batch.
@@ -157,7 +158,7 @@ enum Command {
         /// Quotes to generate.
         #[arg(long, default_value_t = 5_000_000)]
         count: u64,
-        /// Decoders per source scan [default: one per core].
+        /// Readers per source scan [default: the cores this process may use].
         #[arg(long)]
         partitions: Option<usize>,
         /// Keep the generated files in this directory instead of a temporary one.

@@ -137,6 +137,21 @@ fn report(engine: &Engine, started: Instant) {
             secs,
             count((s.messages as f64 / secs.max(1e-9)) as u64)
         );
+        let t = s.stages;
+        let readers = t.read + t.framing + t.waiting + t.decoding;
+        if !readers.is_zero() {
+            eprintln!(
+                "source {}: readers' time (summed over {} partitions): read {:.2} s, decode {:.2} s, \
+                 wait for framing {:.2} s, framing {:.3} s (taken in turn: {:.1}% of the run)",
+                s.name,
+                engine.partitions(),
+                t.read.as_secs_f64(),
+                t.decoding.as_secs_f64(),
+                t.waiting.as_secs_f64(),
+                t.framing.as_secs_f64(),
+                100.0 * t.framing.as_secs_f64() / secs.max(1e-9)
+            );
+        }
         if s.schema_ids > 0 {
             eprintln!(
                 "source {}: {} schema ids seen (schema registry), {} decode plans compiled",

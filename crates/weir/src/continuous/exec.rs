@@ -169,7 +169,7 @@ async fn readers(query: &Arc<ContinuousQuery>, partitions: usize) -> Result<Vec<
         Connector::File(settings) => {
             let feed = Arc::new(
                 settings
-                    .feed(source.follow)
+                    .feed(source.follow, &source.stats.stages)
                     .map_err(|e| SourceError::new(&source.name, e).into_df())?,
             );
             Ok((0..partitions.max(1))

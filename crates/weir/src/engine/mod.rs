@@ -20,7 +20,9 @@ use weir_codec::{DecoderFactory, EncoderFactory};
 
 use self::create_sink::SinkState;
 use self::registry::Encodings;
-pub use self::report::{SinkReport, SourceReport, SourceStatsHandle, WindowStateReport};
+pub use self::report::{
+    ReaderTimes, SinkReport, SourceReport, SourceStatsHandle, WindowStateReport,
+};
 use crate::error::{EngineError, StatementError};
 use crate::output::{CollectRows, ResultOutput};
 use crate::source::SourceDefinition;

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::Engine;
 use crate::error::EngineError;
@@ -31,6 +32,22 @@ pub struct SourceReport {
     pub schema_ids: u64,
     /// Decode plans compiled for them.
     pub schema_plans: u64,
+    /// Where a file source's readers spent their time (zero for Kafka sources).
+    pub stages: ReaderTimes,
+}
+
+/// Where the readers of a file source spent their time, summed over the readers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReaderTimes {
+    /// Reading ranges of the files (in parallel).
+    pub read: Duration,
+    /// Finding where each range's first frame begins: the stage taken in turn, range after
+    /// range, so the part of a run that does not spread over cores.
+    pub framing: Duration,
+    /// Waiting for the turn at framing.
+    pub waiting: Duration,
+    /// Decoding messages into rows (the readers' remaining time).
+    pub decoding: Duration,
 }
 
 /// What one sink wrote during a run.
@@ -68,9 +85,22 @@ impl SourceStatsHandle {
                     windows_dropped: s.windows_dropped.load(Ordering::Relaxed),
                     schema_ids: s.schema_ids.load(Ordering::Relaxed),
                     schema_plans: s.schema_plans.load(Ordering::Relaxed),
+                    stages: reader_times(&s.stages),
                 }
             })
             .collect()
+    }
+}
+
+fn reader_times(s: &crate::source::ReadStages) -> ReaderTimes {
+    let ns = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let (read, framing, waiting) = (ns(&s.read_ns), ns(&s.framing_ns), ns(&s.waiting_ns));
+    let decoding = ns(&s.reader_ns).saturating_sub(read + framing + waiting);
+    ReaderTimes {
+        read: Duration::from_nanos(read),
+        framing: Duration::from_nanos(framing),
+        waiting: Duration::from_nanos(waiting),
+        decoding: Duration::from_nanos(decoding),
     }
 }
 

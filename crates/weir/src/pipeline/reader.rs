@@ -84,8 +84,10 @@ pub(crate) struct FileReader {
     decoder: SourceDecoder,
     buf: Vec<u8>,
     file: Arc<str>,
-    /// File offset of `buf[0]`.
+    /// File offset of `buf[origin]`.
     base: u64,
+    /// Where the block's frames begin in `buf`.
+    origin: usize,
     len: usize,
     at: usize,
     /// Next offset of every file read, as of the last batch returned.
@@ -103,6 +105,7 @@ impl FileReader {
             buf: Vec::new(),
             file: Arc::from(""),
             base: 0,
+            origin: 0,
             len: 0,
             at: 0,
             positions: BTreeMap::new(),
@@ -126,7 +129,7 @@ impl FileReader {
     }
 
     fn here(&self) -> u64 {
-        self.base + self.at as u64
+        self.base + (self.at - self.origin) as u64
     }
 
     /// Records where the current file is, as of what has been decoded.
@@ -158,8 +161,13 @@ impl PositionedReader for FileReader {
         // One clock read per call (a batch), for the metrics' decode time.
         let started = Instant::now();
         let next = self.read_next();
+        let stats = &self.decoder.source().stats;
+        stats
+            .stages
+            .reader_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if let Ok(n) = &next {
-            let metrics = &self.decoder.source().stats.metrics;
+            let metrics = &stats.metrics;
             metrics.ready.store(true, Ordering::Relaxed);
             if let (Next::Batch(_), Some(p)) = (n, self.decoder.partition()) {
                 p.decode.observe(started.elapsed());
@@ -235,15 +243,21 @@ impl FileReader {
                 .next_block(&mut self.buf)
                 .map_err(|e| SourceError::new(&self.decoder.source().name, e))?;
             match status {
-                BlockStatus::Block { file, offset, len } => {
+                BlockStatus::Block {
+                    file,
+                    offset,
+                    first,
+                    len,
+                } => {
                     self.mark();
                     if !Arc::ptr_eq(&self.file, &file) {
                         self.count_to(&file);
                     }
                     self.file = file;
                     self.base = offset;
+                    self.origin = first;
                     self.len = len;
-                    self.at = 0;
+                    self.at = first;
                 }
                 BlockStatus::Bad {
                     file,
@@ -257,6 +271,7 @@ impl FileReader {
                     self.count_to(&file);
                     self.file = Arc::clone(&file);
                     self.base = offset;
+                    self.origin = 0;
                     self.len = 0;
                     self.at = 0;
                     let pos = Position::File {
@@ -269,7 +284,8 @@ impl FileReader {
                 }
                 BlockStatus::Wait | BlockStatus::End => {
                     let end = matches!(status, BlockStatus::End);
-                    self.base += self.len as u64;
+                    self.base += (self.len - self.origin) as u64;
+                    self.origin = 0;
                     self.len = 0;
                     self.at = 0;
                     self.mark();

@@ -76,7 +76,7 @@ async fn readers(
         Connector::File(settings) => {
             let feed = Arc::new(
                 settings
-                    .feed(source.follow)
+                    .feed(source.follow, &source.stats.stages)
                     .map_err(|e| SourceError::new(&source.name, e))?,
             );
             Ok((0..partitions.max(1))
@@ -142,7 +142,7 @@ pub(crate) fn open_positioned(
     Ok(match &source.connector {
         Connector::File(settings) => Box::new(FileReader::resume(
             settings
-                .feed(source.follow)
+                .feed(source.follow, &source.stats.stages)
                 .map_err(|e| SourceError::new(&source.name, e))?,
             decoder,
             &checkpoint.positions,

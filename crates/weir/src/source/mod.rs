@@ -5,6 +5,7 @@
 
 pub(crate) mod dead_letter;
 pub(crate) mod file;
+mod file_ranges;
 pub(crate) mod kafka;
 pub(crate) mod meta;
 pub(crate) mod table;
@@ -189,6 +190,23 @@ pub(crate) struct SourceStats {
     pub(crate) schema_ids: AtomicU64,
     /// Decode plans compiled for those schema ids.
     pub(crate) schema_plans: AtomicU64,
+    /// Where the file readers spent their time.
+    pub(crate) stages: Arc<ReadStages>,
+}
+
+/// Where the readers of a file source spent their time, in nanoseconds summed over the
+/// readers (added once per block or batch).
+#[derive(Debug, Default)]
+pub(crate) struct ReadStages {
+    /// Reading ranges of the files, in parallel.
+    pub(crate) read_ns: AtomicU64,
+    /// Walking the frame headers to find where each range's first frame begins: the one stage
+    /// taken in turn.
+    pub(crate) framing_ns: AtomicU64,
+    /// Waiting for that turn.
+    pub(crate) waiting_ns: AtomicU64,
+    /// All of the readers' work for their batches: the above and decoding.
+    pub(crate) reader_ns: AtomicU64,
 }
 
 /// The connector of a source.
