@@ -20,6 +20,9 @@ use weir_testdata::{Frame, Framing};
 use super::file::{BlockStatus, FileError};
 use super::ReadStages;
 
+/// Condition variables readers wait on for their turn (more than readers usually run).
+const WAIT_SLOTS: usize = 64;
+
 /// See the read in [`Ranges::next_block`].
 const PAGE: usize = 4096;
 const PAD_PHASE: usize = PAGE / 2;
@@ -43,7 +46,9 @@ pub(crate) struct Ranges {
     max_message_bytes: u64,
     claims: Mutex<Claims>,
     turn: Mutex<Turn>,
-    turned: Condvar,
+    /// Readers wait for their turn on the slot of their ticket, so passing the turn wakes the
+    /// one reader whose turn it is, not all of them.
+    turned: [Condvar; WAIT_SLOTS],
     /// Bad frames found by a walk that also handed out good frames, for the next call.
     pending: Mutex<Vec<BlockStatus>>,
     stages: Arc<ReadStages>,
@@ -51,6 +56,8 @@ pub(crate) struct Ranges {
 
 /// The next range to hand out.
 struct Claims {
+    /// Its place in the order of all ranges of the scan.
+    ticket: u64,
     file: usize,
     /// Sequence number of the next range within `file`.
     seq: u64,
@@ -62,9 +69,9 @@ struct Claims {
 
 /// Whose walk is next, and where it begins.
 struct Turn {
-    file: usize,
-    seq: u64,
-    /// Where the first frame of range `seq` begins (unused for a file's first range).
+    /// The ticket of the range whose walk is next.
+    ticket: u64,
+    /// Where its first frame begins (unused for a file's first range).
     boundary: u64,
     /// A bad frame ended this file's walk: its later ranges are dropped.
     dead: bool,
@@ -74,6 +81,7 @@ struct Turn {
 
 /// A claimed range: `[start, end)` of file `file`.
 struct Claim {
+    ticket: u64,
     file: usize,
     seq: u64,
     start: u64,
@@ -103,19 +111,19 @@ impl Ranges {
             block_bytes: block_bytes.max(1),
             max_message_bytes,
             claims: Mutex::new(Claims {
+                ticket: 0,
                 file: 0,
                 seq: 0,
                 next: 0,
                 open: None,
             }),
             turn: Mutex::new(Turn {
-                file: 0,
-                seq: 0,
+                ticket: 0,
                 boundary: 0,
                 dead: false,
                 broken: false,
             }),
-            turned: Condvar::new(),
+            turned: std::array::from_fn(|_| Condvar::new()),
             pending: Mutex::new(Vec::new()),
             stages,
         }
@@ -250,12 +258,14 @@ impl Ranges {
             let start = c.next;
             let end = start.saturating_add(self.block_bytes as u64).min(size);
             let claim = Claim {
+                ticket: c.ticket,
                 file: c.file,
                 seq: c.seq,
                 start,
                 end,
                 handle,
             };
+            c.ticket += 1;
             c.seq += 1;
             c.next = end;
             return Ok(Some(claim));
@@ -265,8 +275,9 @@ impl Ranges {
     /// Waits until the walks of the ranges before `claim` are done.
     fn wait_turn(&self, claim: &Claim) -> Result<MutexGuard<'_, Turn>, FileError> {
         let mut turn = lock(&self.turn);
-        while !turn.broken && (turn.file, turn.seq) != (claim.file, claim.seq) {
-            turn = self.turned.wait(turn).unwrap_or_else(|e| e.into_inner());
+        let slot = &self.turned[claim.ticket as usize % WAIT_SLOTS];
+        while !turn.broken && turn.ticket != claim.ticket {
+            turn = slot.wait(turn).unwrap_or_else(|e| e.into_inner());
         }
         if turn.broken {
             return Err(self.io(
@@ -280,20 +291,17 @@ impl Ranges {
     /// Hands the turn to the next range: the same file's next one, whose frames begin at
     /// `boundary`, or the next file's first.
     fn pass(&self, turn: &mut Turn, claim: &Claim, boundary: u64, dead: bool) {
+        turn.ticket = claim.ticket + 1;
         if claim.end == self.sizes[claim.file] {
-            *turn = Turn {
-                file: claim.file + 1,
-                seq: 0,
-                boundary: 0,
-                dead: false,
-                broken: turn.broken,
-            };
+            // The next range is the next file's first.
+            turn.boundary = 0;
+            turn.dead = false;
         } else {
-            turn.seq = claim.seq + 1;
             turn.boundary = boundary;
             turn.dead = dead;
         }
-        self.turned.notify_all();
+        // Readers further on may share the slot: they check the ticket and wait again.
+        self.turned[turn.ticket as usize % WAIT_SLOTS].notify_all();
     }
 
     /// Walks the frames that begin in `buf[at..end]` (the range read to `buf[pad..end]`),
@@ -472,7 +480,9 @@ impl Drop for TurnGuard<'_> {
     fn drop(&mut self) {
         if !self.passed {
             lock(&self.ranges.turn).broken = true;
-            self.ranges.turned.notify_all();
+            for slot in &self.ranges.turned {
+                slot.notify_all();
+            }
         }
     }
 }
