@@ -8,6 +8,7 @@
 #
 # WEIR_AB_BEFORE, a shell command, runs before each run (untimed): for a pipeline with
 # 'state.dir', remove the state and the output so every run starts from nothing.
+# WEIR_AB_ARGS: more arguments for `weir run` (say, `--partitions 2`).
 #
 # Build an earlier commit's program with, for example:
 #   git worktree add /tmp/base COMMIT && CARGO_TARGET_DIR=... cargo build --release -p weir
@@ -18,7 +19,8 @@ for _ in $(seq "$RUNS"); do
   for side in A B; do
     bin=${!side}
     if [ -n "${WEIR_AB_BEFORE:-}" ]; then bash -c "$WEIR_AB_BEFORE"; fi
-    out=$( { /usr/bin/time -f "TIME %e %M %U %S" "$bin" run --quiet "$SQL" >/dev/null; } 2>&1 ) \
+    # shellcheck disable=SC2086 # WEIR_AB_ARGS is split into arguments on purpose
+    out=$( { /usr/bin/time -f "TIME %e %M %U %S" "$bin" run --quiet ${WEIR_AB_ARGS:-} "$SQL" >/dev/null; } 2>&1 ) \
       || { echo "$side ($bin) failed: $out" >&2; exit 1; }
     read -r s k c < <(echo "$out" | awk '/^TIME/ {print $2, $3, $4 + $5}')
     times[$side]="${times[$side]:-} $s"

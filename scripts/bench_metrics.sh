@@ -12,11 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT="${1:-5000000}" RUNS="${2:-5}"
 DIR="${WEIR_BENCH_DIR:-/tmp/weir-bench-metrics}"
-if [ -z "${WEIR_BIN:-}" ]; then
-  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-release-target}"
-  cargo build --release --locked -p weir --bin weir >&2
-  WEIR_BIN="$CARGO_TARGET_DIR/release/weir"
-fi
+# shellcheck source=scripts/release_weir.sh
+source scripts/release_weir.sh
 mkdir -p "$DIR"
 DATA="$DIR/quotes-$COUNT.bin"
 if [ ! -s "$DATA" ]; then

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# How weir uses cores: the options-quotes GROUP BY ticker of the README on 1 to 16 partitions,
+# whole process, on protobuf (varint-framed) and on JSON lines, and DuckDB's read_ndjson on the
+# same JSON with as many threads. Prints a Markdown table (wall seconds, and user + system CPU
+# seconds, of each run) for BENCHMARKS.md.
+#
+#   scripts/bench_scaling.sh [PROTOBUF_COUNT] [JSON_COUNT]     (default 50,000,000 and 20,000,000)
+#
+# WEIR_BIN: the weir program (default: a release build of this tree). WEIR_BIN_BEFORE: a
+# second weir program (an earlier build) measured in the same run, alternating with the first.
+# WEIR_SCALING_PARTS: the partition counts (default "1 2 4 8 12 16"). WEIR_SCALING_RUNS: runs
+# of each (default 2). WEIR_SCALING_DIR: where the data goes (default /tmp/weir-scaling).
+# WEIR_SCALING_WEIR=no: DuckDB alone. DuckDB is measured when `python3 -c 'import duckdb'` works.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PB_COUNT="${1:-50000000}"
+JSON_COUNT="${2:-20000000}"
+DIR="${WEIR_SCALING_DIR:-/tmp/weir-scaling}"
+PARTS="${WEIR_SCALING_PARTS:-1 2 4 8 12 16}"
+RUNS="${WEIR_SCALING_RUNS:-2}"
+# shellcheck source=scripts/release_weir.sh
+source scripts/release_weir.sh
+mkdir -p "$DIR"
+PB="$DIR/quotes-$PB_COUNT.pb"
+JSON="$DIR/quotes-$JSON_COUNT.jsonl"
+if [ ! -s "$PB" ]; then
+  "$WEIR_BIN" gen quotes --count "$PB_COUNT" --out "$PB.tmp" --schema-dir "$DIR/descriptors" >&2
+  mv "$PB.tmp" "$PB"
+fi
+if [ ! -s "$JSON" ]; then
+  "$WEIR_BIN" gen quotes --count "$JSON_COUNT" --format json --out "$JSON.tmp" >&2
+  mv "$JSON.tmp" "$JSON"
+fi
+QUERY="SELECT ticker, count(*), min(bid_price), max(ask_price), avg(bid_size) FROM quotes GROUP BY ticker;"
+cat > "$DIR/protobuf.sql" <<SQL
+CREATE SOURCE quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE, bid_size INT UNSIGNED)
+WITH ('connector' = 'file', 'path' = '$PB', 'encoding' = 'protobuf',
+      'message' = 'stocks.QuoteNBBO', 'location' = '$DIR/descriptors/stocks.pb');
+$QUERY
+SQL
+cat > "$DIR/json.sql" <<SQL
+CREATE SOURCE quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE, bid_size BIGINT)
+WITH ('connector' = 'file', 'path' = '$JSON', 'encoding' = 'json', 'framing' = 'lines',
+      'fields.ticker' = 'base.ticker');
+$QUERY
+SQL
+cat > "$DIR/duckdb_query.py" <<'PY'
+import sys, duckdb
+con = duckdb.connect()
+con.execute(f"SET threads = {int(sys.argv[2])}")
+rows = con.execute(
+    "SELECT base.ticker AS ticker, count(*), min(bid_price), max(ask_price), avg(bid_size) "
+    "FROM read_ndjson(?) GROUP BY 1", [sys.argv[1]]).fetchall()
+assert len(rows) > 0
+PY
+DUCKDB=no
+python3 -c 'import duckdb' 2>/dev/null && DUCKDB=yes
+
+# Runs a command; appends "wall cpu" to the named list.
+declare -A res
+measure() { # key command...
+  local key=$1 t; shift
+  TIMEFORMAT='%R %U %S'
+  t=$( { time "$@" >/dev/null 2>"$DIR/last.err"; } 2>&1 ) || { cat "$DIR/last.err" >&2; exit 1; }
+  res[$key]="${res[$key]:-} $(echo "$t" | awk '{ printf "%.2f/%.2f", $1, $2 + $3 }')"
+}
+for p in $PARTS; do
+  for _ in $(seq "$RUNS"); do
+    for side in after before; do
+      [ "${WEIR_SCALING_WEIR:-yes}" = no ] && continue
+      bin=$WEIR_BIN
+      if [ "$side" = before ]; then bin="${WEIR_BIN_BEFORE:-}"; [ -n "$bin" ] || continue; fi
+      measure "$side-pb-$p" "$bin" run --quiet --partitions "$p" "$DIR/protobuf.sql"
+      measure "$side-json-$p" "$bin" run --quiet --partitions "$p" "$DIR/json.sql"
+    done
+    if [ "$DUCKDB" = yes ]; then measure "duckdb-$p" python3 "$DIR/duckdb_query.py" "$JSON" "$p"; fi
+  done
+done
+
+echo "date: $(date -u +%Y-%m-%d)  nproc: $(nproc)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+echo "$PB_COUNT protobuf quotes ($(du -h "$PB" | cut -f1)), $JSON_COUNT JSON quotes ($(du -h "$JSON" | cut -f1)); each cell: wall s / user+sys s, $RUNS runs"
+echo
+head="| P |" sep="|---|"
+if [ "${WEIR_SCALING_WEIR:-yes}" != no ]; then
+  head="$head weir protobuf | weir JSON |" sep="$sep---|---|"
+  [ -n "${WEIR_BIN_BEFORE:-}" ] && { head="$head before: protobuf | before: JSON |"; sep="$sep---|---|"; }
+fi
+[ "$DUCKDB" = yes ] && { head="$head DuckDB read_ndjson |"; sep="$sep---|"; }
+echo "$head"
+echo "$sep"
+for p in $PARTS; do
+  line="| $p |"
+  if [ "${WEIR_SCALING_WEIR:-yes}" != no ]; then
+    line="$line ${res[after-pb-$p]# } | ${res[after-json-$p]# } |"
+    [ -n "${WEIR_BIN_BEFORE:-}" ] && line="$line ${res[before-pb-$p]# } | ${res[before-json-$p]# } |"
+  fi
+  [ "$DUCKDB" = yes ] && line="$line ${res[duckdb-$p]# } |"
+  echo "$line"
+done
