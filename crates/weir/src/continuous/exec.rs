@@ -282,6 +282,7 @@ fn work(
         let mut emits = Vec::new();
         let next = reader.next()?;
         let end = matches!(next, Next::End);
+        let idle = matches!(next, Next::Idle);
         match next {
             Next::Batch(b) => {
                 worker
@@ -300,6 +301,13 @@ fn work(
         }
         let progress = if end {
             Progress::Done
+        } else if let (true, Some(all)) = (idle, reader.files_drained()) {
+            // An idle file reader holds no block, so it holds nothing back; it moves the
+            // watermark only when no other reader holds one either.
+            match worker.drained(&mut emits).map_err(df)? {
+                Progress::Drained(_) if !all => Progress::Idle,
+                p => p,
+            }
         } else {
             worker.progress(&mut emits).map_err(df)?
         };

@@ -72,6 +72,14 @@ pub(crate) trait PositionedReader: Send {
     /// returns the rest (the batch an idle poll or the end flushes). A reader that returns
     /// each batch as it decodes it anyway ignores this.
     fn emit_to(&mut self, _emit: Emit) {}
+
+    /// For a reader of files: whether no reader of its scan holds a block whose rows it has
+    /// not handed on. Everything read so far has then gone to the query, and blocks read later
+    /// come after it in file order (see `Progress::Drained`). `None` for Kafka readers: one
+    /// partition's silence says nothing of another's time.
+    fn files_drained(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// The checkpoint key prefix of a file's position.
@@ -94,6 +102,14 @@ pub(crate) struct FileReader {
     positions: BTreeMap<Arc<str>, u64>,
     /// A `fail` error held back until the rows decoded before it have been returned.
     failed: Option<SourceError>,
+    /// Whether this reader is counted in the feed's readers holding a block.
+    holding: bool,
+}
+
+impl Drop for FileReader {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl FileReader {
@@ -110,6 +126,22 @@ impl FileReader {
             at: 0,
             positions: BTreeMap::new(),
             failed: None,
+            holding: false,
+        }
+    }
+
+    /// Counts this reader as holding a block until it has handed every row on.
+    fn hold_block(&mut self) {
+        if !self.holding {
+            self.holding = true;
+            self.feed.holders().fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn release(&mut self) {
+        if self.holding {
+            self.holding = false;
+            self.feed.holders().fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -186,6 +218,10 @@ impl PositionedReader for FileReader {
     fn idle_wait(&self) -> Duration {
         Duration::from_millis(100)
     }
+
+    fn files_drained(&self) -> Option<bool> {
+        Some(self.feed.holders().load(Ordering::SeqCst) == 0)
+    }
 }
 
 impl FileReader {
@@ -249,6 +285,7 @@ impl FileReader {
                     first,
                     len,
                 } => {
+                    self.hold_block();
                     self.mark();
                     if !Arc::ptr_eq(&self.file, &file) {
                         self.count_to(&file);
@@ -290,7 +327,12 @@ impl FileReader {
                     self.at = 0;
                     self.mark();
                     let stopping = end || self.decoder.source().stop.load(Ordering::SeqCst);
-                    return Ok(match self.decoder.flush()? {
+                    let flushed = self.decoder.flush()?;
+                    if flushed.is_none() {
+                        // Every row read has been handed on.
+                        self.release();
+                    }
+                    return Ok(match flushed {
                         Some(b) => Next::Batch(b),
                         None if stopping => Next::End,
                         None => Next::Idle,

@@ -89,15 +89,10 @@ pub(crate) fn parse_framing(options: &Options) -> Result<Framing, weir_codec::Op
     })
 }
 
-/// Bytes read per range of a bounded read (whole messages only; a larger message grows it). A
-/// range of 1 MiB stays in a core's L2 cache between its read, its frame walk and its decoding:
-/// on 16 cores it was faster than 4 MiB and 256 KiB (BENCHMARKS.md, "Cores").
+/// Bytes read per block (whole messages only; a larger message grows it). A block of 1 MiB
+/// stays in a core's L2 cache between its read, its frame walk and its decoding: on 16 cores it
+/// was faster than 4 MiB and 256 KiB (BENCHMARKS.md, "Cores").
 pub(crate) const DEFAULT_BLOCK_BYTES: usize = 1 << 20;
-
-/// Bytes read per block when following files. Larger than a bounded read's ranges: each reader
-/// keeps its own event time for the watermark, and a reader left with an early block holds the
-/// watermark back, so followed files are handed out in fewer, larger blocks.
-const FOLLOW_BLOCK_BYTES: usize = 4 << 20;
 
 /// A problem with the files themselves (not with a message's contents).
 #[derive(Debug, thiserror::Error)]
@@ -227,6 +222,8 @@ pub(crate) struct FileFeed {
     ranges: OnceLock<Ranges>,
     /// Where bounded reads spend their time.
     stages: Arc<super::ReadStages>,
+    /// Readers holding a block whose rows they have not all handed on.
+    holders: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for FileFeed {
@@ -271,11 +268,7 @@ impl FileFeed {
             spec: spec.into(),
             framing,
             follow,
-            block_bytes: if follow {
-                FOLLOW_BLOCK_BYTES
-            } else {
-                DEFAULT_BLOCK_BYTES
-            },
+            block_bytes: DEFAULT_BLOCK_BYTES,
             max_message_bytes,
             starts: Default::default(),
             state: Mutex::new(FeedState {
@@ -290,6 +283,7 @@ impl FileFeed {
             }),
             ranges: OnceLock::new(),
             stages: Arc::default(),
+            holders: Default::default(),
         })
     }
 
@@ -305,6 +299,11 @@ impl FileFeed {
     pub(crate) fn with_starts(mut self, starts: impl IntoIterator<Item = (String, u64)>) -> Self {
         self.starts = starts.into_iter().collect();
         self
+    }
+
+    /// How many readers hold a block whose rows they have not all handed on (kept by them).
+    pub(crate) fn holders(&self) -> &std::sync::atomic::AtomicUsize {
+        &self.holders
     }
 
     /// The framing.

@@ -242,6 +242,19 @@ impl Worker {
         })
     }
 
+    /// The progress of a file reader with no block in hand: it holds nothing back, hands over
+    /// every partial window, and reports the watermark of what it has read (see
+    /// [`Progress::Drained`]). Without a declared watermark it holds everything, as
+    /// [`Worker::progress`] does.
+    pub(crate) fn drained(&mut self, out: &mut Vec<Emit>) -> Result<Progress> {
+        let Some(time) = &self.time else {
+            return self.progress(out);
+        };
+        let reached = time.reached();
+        self.flush_all(out)?;
+        Ok(reached.map_or(Progress::Idle, Progress::Drained))
+    }
+
     /// Hands over every partial window (the end of the input, or a step's commit).
     pub(crate) fn flush_all(&mut self, out: &mut Vec<Emit>) -> Result<()> {
         if let Some(p) = &mut self.partial {
@@ -295,6 +308,12 @@ pub(crate) enum Progress {
     At(i64),
     /// All its channels are idle: it holds nothing back.
     Idle,
+    /// A reader of files with no block in hand holds nothing back, and everything it read is
+    /// at this watermark. Blocks go to the readers in file order, so a block read later comes
+    /// after every block already read: when no reader holds a block, the source's watermark
+    /// is the largest of theirs, as one reader of the whole file would have it. (A Kafka
+    /// partition's silence says nothing of time; its readers go `Idle` instead.)
+    Drained(i64),
     /// It has read everything.
     Done,
 }
@@ -392,8 +411,19 @@ impl Merge {
             _ => None,
         });
         let Some(min) = active.min() else {
-            // Nobody holds the watermark: every reader is idle or done. Idle readers do not
-            // move it either (no data says nothing about time); the end closes what is left.
+            // Nobody holds the watermark: every reader is idle, drained or done. Idle readers
+            // do not move it (no data says nothing about time); drained file readers move it
+            // to the largest of theirs; the end closes what is left.
+            let drained = self.readers.iter().filter_map(|r| match r {
+                Progress::Drained(w) => Some(*w),
+                _ => None,
+            });
+            if let Some(max) = drained.max() {
+                if max > self.watermark {
+                    self.watermark = max;
+                    self.close(out)?;
+                }
+            }
             return Ok(());
         };
         if min > self.watermark {

@@ -120,6 +120,17 @@ impl EventTime {
             .min()
     }
 
+    /// The watermark of everything the reader has delivered, idle channels included: the
+    /// largest time over its channels less the delay. `None` before any data.
+    pub(crate) fn reached(&self) -> Option<i64> {
+        self.channels
+            .iter()
+            .flatten()
+            .filter(|c| c.max != NONE)
+            .map(|c| c.max.saturating_sub(self.delay))
+            .max()
+    }
+
     /// Every channel's largest time (for a checkpoint).
     pub(crate) fn maxima(&self) -> Vec<(usize, i64)> {
         self.channels
@@ -186,5 +197,17 @@ mod tests {
         // A row behind the published floor is late even if its channel has not passed it.
         let o = t.observe(1, &times(&[Some(50), Some(130)]), 100);
         assert_eq!(o.late, 1);
+    }
+
+    #[test]
+    fn what_a_reader_reached_counts_idle_channels_too() {
+        let mut t = EventTime::new(5, Duration::from_millis(1));
+        t.register(1);
+        assert_eq!(t.reached(), None, "no data yet");
+        t.observe(0, &times(&[Some(100)]), NONE);
+        t.observe(1, &times(&[Some(40)]), NONE);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(t.watermark(Instant::now()), None, "both idle");
+        assert_eq!(t.reached(), Some(95));
     }
 }
