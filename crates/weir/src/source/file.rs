@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use weir_codec::{OptionKind, OptionSpec, Options};
 use weir_testdata::{Frame, Framing};
 
-use super::file_ranges::Ranges;
+use super::file_ranges::{RangeFile, Ranges};
 use crate::error::{SourceError, SourceErrorKind};
 
 /// The file connector's options.
@@ -324,16 +324,16 @@ impl FileFeed {
     fn ranges(&self) -> &Ranges {
         self.ranges.get_or_init(|| {
             let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let starts = st
-                .names
-                .iter()
-                .map(|n| self.starts.get(n.as_ref()).copied().unwrap_or(0))
+            let files = (st.files.iter().zip(&st.names).zip(&st.sizes))
+                .map(|((path, name), size)| RangeFile {
+                    path: path.clone(),
+                    name: Arc::clone(name),
+                    size: size.unwrap_or(0),
+                    start: self.starts.get(name.as_ref()).copied().unwrap_or(0),
+                })
                 .collect();
             Ranges::new(
-                st.files.clone(),
-                st.names.clone(),
-                st.sizes.iter().map(|s| s.unwrap_or(0)).collect(),
-                starts,
+                files,
                 self.framing,
                 self.block_bytes,
                 self.max_message_bytes,
@@ -636,6 +636,13 @@ mod tests {
         p
     }
 
+    /// A bounded varint feed over the files of `dir`, in blocks of `block` bytes.
+    fn varint_feed(dir: &Path, block: usize) -> FileFeed {
+        FileFeed::new(dir.to_str().unwrap(), Framing::Varint, false, 1 << 20)
+            .unwrap()
+            .with_block_bytes(block)
+    }
+
     /// (file, offset, message) of every message, and the bad frames.
     type Drained = (Vec<(String, u64, Vec<u8>)>, Vec<String>);
 
@@ -682,14 +689,7 @@ mod tests {
         varint_file(dir.path(), "1.bin", &msgs);
         varint_file(dir.path(), "2.bin", &[b"z"]);
         for block in [1, 2, 3, 5, 64, 1 << 20] {
-            let feed = FileFeed::new(
-                dir.path().to_str().unwrap(),
-                Framing::Varint,
-                false,
-                1 << 20,
-            )
-            .unwrap()
-            .with_block_bytes(block);
+            let feed = varint_feed(dir.path(), block);
             let (got, bad) = drain(&feed);
             assert!(bad.is_empty(), "{bad:?}");
             let values: Vec<&[u8]> = got.iter().map(|m| m.2.as_slice()).collect();
@@ -712,14 +712,7 @@ mod tests {
         f.write_all(&[10, 1, 2]).unwrap();
         varint_file(dir.path(), "2.bin", &[b"next"]);
         for block in [1, 4, 1024] {
-            let feed = FileFeed::new(
-                dir.path().to_str().unwrap(),
-                Framing::Varint,
-                false,
-                1 << 20,
-            )
-            .unwrap()
-            .with_block_bytes(block);
+            let feed = varint_feed(dir.path(), block);
             let (got, bad) = drain(&feed);
             assert_eq!(got.len(), 2, "block {block}");
             assert_eq!(
@@ -860,14 +853,7 @@ mod tests {
         std::fs::write(dir.path().join("1.bin"), &bytes).unwrap();
         std::fs::write(dir.path().join("2.bin"), framed(Framing::Varint, &msgs)).unwrap();
         for block in [5, 100, 1 << 20] {
-            let feed = FileFeed::new(
-                dir.path().to_str().unwrap(),
-                Framing::Varint,
-                false,
-                1 << 20,
-            )
-            .unwrap()
-            .with_block_bytes(block);
+            let feed = varint_feed(dir.path(), block);
             let (got, bad) = drain_on(&feed, 4);
             assert_eq!(
                 bad,

@@ -34,13 +34,19 @@ const LINE_READ_AHEAD: u64 = 64 << 10;
 const BAD_BYTES_KEPT: usize = 64 << 10;
 
 /// The files of one bounded scan, read in ranges.
+/// One file of a bounded scan.
+pub(crate) struct RangeFile {
+    pub(crate) path: PathBuf,
+    /// The path as positions and errors name it.
+    pub(crate) name: Arc<str>,
+    /// Its size when the scan began: a bounded read stops there.
+    pub(crate) size: u64,
+    /// Where its read begins (a resumed checkpoint).
+    pub(crate) start: u64,
+}
+
 pub(crate) struct Ranges {
-    files: Vec<PathBuf>,
-    names: Vec<Arc<str>>,
-    /// Each file's size when the scan began: a bounded read stops there.
-    sizes: Vec<u64>,
-    /// Where each file's read begins (a resumed checkpoint), by file index.
-    starts: Vec<u64>,
+    files: Vec<RangeFile>,
     framing: Framing,
     block_bytes: usize,
     max_message_bytes: u64,
@@ -90,13 +96,9 @@ struct Claim {
 }
 
 impl Ranges {
-    /// Ranges over `files`, each read from its `starts` entry to its `sizes` entry.
-    #[allow(clippy::too_many_arguments)]
+    /// Ranges over `files`, each read from its start to its size.
     pub(crate) fn new(
-        files: Vec<PathBuf>,
-        names: Vec<Arc<str>>,
-        sizes: Vec<u64>,
-        starts: Vec<u64>,
+        files: Vec<RangeFile>,
         framing: Framing,
         block_bytes: usize,
         max_message_bytes: u64,
@@ -104,9 +106,6 @@ impl Ranges {
     ) -> Self {
         Self {
             files,
-            names,
-            sizes,
-            starts,
             framing,
             block_bytes: block_bytes.max(1),
             max_message_bytes,
@@ -198,7 +197,7 @@ impl Ranges {
             );
             guard.passed = true;
             drop(turn);
-            let file = Arc::clone(&self.names[claim.file]);
+            let file = Arc::clone(&self.files[claim.file].name);
             let bad = bad.map(|(at, reason)| {
                 let kept = valid.min(at + BAD_BYTES_KEPT);
                 BlockStatus::Bad {
@@ -232,18 +231,18 @@ impl Ranges {
             if c.file >= self.files.len() {
                 return Ok(None);
             }
-            let size = self.sizes[c.file];
+            let size = self.files[c.file].size;
             let handle = match &c.open {
                 Some(h) => Arc::clone(h),
                 None => {
-                    let path = &self.files[c.file];
+                    let path = &self.files[c.file].path;
                     let f = File::open(path).map_err(|source| FileError::Io {
                         path: path.clone(),
                         source,
                     })?;
                     let h = Arc::new(f);
                     c.open = Some(Arc::clone(&h));
-                    c.next = self.starts[c.file].min(size);
+                    c.next = self.files[c.file].start.min(size);
                     c.seq = 0;
                     h
                 }
@@ -292,7 +291,7 @@ impl Ranges {
     /// `boundary`, or the next file's first.
     fn pass(&self, turn: &mut Turn, claim: &Claim, boundary: u64, dead: bool) {
         turn.ticket = claim.ticket + 1;
-        if claim.end == self.sizes[claim.file] {
+        if claim.end == self.files[claim.file].size {
             // The next range is the next file's first.
             turn.boundary = 0;
             turn.dead = false;
@@ -316,7 +315,7 @@ impl Ranges {
         mut at: usize,
         end: usize,
     ) -> Result<Walked, FileError> {
-        let size = self.sizes[claim.file];
+        let size = self.files[claim.file].size;
         let mut valid = end;
         while at < end {
             // This walk is the part of a scan that does not spread over cores: skip the
@@ -397,7 +396,7 @@ impl Ranges {
 
     fn io(&self, file: usize, source: std::io::Error) -> FileError {
         FileError::Io {
-            path: self.files[file].clone(),
+            path: self.files[file].path.clone(),
             source,
         }
     }
