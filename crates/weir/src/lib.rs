@@ -35,6 +35,7 @@ mod registry;
 mod sink;
 mod source;
 mod sql;
+mod storage;
 
 pub use engine::{
     Engine, EngineOptions, ReaderTimes, SinkReport, SourceReport, SourceStatsHandle,
@@ -69,6 +70,6 @@ pub fn option_tables() -> Vec<(&'static str, &'static [weir_codec::OptionSpec])>
         ("raw encoder", weir_codec::RAW_ENCODER_OPTIONS),
         ("stdout", sink::STDOUT_OPTIONS),
         ("delta", sink::DELTA_OPTIONS),
-        ("object storage", sink::STORAGE_OPTIONS),
+        ("object storage", storage::STORAGE_OPTIONS),
     ]
 }

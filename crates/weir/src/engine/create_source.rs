@@ -69,7 +69,7 @@ impl Engine {
         };
         let connector_options: &[&[OptionSpec]] = match connector {
             "kafka" => &[KAFKA_OPTIONS, &KAFKA_SECURITY_OPTIONS],
-            _ => &[FILE_OPTIONS],
+            _ => &[FILE_OPTIONS, crate::storage::STORAGE_OPTIONS],
         };
         let mut declared = vec![
             SOURCE_OPTIONS,

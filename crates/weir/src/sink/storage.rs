@@ -1,134 +1,26 @@
 //! Where a sink writes: a local directory or an object-store URL (`s3://`, `gs://`, `az://`,
-//! `abfss://`, `file://`), opened through the `object_store` crate DataFusion already builds.
-//! Credentials and endpoints come from the declared `s3.*`, `gcs.*` and `azure.*` options and,
-//! when those are not given, from each cloud's standard environment variables and credential
-//! chain (object_store's `from_env`).
+//! `abfss://`, `file://`), its spool of files waiting for their upload, and the uploads.
 
 use std::sync::Arc;
 
-use object_store::aws::AmazonS3Builder;
-use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
-use object_store::{ObjectStore, ObjectStoreExt as _, RetryConfig};
+use object_store::{ObjectStore, ObjectStoreExt as _};
 use url::Url;
-use weir_codec::{OptionKind, OptionSpec, Options};
+use weir_codec::Options;
+
+pub(crate) use crate::storage::{is_remote, local_path, STORAGE_OPTIONS};
+use crate::storage::{open_store, StorageError};
 
 use super::SinkError;
 
-/// The object-storage options every sink with a `'path'` URL takes.
-pub(crate) const STORAGE_OPTIONS: &[OptionSpec] = &[
-    S3_ENDPOINT,
-    S3_REGION,
-    S3_ACCESS_KEY_ID,
-    S3_SECRET_ACCESS_KEY,
-    S3_SESSION_TOKEN,
-    S3_ALLOW_HTTP,
-    S3_VIRTUAL_HOSTED_STYLE,
-    GCS_SERVICE_ACCOUNT_PATH,
-    GCS_SERVICE_ACCOUNT_KEY,
-    AZURE_ACCOUNT_NAME,
-    AZURE_ACCOUNT_KEY,
-    AZURE_CLIENT_ID,
-    AZURE_CLIENT_SECRET,
-    AZURE_TENANT_ID,
-    STORAGE_RETRIES,
-    STORAGE_TIMEOUT,
-];
-
-const S3_ENDPOINT: OptionSpec = OptionSpec::new(
-    "s3.endpoint",
-    OptionKind::Text,
-    "s3: the endpoint of an S3-compatible store (`https://host:port`); AWS's regional endpoint \
-     when absent (or `AWS_ENDPOINT_URL`)",
-);
-const S3_REGION: OptionSpec = OptionSpec::new(
-    "s3.region",
-    OptionKind::Text,
-    "s3: the region (or `AWS_REGION`, `AWS_DEFAULT_REGION`)",
-);
-const S3_ACCESS_KEY_ID: OptionSpec = OptionSpec::new(
-    "s3.access.key.id",
-    OptionKind::Text,
-    "s3: the access key id; without it, the AWS environment and credential chain",
-);
-const S3_SECRET_ACCESS_KEY: OptionSpec = OptionSpec::new(
-    "s3.secret.access.key",
-    OptionKind::Text,
-    "s3: the secret access key (write `${env:NAME}` or `${file:PATH}`)",
-)
-.secret();
-const S3_SESSION_TOKEN: OptionSpec = OptionSpec::new(
-    "s3.session.token",
-    OptionKind::Text,
-    "s3: a session token for temporary credentials",
-)
-.secret();
-const S3_ALLOW_HTTP: OptionSpec = OptionSpec::new(
-    "s3.allow.http",
-    OptionKind::Bool,
-    "s3: allow an `http://` endpoint on a host other than loopback (credentials and data then \
-     travel unencrypted); loopback endpoints are always allowed",
-)
-.default_value("false");
-const S3_VIRTUAL_HOSTED_STYLE: OptionSpec = OptionSpec::new(
-    "s3.virtual.hosted.style",
-    OptionKind::Bool,
-    "s3: address the bucket as `bucket.host` rather than `host/bucket`",
-)
-.default_value("false");
-const GCS_SERVICE_ACCOUNT_PATH: OptionSpec = OptionSpec::new(
-    "gcs.service.account.path",
-    OptionKind::Path,
-    "gs: a service account JSON file; without it, `GOOGLE_APPLICATION_CREDENTIALS` or the \
-     instance's credentials",
-);
-const GCS_SERVICE_ACCOUNT_KEY: OptionSpec = OptionSpec::new(
-    "gcs.service.account.key",
-    OptionKind::Text,
-    "gs: the service account JSON itself",
-)
-.secret();
-const AZURE_ACCOUNT_NAME: OptionSpec = OptionSpec::new(
-    "azure.storage.account.name",
-    OptionKind::Text,
-    "az/abfss: the storage account (or `AZURE_STORAGE_ACCOUNT_NAME`)",
-);
-const AZURE_ACCOUNT_KEY: OptionSpec = OptionSpec::new(
-    "azure.storage.account.key",
-    OptionKind::Text,
-    "az/abfss: the storage account's access key",
-)
-.secret();
-const AZURE_CLIENT_ID: OptionSpec = OptionSpec::new(
-    "azure.client.id",
-    OptionKind::Text,
-    "az/abfss: a service principal's client id",
-);
-const AZURE_CLIENT_SECRET: OptionSpec = OptionSpec::new(
-    "azure.client.secret",
-    OptionKind::Text,
-    "az/abfss: the service principal's secret",
-)
-.secret();
-const AZURE_TENANT_ID: OptionSpec = OptionSpec::new(
-    "azure.tenant.id",
-    OptionKind::Text,
-    "az/abfss: the service principal's tenant",
-);
-const STORAGE_RETRIES: OptionSpec = OptionSpec::new(
-    "storage.max.retries",
-    OptionKind::Count,
-    "object storage: retries of a failed or throttled request (with exponential backoff) \
-     before the sink fails",
-)
-.default_value("10");
-const STORAGE_TIMEOUT: OptionSpec = OptionSpec::new(
-    "storage.retry.timeout",
-    OptionKind::Duration,
-    "object storage: the longest a request is retried before the sink fails",
-)
-.default_value("3m");
+impl From<StorageError> for SinkError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Option(e) => SinkError::Option(e),
+            StorageError::Open { url, reason } => SinkError::Storage { path: url, reason },
+        }
+    }
+}
 
 /// A sink's place (a Delta table, or a directory of files): its URL (a directory URL, ending
 /// in `/`) and the store it is in, rooted at the bucket (or the filesystem root).
@@ -149,41 +41,62 @@ impl std::fmt::Debug for Location {
 /// Opens `path` (a local path or a URL) with `options`' credentials. A local path is made
 /// absolute and created.
 pub(crate) fn open_location(path: &str, options: &Options) -> Result<Location, SinkError> {
-    let bad = |why: String| SinkError::Storage {
-        path: path.to_string(),
-        reason: why,
-    };
     let url = match Url::parse(path) {
         Ok(u) if u.scheme().len() > 1 => u,
         // Not a URL (or a Windows drive letter): a local path.
         _ => {
             let dir = std::path::absolute(path).map_err(|e| SinkError::io(path.as_ref(), e))?;
             std::fs::create_dir_all(&dir).map_err(|e| SinkError::io(&dir, e))?;
-            Url::from_directory_path(&dir)
-                .map_err(|()| bad("cannot be written as a file:// URL".into()))?
+            Url::from_directory_path(&dir).map_err(|()| SinkError::Storage {
+                path: path.to_string(),
+                reason: "cannot be written as a file:// URL".into(),
+            })?
         }
     };
     let url = with_trailing_slash(url);
-    let retry = retry_config(options)?;
-    let store: Arc<dyn ObjectStore> = match url.scheme() {
-        "file" => {
-            let dir = url
-                .to_file_path()
-                .map_err(|()| bad("is not a local path".into()))?;
-            std::fs::create_dir_all(&dir).map_err(|e| SinkError::io(&dir, e))?;
-            Arc::new(LocalFileSystem::new())
-        }
-        "s3" | "s3a" => Arc::new(s3(&url, options, retry).map_err(bad)?),
-        "gs" => Arc::new(gcs(&url, options, retry).map_err(bad)?),
-        "az" | "abfs" | "abfss" | "azure" => Arc::new(azure(&url, options, retry).map_err(bad)?),
-        other => {
-            return Err(bad(format!(
-                "'{other}://' is not a storage weir writes; use a local path or an s3://, gs://, \
-                 az://, abfss:// or file:// URL"
-            )))
-        }
+    let store: Arc<dyn ObjectStore> = if url.scheme() == "file" {
+        let dir = url.to_file_path().map_err(|()| SinkError::Storage {
+            path: path.to_string(),
+            reason: "is not a local path".into(),
+        })?;
+        refuse_storage_options(path, options)?;
+        std::fs::create_dir_all(&dir).map_err(|e| SinkError::io(&dir, e))?;
+        Arc::new(LocalFileSystem::new())
+    } else {
+        open_store(&url, options).map_err(|e| match e {
+            StorageError::Open { reason, .. } => SinkError::Storage {
+                path: path.to_string(),
+                reason,
+            },
+            e => e.into(),
+        })?
     };
     Ok(Location { url, store })
+}
+
+/// A local path takes no object-storage options: one given is a mistake (a URL meant, or
+/// options copied from another sink), not something to ignore.
+fn refuse_storage_options(path: &str, options: &Options) -> Result<(), SinkError> {
+    let given = crate::storage::given_storage_options(options);
+    if given.is_empty() {
+        return Ok(());
+    }
+    Err(SinkError::Storage {
+        path: path.to_string(),
+        reason: format!(
+            "is a local path, which takes no object-storage options, but {} given; remove \
+             them, or write the path as an s3://, gs:// or az:// URL",
+            quoted_list(&given)
+        ),
+    })
+}
+
+fn quoted_list(keys: &[&str]) -> String {
+    let quoted: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
+    match quoted.len() {
+        1 => format!("{} is", quoted[0]),
+        _ => format!("{} are", quoted.join(", ")),
+    }
 }
 
 fn with_trailing_slash(mut url: Url) -> Url {
@@ -192,123 +105,6 @@ fn with_trailing_slash(mut url: Url) -> Url {
         url.set_path(&p);
     }
     url
-}
-
-fn retry_config(options: &Options) -> Result<RetryConfig, SinkError> {
-    let mut retry = RetryConfig::default();
-    if let Some(n) = options.count(&STORAGE_RETRIES)? {
-        retry.max_retries = usize::try_from(n).unwrap_or(usize::MAX);
-    }
-    if let Some(t) = options.text(&STORAGE_TIMEOUT) {
-        retry.retry_timeout = weir_dedup::parse_duration(t).map_err(|why| {
-            weir_codec::OptionError::invalid(&STORAGE_TIMEOUT, STORAGE_TIMEOUT.key, t, why)
-        })?;
-    }
-    Ok(retry)
-}
-
-/// True when `host` is a loopback name or address.
-fn is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-fn s3(url: &Url, options: &Options, retry: RetryConfig) -> Result<impl ObjectStore, String> {
-    let mut b = AmazonS3Builder::from_env()
-        .with_url(url.as_str())
-        .with_retry(retry);
-    let endpoint = options
-        .text(&S3_ENDPOINT)
-        .map(str::to_string)
-        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
-    if let Some(endpoint) = endpoint.filter(|e| !e.is_empty()) {
-        let parsed = Url::parse(&endpoint)
-            .map_err(|e| format!("'s3.endpoint' = '{endpoint}' is not a URL: {e}"))?;
-        if parsed.scheme() == "http" {
-            let loopback = parsed.host_str().is_some_and(is_loopback);
-            let allowed = options.flag(&S3_ALLOW_HTTP).map_err(|e| e.to_string())?;
-            if !loopback && !allowed {
-                return Err(format!(
-                    "the endpoint {endpoint} is plain http on a host other than loopback: \
-                     credentials and data would travel unencrypted; use https, or set \
-                     's3.allow.http' = 'true' if that is meant"
-                ));
-            }
-            b = b.with_allow_http(true);
-        }
-        b = b.with_endpoint(endpoint);
-    }
-    if let Some(region) = options.text(&S3_REGION) {
-        b = b.with_region(region);
-    }
-    if let Some(id) = options.text(&S3_ACCESS_KEY_ID) {
-        b = b.with_access_key_id(id);
-    }
-    if let Some(secret) = options.text(&S3_SECRET_ACCESS_KEY) {
-        b = b.with_secret_access_key(secret);
-    }
-    if let Some(token) = options.text(&S3_SESSION_TOKEN) {
-        b = b.with_token(token);
-    }
-    let virtual_hosted = options
-        .flag(&S3_VIRTUAL_HOSTED_STYLE)
-        .map_err(|e| e.to_string())?;
-    b = b.with_virtual_hosted_style_request(virtual_hosted);
-    // The Delta log commits with a conditional put (If-None-Match: *), which object_store sends
-    // for S3 by default; a store without it fails the first commit with its own error.
-    b.build().map_err(|e| e.to_string())
-}
-
-fn gcs(url: &Url, options: &Options, retry: RetryConfig) -> Result<impl ObjectStore, String> {
-    let mut b = GoogleCloudStorageBuilder::from_env()
-        .with_url(url.as_str())
-        .with_retry(retry);
-    if let Some(p) = options.text(&GCS_SERVICE_ACCOUNT_PATH) {
-        b = b.with_config(GoogleConfigKey::ServiceAccount, p);
-    }
-    if let Some(k) = options.text(&GCS_SERVICE_ACCOUNT_KEY) {
-        b = b.with_config(GoogleConfigKey::ServiceAccountKey, k);
-    }
-    b.build().map_err(|e| e.to_string())
-}
-
-fn azure(url: &Url, options: &Options, retry: RetryConfig) -> Result<impl ObjectStore, String> {
-    let mut b = MicrosoftAzureBuilder::from_env()
-        .with_url(url.as_str())
-        .with_retry(retry);
-    for (spec, key) in [
-        (&AZURE_ACCOUNT_NAME, AzureConfigKey::AccountName),
-        (&AZURE_ACCOUNT_KEY, AzureConfigKey::AccessKey),
-        (&AZURE_CLIENT_ID, AzureConfigKey::ClientId),
-        (&AZURE_CLIENT_SECRET, AzureConfigKey::ClientSecret),
-        (&AZURE_TENANT_ID, AzureConfigKey::AuthorityId),
-    ] {
-        if let Some(v) = options.text(spec) {
-            b = b.with_config(key, v);
-        }
-    }
-    b.build().map_err(|e| e.to_string())
-}
-
-/// The object-store schemes weir writes (a `file://` URL is a local path).
-const REMOTE_SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "abfs", "abfss", "azure"];
-
-/// True when `path` is an object-storage URL (not a local path or a `file://` URL).
-pub(crate) fn is_remote(path: &str) -> bool {
-    Url::parse(path).is_ok_and(|u| REMOTE_SCHEMES.contains(&u.scheme()))
-}
-
-/// The local path of `path`: itself, or the path of a `file://` URL.
-pub(crate) fn local_path(path: &str) -> std::path::PathBuf {
-    match Url::parse(path) {
-        Ok(u) if u.scheme() == "file" => u
-            .to_file_path()
-            .unwrap_or_else(|()| std::path::PathBuf::from(path)),
-        _ => std::path::PathBuf::from(path),
-    }
 }
 
 /// A local directory where a sink's output waits for its upload:
@@ -444,22 +240,6 @@ impl Location {
 mod tests {
     use super::*;
 
-    #[test]
-    fn object_store_urls_are_remote_and_file_urls_local() {
-        assert!(is_remote("s3://bucket/dir"));
-        assert!(is_remote(
-            "abfss://container@account.dfs.core.windows.net/dir"
-        ));
-        assert!(!is_remote("file:///tmp/out"));
-        assert!(!is_remote("out/steps"));
-        assert!(!is_remote("/tmp/out.parquet"));
-        assert_eq!(
-            local_path("file:///tmp/out"),
-            std::path::Path::new("/tmp/out")
-        );
-        assert_eq!(local_path("out/steps"), std::path::Path::new("out/steps"));
-    }
-
     fn options(pairs: &[(&str, &str)]) -> Options {
         Options::new(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
     }
@@ -517,5 +297,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("'ftp://'"), "{e}");
+    }
+
+    #[test]
+    fn a_local_path_refuses_storage_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        let e = open_location(
+            path.to_str().unwrap(),
+            &options(&[("s3.region", "eu-west-1"), ("s3.secret.access.key", "hush")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("'s3.region', 's3.secret.access.key' are given"),
+            "{e}"
+        );
+        assert!(!e.contains("hush"), "{e}");
     }
 }

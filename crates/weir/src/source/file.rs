@@ -12,11 +12,13 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use object_store::ObjectStore;
 use weir_codec::{OptionKind, OptionSpec, Options};
 use weir_testdata::{Frame, Framing};
 
-use super::file_ranges::{RangeFile, Ranges};
+use super::file_ranges::{FilePlace, RangeFile, Ranges};
 use crate::error::{SourceError, SourceErrorKind};
+use crate::storage::{self, StorageError};
 
 /// The file connector's options.
 pub(crate) const FILE_OPTIONS: &[OptionSpec] = &[PATH, FRAMING, MAX_MESSAGE_BYTES];
@@ -24,8 +26,8 @@ pub(crate) const FILE_OPTIONS: &[OptionSpec] = &[PATH, FRAMING, MAX_MESSAGE_BYTE
 const PATH: OptionSpec = OptionSpec::new(
     "path",
     OptionKind::Path,
-    "file connector: a file, a directory, or a glob (`data/*.bin`), read in name order \
-     (required)",
+    "file connector: a file, a directory, or a glob (`data/*.bin`), read in name order; a \
+     local path or an `s3://`, `gs://`, `az://`, `abfss://` or `file://` URL (required)",
 );
 pub(crate) const FRAMING: OptionSpec = OptionSpec::new(
     "framing",
@@ -41,31 +43,112 @@ const MAX_MESSAGE_BYTES: OptionSpec = OptionSpec::new(
 )
 .default_value("67108864");
 
+/// Bytes read per block from object storage: each is one GET request, so a block is larger
+/// than a local one, to keep a request's latency small against its transfer.
+const OBJECT_BLOCK_BYTES: usize = 8 << 20;
+
 /// The file connector's settings.
 #[derive(Debug, Clone)]
 pub(crate) struct FileSettings {
-    /// A file, a directory or a glob.
+    /// A file, a directory or a glob (a local path, or an object-storage URL).
     pub(crate) path: String,
+    /// Where the files are.
+    pub(crate) store: FileStore,
     /// How messages are delimited.
     pub(crate) framing: Framing,
     /// Largest message accepted.
     pub(crate) max_message_bytes: u64,
 }
 
+/// Where a file source's files are.
+#[derive(Clone)]
+pub(crate) enum FileStore {
+    /// The local filesystem.
+    Local,
+    /// An object store (its bucket), with the credentials of the source's options.
+    Object(Arc<dyn ObjectStore>),
+}
+
+impl std::fmt::Debug for FileStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A store's own Debug may show its credentials.
+        f.write_str(match self {
+            Self::Local => "Local",
+            Self::Object(_) => "Object",
+        })
+    }
+}
+
 impl FileSettings {
     /// Reads the file connector's options and checks that the path names a file.
     pub(crate) fn parse(source: &str, options: &Options) -> Result<Self, SourceError> {
         let err = |e| SourceError::new(source, SourceErrorKind::Option(e));
-        let path = options.require(&PATH).map_err(err)?.to_string();
+        let spec = options.require(&PATH).map_err(err)?.to_string();
         let framing = parse_framing(options).map_err(err)?;
         let max_message_bytes = options.count(&MAX_MESSAGE_BYTES).map_err(err)?.unwrap_or(0);
-        // Fail now, not at the first query, when the path names nothing.
-        expand_path(&path).map_err(|e| SourceError::new(source, e))?;
-        Ok(Self {
+        let (path, store) = if storage::is_remote(&spec) {
+            let url = url::Url::parse(&spec).map_err(|e| FileError::Storage {
+                path: spec.clone(),
+                reason: format!("is not a URL: {e}"),
+            });
+            let url = url.map_err(|e| SourceError::new(source, e))?;
+            let store = storage::open_store(&url, options).map_err(|e| match e {
+                StorageError::Option(e) => err(e),
+                StorageError::Open { reason, .. } => SourceError::new(
+                    source,
+                    FileError::Storage {
+                        path: spec.clone(),
+                        reason,
+                    },
+                ),
+            })?;
+            (spec, FileStore::Object(store))
+        } else {
+            let given = storage::given_storage_options(options);
+            if let Some(key) = given.first() {
+                return Err(SourceError::new(
+                    source,
+                    FileError::Storage {
+                        path: spec,
+                        reason: format!(
+                            "is a local path, which takes no object-storage options, but \
+                             '{key}' is given; remove it, or write the path as an s3://, gs:// \
+                             or az:// URL"
+                        ),
+                    },
+                ));
+            }
+            let local = storage::local_path(&spec).display().to_string();
+            (local, FileStore::Local)
+        };
+        let settings = Self {
             path,
+            store,
             framing,
             max_message_bytes,
-        })
+        };
+        // Fail now, not at the first query, when the path names nothing.
+        settings
+            .list_files()
+            .map_err(|e| SourceError::new(source, e))?;
+        Ok(settings)
+    }
+
+    /// The files the path names now, with their sizes (objects) or not (local files, whose
+    /// size a feed takes when it begins).
+    fn list_files(&self) -> Result<Vec<RangeFile>, FileError> {
+        match &self.store {
+            FileStore::Local => Ok(expand_path(&self.path)?
+                .into_iter()
+                .map(|path| RangeFile {
+                    name: Arc::from(path.display().to_string()),
+                    place: FilePlace::Local(path),
+                    size: 0,
+                    start: 0,
+                })
+                .collect()),
+            FileStore::Object(store) => list_objects(&self.path, store),
+        }
     }
 
     /// A feed over these files (bounded unless `follow`), timing its stages into `stages`.
@@ -74,10 +157,113 @@ impl FileSettings {
         follow: bool,
         stages: &Arc<super::ReadStages>,
     ) -> Result<FileFeed, FileError> {
-        let mut feed = FileFeed::new(&self.path, self.framing, follow, self.max_message_bytes)?;
+        let mut feed = match &self.store {
+            FileStore::Local => {
+                FileFeed::new(&self.path, self.framing, follow, self.max_message_bytes)?
+            }
+            FileStore::Object(_) if follow => {
+                return Err(FileError::Storage {
+                    path: self.path.clone(),
+                    reason: "objects cannot be followed (an object does not grow); run without \
+                             --follow, or follow a local directory"
+                        .into(),
+                })
+            }
+            FileStore::Object(_) => {
+                let mut feed = FileFeed::new_bounded(
+                    &self.path,
+                    self.list_files()?,
+                    self.framing,
+                    self.max_message_bytes,
+                );
+                feed.block_bytes = OBJECT_BLOCK_BYTES;
+                feed
+            }
+        };
         feed.stages = Arc::clone(stages);
         Ok(feed)
     }
+}
+
+/// The objects `spec` (an object-storage URL) names, in key order: the object itself, the
+/// objects directly under it as a directory (not hidden), or the matches of a glob in its key.
+fn list_objects(spec: &str, store: &Arc<dyn ObjectStore>) -> Result<Vec<RangeFile>, FileError> {
+    use futures::TryStreamExt as _;
+    use object_store::path::Path as Key;
+    let failed = |reason: String| FileError::Storage {
+        path: spec.to_string(),
+        reason,
+    };
+    // The key is taken from the text, not the parsed URL: a `?` of a glob is no query here.
+    let (scheme, rest) = spec
+        .split_once("://")
+        .ok_or_else(|| failed("is not a URL".into()))?;
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    let lister = Arc::clone(store);
+    let glob = key.contains(['*', '?', '[']);
+    let pattern = if glob {
+        Some(glob::Pattern::new(key).map_err(|e| FileError::BadGlob {
+            path: spec.into(),
+            reason: e.to_string(),
+        })?)
+    } else {
+        None
+    };
+    // The listing starts at the directory above the first glob character.
+    let literal = match key.find(['*', '?', '[']) {
+        Some(at) => key.get(..at).and_then(|k| k.rfind('/').map(|s| &key[..s])),
+        None => Some(key.trim_end_matches('/')),
+    };
+    let prefix = match literal.filter(|k| !k.is_empty()) {
+        Some(k) => Some(Key::parse(k).map_err(|e| failed(format!("is not an object key: {e}")))?),
+        None => None,
+    };
+    let listed = storage::wait_for(async move {
+        if let Some(pattern) = pattern {
+            let all: Vec<_> = lister.list(prefix.as_ref()).try_collect().await?;
+            return Ok::<_, object_store::Error>(
+                all.into_iter()
+                    .filter(|o| pattern.matches_with(o.location.as_ref(), GLOB_MATCH))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        if let Some(key) = &prefix {
+            let head = object_store::GetOptions {
+                head: true,
+                ..Default::default()
+            };
+            match lister.get_opts(key, head).await {
+                Ok(found) => return Ok(vec![found.meta]),
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let listing = lister.list_with_delimiter(prefix.as_ref()).await?;
+        Ok(listing
+            .objects
+            .into_iter()
+            .filter(|o| o.location.filename().is_some_and(|n| !n.starts_with('.')))
+            .collect())
+    })
+    .ok_or_else(|| failed("the object-storage runtime stopped".into()))?
+    .map_err(|e| failed(format!("cannot list it: {e}")))?;
+    let mut objects: Vec<RangeFile> = listed
+        .into_iter()
+        .map(|o| RangeFile {
+            name: Arc::from(format!("{scheme}://{bucket}/{}", o.location)),
+            size: o.size,
+            start: 0,
+            place: FilePlace::Object {
+                store: Arc::clone(store),
+                key: o.location,
+            },
+        })
+        .collect();
+    objects.sort_by(|a, b| a.name.cmp(&b.name));
+    if objects.is_empty() {
+        return Err(FileError::NoFiles(spec.into()));
+    }
+    Ok(objects)
 }
 
 /// `'framing'` of a source or a `file` sink.
@@ -110,6 +296,14 @@ pub enum FileError {
         "'path' = '{0}' matches no file (give a file, a directory or a glob such as 'data/*.bin')"
     )]
     NoFiles(String),
+    /// Object storage could not be opened or listed, or cannot do what was asked.
+    #[error("cannot read '{path}': {reason}")]
+    Storage {
+        /// The path, as the source gives it.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// The glob is malformed.
     #[error("'path' = '{path}' is not a valid glob: {reason}")]
     BadGlob {
@@ -119,6 +313,14 @@ pub enum FileError {
         reason: String,
     },
 }
+
+/// How a glob in a `'path'` matches, as a shell's does: `*` stays within a directory and does
+/// not match a hidden name's leading dot (a directory's hidden files are not read either).
+const GLOB_MATCH: glob::MatchOptions = glob::MatchOptions {
+    case_sensitive: true,
+    require_literal_separator: true,
+    require_literal_leading_dot: true,
+};
 
 /// The files a `'path'` names: itself, the regular files of a directory (not hidden, sorted),
 /// or the matches of a glob (sorted).
@@ -141,7 +343,7 @@ pub(crate) fn expand_path(spec: &str) -> Result<Vec<PathBuf>, FileError> {
             }
         }
     } else if spec.contains(['*', '?', '[']) {
-        let paths = glob::glob(spec).map_err(|e| FileError::BadGlob {
+        let paths = glob::glob_with(spec, GLOB_MATCH).map_err(|e| FileError::BadGlob {
             path: spec.into(),
             reason: e.to_string(),
         })?;
@@ -199,6 +401,8 @@ struct FeedState {
     sizes: Vec<Option<u64>>,
     /// Bytes still to read from the current file (bounded reads).
     remaining: u64,
+    /// Files listed with their sizes when the feed was made (objects), for the ranges.
+    listed: Vec<RangeFile>,
     names: Vec<Arc<str>>,
     current: usize,
     reader: Option<File>,
@@ -275,6 +479,7 @@ impl FileFeed {
                 files,
                 sizes,
                 remaining: u64::MAX,
+                listed: Vec::new(),
                 names,
                 current: 0,
                 reader: None,
@@ -285,6 +490,37 @@ impl FileFeed {
             stages: Arc::default(),
             holders: Default::default(),
         })
+    }
+
+    /// A bounded feed over files already listed with their sizes (objects).
+    fn new_bounded(
+        spec: &str,
+        listed: Vec<RangeFile>,
+        framing: Framing,
+        max_message_bytes: u64,
+    ) -> Self {
+        Self {
+            spec: spec.into(),
+            framing,
+            follow: false,
+            block_bytes: DEFAULT_BLOCK_BYTES,
+            max_message_bytes,
+            starts: Default::default(),
+            state: Mutex::new(FeedState {
+                files: Vec::new(),
+                sizes: Vec::new(),
+                remaining: u64::MAX,
+                listed,
+                names: Vec::new(),
+                current: 0,
+                reader: None,
+                offset: 0,
+                carry: Vec::new(),
+            }),
+            ranges: OnceLock::new(),
+            stages: Arc::default(),
+            holders: Default::default(),
+        }
     }
 
     /// Sets the bytes read per block (tests use small blocks to exercise the edges).
@@ -323,15 +559,19 @@ impl FileFeed {
     /// The ranges of a bounded read, from the files and sizes found when the feed was made.
     fn ranges(&self) -> &Ranges {
         self.ranges.get_or_init(|| {
-            let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let files = (st.files.iter().zip(&st.names).zip(&st.sizes))
-                .map(|((path, name), size)| RangeFile {
-                    path: path.clone(),
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut files = std::mem::take(&mut st.listed);
+            files.extend((st.files.iter().zip(&st.names).zip(&st.sizes)).map(
+                |((path, name), size)| RangeFile {
+                    place: FilePlace::Local(path.clone()),
                     name: Arc::clone(name),
                     size: size.unwrap_or(0),
-                    start: self.starts.get(name.as_ref()).copied().unwrap_or(0),
-                })
-                .collect();
+                    start: 0,
+                },
+            ));
+            for file in &mut files {
+                file.start = self.starts.get(file.name.as_ref()).copied().unwrap_or(0);
+            }
             Ranges::new(
                 files,
                 self.framing,

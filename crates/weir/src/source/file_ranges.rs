@@ -33,10 +33,10 @@ const LINE_READ_AHEAD: u64 = 64 << 10;
 /// Bytes dropped with a bad frame that are kept for a dead letter.
 const BAD_BYTES_KEPT: usize = 64 << 10;
 
-/// The files of one bounded scan, read in ranges.
 /// One file of a bounded scan.
 pub(crate) struct RangeFile {
-    pub(crate) path: PathBuf,
+    /// Where its bytes are.
+    pub(crate) place: FilePlace,
     /// The path as positions and errors name it.
     pub(crate) name: Arc<str>,
     /// Its size when the scan began: a bounded read stops there.
@@ -45,6 +45,74 @@ pub(crate) struct RangeFile {
     pub(crate) start: u64,
 }
 
+/// Where a file's bytes are: on the local filesystem, or an object in a store.
+pub(crate) enum FilePlace {
+    /// A local file.
+    Local(PathBuf),
+    /// An object, read in ranges with GET requests.
+    Object {
+        /// The store (its bucket).
+        store: Arc<dyn object_store::ObjectStore>,
+        /// The object's key.
+        key: object_store::path::Path,
+    },
+}
+
+/// A file open for reading at offsets.
+enum Opened {
+    Local(File),
+    Object {
+        store: Arc<dyn object_store::ObjectStore>,
+        key: object_store::path::Path,
+    },
+}
+
+impl Opened {
+    fn open(place: &FilePlace) -> std::io::Result<Self> {
+        Ok(match place {
+            FilePlace::Local(path) => Self::Local(File::open(path)?),
+            FilePlace::Object { store, key } => Self::Object {
+                store: Arc::clone(store),
+                key: key.clone(),
+            },
+        })
+    }
+
+    /// Fills `buf` with the bytes at `offset`.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        match self {
+            Self::Local(f) => f.read_exact_at(buf, offset),
+            Self::Object { store, key } => {
+                let (store, key) = (Arc::clone(store), key.clone());
+                let range = offset..offset + buf.len() as u64;
+                // A reader decodes on a query thread, which must not wait on a future of its
+                // own runtime; the request runs on the storage runtime. The copy out of the
+                // response is the one a `pread` makes too.
+                let got = crate::storage::wait_for(async move {
+                    store.get_ranges(&key, std::slice::from_ref(&range)).await
+                })
+                .ok_or_else(|| std::io::Error::other("the object-storage runtime stopped"))?
+                .map_err(std::io::Error::other)?;
+                let bytes = got.first().map_or(&[][..], |b| b.as_ref());
+                if bytes.len() != buf.len() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "the object returned {} bytes at offset {offset}, {} were asked \
+                             for (was it replaced during the read?)",
+                            bytes.len(),
+                            buf.len()
+                        ),
+                    ));
+                }
+                buf.copy_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The files of one bounded scan, read in ranges.
 pub(crate) struct Ranges {
     files: Vec<RangeFile>,
     framing: Framing,
@@ -70,7 +138,7 @@ struct Claims {
     /// Its first byte.
     next: u64,
     /// The open file (`None` until its first range is claimed).
-    open: Option<Arc<File>>,
+    open: Option<Arc<Opened>>,
 }
 
 /// Whose walk is next, and where it begins.
@@ -92,7 +160,7 @@ struct Claim {
     seq: u64,
     start: u64,
     end: u64,
-    handle: Arc<File>,
+    handle: Arc<Opened>,
 }
 
 impl Ranges {
@@ -235,11 +303,8 @@ impl Ranges {
             let handle = match &c.open {
                 Some(h) => Arc::clone(h),
                 None => {
-                    let path = &self.files[c.file].path;
-                    let f = File::open(path).map_err(|source| FileError::Io {
-                        path: path.clone(),
-                        source,
-                    })?;
+                    let f = Opened::open(&self.files[c.file].place)
+                        .map_err(|source| self.io(c.file, source))?;
                     let h = Arc::new(f);
                     c.open = Some(Arc::clone(&h));
                     c.next = self.files[c.file].start.min(size);
@@ -396,7 +461,7 @@ impl Ranges {
 
     fn io(&self, file: usize, source: std::io::Error) -> FileError {
         FileError::Io {
-            path: self.files[file].path.clone(),
+            path: PathBuf::from(&*self.files[file].name),
             source,
         }
     }

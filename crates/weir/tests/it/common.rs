@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use weir::{ResultOutput, SinkError};
+use weir::{Engine, EngineOptions, ResultOutput, SinkError};
 use weir_testdata::{Framing, QuoteFormat, QuoteGenerator, STOCKS_PROTO};
 
 /// Collects the rows of every `SELECT`, and counts the statements that printed.
@@ -71,4 +71,35 @@ pub fn s3() -> Option<(String, String, String, String)> {
             None
         }
     }
+}
+
+/// An engine with 2 partitions and batches of 4 rows, so that small inputs still make several
+/// batches and steps.
+pub fn small_engine() -> Engine {
+    Engine::new(EngineOptions {
+        partitions: 2,
+        batch_size: 4,
+        ..EngineOptions::default()
+    })
+}
+
+/// A client of the test command's S3-compatible store, rooted at `bucket`, to read back what
+/// weir wrote (or put what it reads), as another program would.
+pub fn s3_store(
+    endpoint: &str,
+    key: &str,
+    secret: &str,
+    bucket: &str,
+) -> std::sync::Arc<dyn object_store::ObjectStore> {
+    std::sync::Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_bucket_name(bucket)
+            .with_access_key_id(key)
+            .with_secret_access_key(secret)
+            .build()
+            .unwrap(),
+    )
 }

@@ -8,22 +8,12 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
+use crate::common::{s3, s3_store, small_engine};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use deltalake_core::DeltaTable;
 use futures::StreamExt as _;
 use object_store::ObjectStoreExt as _;
-use weir::{Engine, EngineOptions};
-
-use crate::common::s3;
-
-fn engine() -> Engine {
-    Engine::new(EngineOptions {
-        partitions: 2,
-        batch_size: 4,
-        ..EngineOptions::default()
-    })
-}
 
 /// Appends JSON lines `{"id": i, "v": "..."}` for each id.
 fn append(path: &Path, ids: &[i64], tag: &str) {
@@ -100,7 +90,7 @@ async fn a_delta_sink_holds_each_key_once_and_its_positions_across_runs() {
         source(&data, &state),
         table_dir.display()
     );
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     assert_eq!(e.finish().await.unwrap()[0].rows, 20);
     let table = load(&table_dir).await;
@@ -127,7 +117,7 @@ async fn a_delta_sink_holds_each_key_once_and_its_positions_across_runs() {
 
     // More rows, repeats dropped by the state; nothing new: no new version.
     append(&data, &[5, 21, 22, 6, 22, 23], "b");
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     assert_eq!(e.finish().await.unwrap()[0].rows, 3);
     let table = load(&table_dir).await;
@@ -138,7 +128,7 @@ async fn a_delta_sink_holds_each_key_once_and_its_positions_across_runs() {
     );
     assert!(got.values().all(|&n| n == 1), "{got:?}");
     let version = table.version();
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     assert_eq!(e.finish().await.unwrap()[0].rows, 0);
     assert_eq!(load(&table_dir).await.version(), version);
@@ -159,7 +149,7 @@ async fn a_source_without_state_resumes_from_the_positions_in_the_table() {
         table_dir.display()
     );
     let run = || async {
-        let e = engine();
+        let e = small_engine();
         e.query(&script).await.unwrap();
         e.finish().await.unwrap()[0].rows
     };
@@ -215,7 +205,7 @@ async fn small_files_are_compacted_by_the_sink_and_by_weir_compact() {
             table.display()
         );
         async move {
-            let e = engine();
+            let e = small_engine();
             e.query(&script).await.unwrap();
             e.finish().await.unwrap();
         }
@@ -305,7 +295,7 @@ async fn a_step_committed_to_the_state_but_not_the_table_is_settled_at_the_next_
         source(&data, &state),
         table_dir.display()
     );
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     e.finish().await.unwrap();
     let table = load(&table_dir).await;
@@ -317,7 +307,7 @@ async fn a_step_committed_to_the_state_but_not_the_table_is_settled_at_the_next_
     assert_eq!(txn(&behind, "lake").await, Some(steps - 1));
     assert!(ids(&behind).await.len() < 12);
     // The next start commits the recorded step, and nothing is lost or doubled.
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     e.finish().await.unwrap();
     let table = load(&table_dir).await;
@@ -341,13 +331,13 @@ async fn a_second_writer_with_a_stale_view_adds_nothing() {
         table_dir.display()
     );
     let first = format!("{}\n{sink}", source(&data, &dir.path().join("state-1")));
-    let e = engine();
+    let e = small_engine();
     e.query(&first).await.unwrap();
     e.finish().await.unwrap();
     let version = load(&table_dir).await.version();
     // Another process with the same app id but its own (empty) state: a zombie's view.
     let second = format!("{}\n{sink}", source(&data, &dir.path().join("state-2")));
-    let e = engine();
+    let e = small_engine();
     let err = match e.query(&second).await {
         Err(err) => err.to_string(),
         Ok(_) => e.finish().await.unwrap_err().to_string(),
@@ -378,11 +368,11 @@ async fn schema_differences_are_named_and_new_columns_can_be_added() {
             table_dir.display()
         )
     };
-    let e = engine();
+    let e = small_engine();
     e.query(&run("a", "id BIGINT", "")).await.unwrap();
     e.finish().await.unwrap();
     // Another type for id, and a new column: both named.
-    let err = engine()
+    let err = small_engine()
         .query(&run("b", "id VARCHAR, v VARCHAR", ""))
         .await
         .unwrap_err()
@@ -396,7 +386,7 @@ async fn schema_differences_are_named_and_new_columns_can_be_added() {
         "{err}"
     );
     // The new column, allowed: added, and the old rows read it as null.
-    let e = engine();
+    let e = small_engine();
     e.query(&run(
         "c",
         "id BIGINT, v VARCHAR",
@@ -430,7 +420,7 @@ async fn a_path_that_is_not_a_table_and_a_query_without_state_are_refused() {
         source(&data, &dir.path().join("state")),
         other.display()
     );
-    let err = engine().query(&script).await.unwrap_err().to_string();
+    let err = small_engine().query(&script).await.unwrap_err().to_string();
     assert!(
         err.contains("is not a Delta table") && err.contains("notes.txt"),
         "{err}"
@@ -445,7 +435,7 @@ async fn a_path_that_is_not_a_table_and_a_query_without_state_are_refused() {
         data.display(),
         dir.path().join("t2").display()
     );
-    let e = engine();
+    let e = small_engine();
     let err = match e.query(&script).await {
         Err(err) => err.to_string(),
         Ok(_) => e.finish().await.unwrap_err().to_string(),
@@ -457,7 +447,7 @@ async fn a_path_that_is_not_a_table_and_a_query_without_state_are_refused() {
          'framing' = 'lines', 'encoding' = 'json', 'dedup.key' = 'id');",
         data.display(),
     );
-    let err = engine().query(&script).await.unwrap_err().to_string();
+    let err = small_engine().query(&script).await.unwrap_err().to_string();
     assert!(err.contains("'dedup.key' needs 'state.dir'"), "{err}");
 
     // Options are checked at CREATE SINK.
@@ -467,7 +457,7 @@ async fn a_path_that_is_not_a_table_and_a_query_without_state_are_refused() {
         source(&data, &dir.path().join("state-3")),
         dir.path().join("t3").display()
     );
-    let err = engine().query(&script).await.unwrap_err().to_string();
+    let err = small_engine().query(&script).await.unwrap_err().to_string();
     assert!(err.contains("s3.bogus"), "{err}");
 }
 
@@ -499,21 +489,12 @@ async fn a_delta_table_on_s3_is_written_exactly_once_and_faults_are_named() {
         source(&data, &dir.path().join("state")),
         sink(&table, "${env:WEIR_TEST_S3_SECRET}")
     );
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     assert_eq!(e.finish().await.unwrap()[0].rows, 15);
 
     // Read back with delta-rs over the same store.
-    let store = object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(&endpoint)
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_bucket_name(&bucket)
-        .with_access_key_id(&key)
-        .with_secret_access_key(&secret)
-        .build()
-        .unwrap();
-    let store: std::sync::Arc<dyn object_store::ObjectStore> = std::sync::Arc::new(store);
+    let store = s3_store(&endpoint, &key, &secret, &bucket);
     let log = object_store::path::Path::from(format!("{prefix}/quotes/_delta_log"));
     let commits = {
         use futures::TryStreamExt;
@@ -570,7 +551,7 @@ async fn a_delta_table_on_s3_is_written_exactly_once_and_faults_are_named() {
             "wrong-secret-value"
         )
     );
-    let err = engine().query(&script).await.unwrap_err().to_string();
+    let err = small_engine().query(&script).await.unwrap_err().to_string();
     assert!(
         err.contains(&format!("s3://{bucket}/{prefix}/other")),
         "{err}"
@@ -585,7 +566,7 @@ async fn a_delta_table_on_s3_is_written_exactly_once_and_faults_are_named() {
         source(&data, &dir.path().join("state-nobucket")),
         sink("s3://no-such-bucket-weir/t", "${env:WEIR_TEST_S3_SECRET}")
     );
-    let err = engine().query(&script).await.unwrap_err().to_string();
+    let err = small_engine().query(&script).await.unwrap_err().to_string();
     assert!(err.contains("no-such-bucket-weir"), "{err}");
     assert!(!err.contains(&secret), "{err}");
 }

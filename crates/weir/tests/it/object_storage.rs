@@ -6,24 +6,13 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 
+use crate::common::{s3, s3_store, small_engine};
 use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
 use futures::TryStreamExt as _;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
-use weir::{Engine, EngineOptions};
-
-use crate::common::s3;
-
-fn engine() -> Engine {
-    Engine::new(EngineOptions {
-        partitions: 2,
-        batch_size: 4,
-        ..EngineOptions::default()
-    })
-}
 
 fn append(path: &Path, ids: &[i64]) {
     let mut f = std::fs::OpenOptions::new()
@@ -101,22 +90,12 @@ async fn step_files_and_a_file_sink_on_s3_hold_each_row_once() {
         sources(&data, &dir.path().join("state"))
     );
     let run = || async {
-        let e = engine();
+        let e = small_engine();
         e.query(&script).await.unwrap();
         e.finish().await.unwrap();
     };
     run().await;
-    let store: Arc<dyn ObjectStore> = Arc::new(
-        object_store::aws::AmazonS3Builder::new()
-            .with_endpoint(&endpoint)
-            .with_allow_http(true)
-            .with_region("us-east-1")
-            .with_bucket_name(&bucket)
-            .with_access_key_id(&key)
-            .with_secret_access_key(&secret)
-            .build()
-            .unwrap(),
-    );
+    let store = s3_store(&endpoint, &key, &secret, &bucket);
     let (ids, names) = ids_under(store.as_ref(), &format!("{prefix}/steps")).await;
     assert_eq!(
         ids.keys().copied().collect::<Vec<_>>(),
@@ -176,7 +155,7 @@ async fn file_urls_are_local_paths_and_a_file_sink_needs_a_file_name() {
         out.join("steps").display(),
         out.join("one.parquet").display()
     );
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     e.finish().await.unwrap();
     let steps: Vec<_> = std::fs::read_dir(out.join("steps"))
@@ -199,7 +178,7 @@ async fn file_urls_are_local_paths_and_a_file_sink_needs_a_file_name() {
         .join("steps")
         .join(format!("lake-{:010}.arrow", committed + 3));
     std::fs::write(&foreign, b"another writer's").unwrap();
-    let e = engine();
+    let e = small_engine();
     let err = match e.query(&script).await {
         Err(err) => err.to_string(),
         Ok(_) => e.finish().await.unwrap_err().to_string(),
@@ -221,7 +200,7 @@ async fn file_urls_are_local_paths_and_a_file_sink_needs_a_file_name() {
          's3.region' = 'us-east-1');",
         sources(&data, &dir.path().join("state-2")),
     );
-    let e = engine();
+    let e = small_engine();
     let err = match e.query(&script).await {
         Err(err) => err.to_string(),
         Ok(_) => e.finish().await.unwrap_err().to_string(),
@@ -230,4 +209,119 @@ async fn file_urls_are_local_paths_and_a_file_sink_needs_a_file_name() {
         err.contains("s3://some-bucket/dir/") && err.contains("names a directory"),
         "{err}"
     );
+}
+
+/// `count(*)`, `count(DISTINCT id)` and `sum(id)` of the source `q` declared by `source`.
+async fn counts(source: &str) -> Result<(i64, i64, i64), weir::EngineError> {
+    let batches = small_engine()
+        .query(&format!(
+            "{source}; SELECT count(*), count(DISTINCT id), sum(id) FROM q"
+        ))
+        .await?;
+    let b = batches.iter().find(|b| b.num_rows() > 0).expect("a row");
+    let col = |i: usize| b.column(i).as_primitive::<Int64Type>().value(0);
+    Ok((col(0), col(1), col(2)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_source_reads_objects_as_it_reads_local_files() {
+    let Some((endpoint, key, secret, bucket)) = s3() else {
+        return;
+    };
+    let store = s3_store(&endpoint, &key, &secret, &bucket);
+    let prefix = format!("source-{}", std::process::id());
+    let lines = |ids: std::ops::RangeInclusive<i64>| {
+        let mut text = String::new();
+        for id in ids {
+            text.push_str(&format!("{{\"id\": {id}, \"pad\": \"{:032}\"}}\n", id));
+        }
+        text
+    };
+    // a.jsonl is over 8 MiB, so that it is read in several ranges; the directory also holds
+    // a hidden object and one the glob does not match.
+    let objects = [
+        ("in/a.jsonl", lines(1..=200_000)),
+        ("in/b.jsonl", lines(200_001..=200_010)),
+        ("in/c.txt", lines(500_000..=500_000)),
+        ("in/.hidden.jsonl", lines(900_000..=900_000)),
+    ];
+    assert!(objects[0].1.len() > 8 << 20);
+    for (name, text) in objects {
+        store
+            .put(
+                &ObjectPath::from(format!("{prefix}/{name}")),
+                PutPayload::from(text.into_bytes()),
+            )
+            .await
+            .unwrap();
+    }
+    std::env::set_var("WEIR_TEST_S3_SECRET_SOURCE", &secret);
+    let with = format!(
+        "'s3.endpoint' = '{endpoint}', 's3.region' = 'us-east-1', 's3.access.key.id' = '{key}', \
+         's3.secret.access.key' = '${{env:WEIR_TEST_S3_SECRET_SOURCE}}'"
+    );
+    let source = |path: &str| {
+        format!(
+            "CREATE SOURCE q (id BIGINT) WITH ('connector' = 'file', 'path' = '{path}', \
+             'framing' = 'lines', 'encoding' = 'json', {with})"
+        )
+    };
+    let sum = |ids: std::ops::RangeInclusive<i64>| ids.sum::<i64>();
+
+    // A glob: a.jsonl and b.jsonl, each line once.
+    let glob = counts(&source(&format!("s3://{bucket}/{prefix}/in/*.jsonl")))
+        .await
+        .unwrap();
+    assert_eq!(glob, (200_010, 200_010, sum(1..=200_010)));
+    // A directory: every object directly in it but the hidden one.
+    let all = counts(&source(&format!("s3://{bucket}/{prefix}/in/")))
+        .await
+        .unwrap();
+    assert_eq!(all, (200_011, 200_011, sum(1..=200_010) + 500_000));
+    // One object.
+    let one = counts(&source(&format!("s3://{bucket}/{prefix}/in/b.jsonl")))
+        .await
+        .unwrap();
+    assert_eq!(one, (10, 10, sum(200_001..=200_010)));
+
+    // A path that names nothing, and a wrong secret: each one line naming the path, never
+    // the secret.
+    let e = counts(&source(&format!("s3://{bucket}/{prefix}/none/*.jsonl")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("matches no file") && e.contains("/none/*.jsonl"),
+        "{e}"
+    );
+    std::env::set_var("WEIR_TEST_S3_SECRET_SOURCE", "not-the-secret-at-all");
+    let e = counts(&source(&format!("s3://{bucket}/{prefix}/in/")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&format!("s3://{bucket}/{prefix}/in/")), "{e}");
+    assert!(!e.contains("not-the-secret-at-all"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_source_path_refuses_storage_options_and_takes_a_file_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    append(&data, &[1, 2, 3]);
+    let source = |path: String, extra: &str| {
+        format!(
+            "CREATE SOURCE q (id BIGINT) WITH ('connector' = 'file', 'path' = '{path}', \
+             'framing' = 'lines', 'encoding' = 'json'{extra})"
+        )
+    };
+    let url = format!("file://{}", data.display());
+    assert_eq!(counts(&source(url, "")).await.unwrap(), (3, 3, 6));
+    let e = counts(&source(
+        data.display().to_string(),
+        ", 's3.region' = 'us-east-1'",
+    ))
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("'s3.region'") && e.contains("local path"), "{e}");
 }

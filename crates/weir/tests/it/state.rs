@@ -10,13 +10,7 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use weir::{Engine, EngineOptions};
 
-fn engine() -> Engine {
-    Engine::new(EngineOptions {
-        partitions: 2,
-        batch_size: 4,
-        ..EngineOptions::default()
-    })
-}
+use crate::common::small_engine;
 
 /// Appends JSON lines `{"id": i, "v": "..."}` for each id.
 fn append(path: &Path, ids: &[i64], tag: &str) {
@@ -81,7 +75,7 @@ async fn a_sink_from_a_source_with_state_writes_each_key_once_across_runs() {
         source(&data, &state, ", 'commit.interval' = '5 rows'"),
         out.display()
     );
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     let reports = e.finish().await.unwrap();
     assert_eq!(reports[0].rows, 20);
@@ -105,7 +99,7 @@ async fn a_sink_from_a_source_with_state_writes_each_key_once_across_runs() {
     .unwrap();
     // New messages: repeats of old ids (dropped by the state) and new ids.
     append(&data, &[5, 21, 22, 6, 22, 23], "b");
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     assert_eq!(e.finish().await.unwrap()[0].rows, 3);
     let (ids, names) = read_dir(&out);
@@ -117,7 +111,7 @@ async fn a_sink_from_a_source_with_state_writes_each_key_once_across_runs() {
     assert!(ids.values().all(|&n| n == 1), "{ids:?}");
 
     // Nothing new: a third run writes nothing and keeps everything.
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     assert_eq!(e.finish().await.unwrap()[0].rows, 0);
     assert_eq!(read_dir(&out).0.len(), 23);
@@ -143,11 +137,11 @@ async fn queries_on_a_source_with_state_see_new_distinct_rows_only() {
                 .copied(),
         )
     };
-    let b = engine().query(&script).await.unwrap();
+    let b = small_engine().query(&script).await.unwrap();
     assert_eq!(count(&b), (4, Some(10)));
     append(&data, &[4, 5, 1, 6], "b");
     // Resumes after the rows the first run read, and remembers their keys.
-    let b = engine().query(&script).await.unwrap();
+    let b = small_engine().query(&script).await.unwrap();
     assert_eq!(count(&b), (2, Some(11)));
 }
 
@@ -181,7 +175,7 @@ async fn state_options_are_checked_at_create_source() {
         ),
     ];
     for (script, want) in cases {
-        let e = engine().query(&script).await.unwrap_err().to_string();
+        let e = small_engine().query(&script).await.unwrap_err().to_string();
         assert!(e.contains(want), "{e} should mention {want}");
     }
 }
@@ -252,7 +246,7 @@ async fn a_bad_message_stops_the_sink_with_every_committed_step_matching_its_pos
         source(&data, &state, ", 'commit.interval' = '5 rows'"),
         out.display()
     );
-    let err = engine().query(&script).await.unwrap_err().to_string();
+    let err = small_engine().query(&script).await.unwrap_err().to_string();
     assert!(
         err.contains("in.jsonl") && err.contains(&bad_at.to_string()),
         "the error names the file and the bad message's offset {bad_at}: {err}"
@@ -280,7 +274,7 @@ async fn a_bad_message_stops_the_sink_with_every_committed_step_matching_its_pos
     let fixed = format!("{:<width$}\n", "{\"id\": 99}", width = bad.len() - 1);
     text.replace_range(bad_at as usize..bad_at as usize + bad.len(), &fixed);
     std::fs::write(&data, text).unwrap();
-    let e = engine();
+    let e = small_engine();
     e.query(&script).await.unwrap();
     e.finish().await.unwrap();
     let (ids, _) = read_dir(&out);
