@@ -245,6 +245,21 @@ impl Engine {
                 .find(|c| c.name == src && (c.state.is_some() || settings.delta))
                 .cloned()
         });
+        if let (Some(src), None, false) = (s.source.as_deref(), &stateful, settings.delta) {
+            let pacing = self
+                .sources
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|c| c.name == src && c.commit_declared);
+            if pacing {
+                tracing::warn!(
+                    "sink {name}: the 'commit.interval' of source {src} does not apply to it: \
+                     without 'state.dir' only a delta sink writes in steps; this sink writes as \
+                     rows arrive"
+                );
+            }
+        }
         // A `delta` sink's format is Parquet, so it counts among the file sinks here.
         let files = matches!(
             settings.format,

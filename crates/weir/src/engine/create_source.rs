@@ -141,6 +141,7 @@ impl Engine {
         definition.stats = stats;
         definition.state = StateSpec::parse(&name, &options, &definition.schema)?;
         definition.commit = CommitInterval::of(&name, &options)?;
+        definition.commit_declared = CommitInterval::declared(&options);
         definition.watermark = self
             .watermark(&s, &options, &definition.schema)
             .await

@@ -105,6 +105,11 @@ impl CommitInterval {
         Self::parse(options.require(&COMMIT_INTERVAL).map_err(err)?).map_err(err)
     }
 
+    /// True when `options` give `'commit.interval'` (rather than take its default).
+    pub(crate) fn declared(options: &Options) -> bool {
+        options.given(&COMMIT_INTERVAL).is_some()
+    }
+
     /// Parses `'commit.interval'`: a duration (`5s`), a row count (`100000 rows`), or both,
     /// comma separated.
     fn parse(s: &str) -> Result<Self, OptionError> {

@@ -177,28 +177,55 @@ impl Location {
         local: &std::path::Path,
         name: &str,
     ) -> Result<u64, SinkError> {
-        use std::io::Read as _;
         let target = self.object(name)?;
         let upload =
             self.store.put_multipart(&target).await.map_err(|e| {
                 self.storage_error(format!("cannot begin the upload of {name}: {e}"))
             })?;
         let mut parts = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-        let mut file = std::fs::File::open(local).map_err(|e| SinkError::io(local, e))?;
-        let mut buf = vec![0u8; 1 << 20];
+        // The spool file is read on a blocking thread (a read may wait on the disk), a MiB at
+        // a time, at most two chunks ahead of the upload.
+        let (tx, mut chunks) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(2);
+        let path = local.to_path_buf();
+        let reader = tokio::task::spawn_blocking(move || {
+            use std::io::Read as _;
+            let mut file = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                Err(e) => return drop(tx.blocking_send(Err(e))),
+            };
+            loop {
+                let mut chunk = vec![0u8; 1 << 20];
+                match file.read(&mut chunk) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        chunk.truncate(n);
+                        if tx.blocking_send(Ok(chunk)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => return drop(tx.blocking_send(Err(e))),
+                }
+            }
+        });
         let mut total = 0u64;
         let failed = loop {
-            let n = match file.read(&mut buf) {
-                Ok(0) => break None,
-                Ok(n) => n,
-                Err(e) => break Some(SinkError::io(local, e)),
+            let chunk = match chunks.recv().await {
+                None => break None,
+                Some(Ok(chunk)) => chunk,
+                Some(Err(e)) => break Some(SinkError::io(local, e)),
             };
             if let Err(e) = parts.wait_for_capacity(PARTS_IN_FLIGHT).await {
                 break Some(self.storage_error(format!("cannot upload {name}: {e}")));
             }
-            parts.write(&buf[..n]);
-            total += n as u64;
+            total += chunk.len() as u64;
+            parts.put(chunk.into());
         };
+        drop(chunks);
+        if let Err(e) = reader.await {
+            // The reader panicked: what was read cannot be trusted to be the whole file.
+            let _ = parts.abort().await;
+            return Err(SinkError::io(local, std::io::Error::other(e)));
+        }
         if let Some(e) = failed {
             // Nothing of an aborted upload is ever visible.
             let _ = parts.abort().await;

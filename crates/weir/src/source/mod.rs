@@ -257,6 +257,9 @@ pub(crate) struct SourceDefinition {
     pub(crate) state: Option<StateSpec>,
     /// `'commit.interval'`: when a step of an exactly-once sink ends.
     pub(crate) commit: CommitInterval,
+    /// Whether `'commit.interval'` was written (without `'state.dir'` only a `delta` sink
+    /// takes steps, so it means nothing to the others).
+    pub(crate) commit_declared: bool,
     /// The event-time column and its watermark (`WATERMARK FOR`), if declared.
     pub(crate) watermark: Option<WatermarkSpec>,
     /// What a bad-message error tells the user to do (it depends on the command run).
@@ -300,6 +303,7 @@ impl SourceDefinition {
             stats: Arc::default(),
             state: None,
             commit: CommitInterval::default(),
+            commit_declared: false,
             watermark: None,
             bad_message_hint: parts.bad_message_hint,
         }
