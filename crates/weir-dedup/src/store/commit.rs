@@ -139,6 +139,26 @@ impl Committer {
         })
     }
 
+    /// Whether the commit in flight, if any, has finished, without waiting for it: `Ok(true)`
+    /// when every commit asked for is durable, its outcome when the last one just finished.
+    pub(super) fn try_wait(&mut self) -> Result<bool, String> {
+        if !self.in_flight {
+            return Ok(true);
+        }
+        match self.acks.try_recv() {
+            Ok((done, pending)) => {
+                self.in_flight = false;
+                self.spare = Some(pending);
+                done.map(|()| true)
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => Ok(false),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                self.in_flight = false;
+                Err("the commit thread stopped".to_string())
+            }
+        }
+    }
+
     /// Waits for the commit in flight, if any.
     pub(super) fn wait(&mut self) -> Result<(), String> {
         if !self.in_flight {

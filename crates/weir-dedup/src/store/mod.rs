@@ -403,6 +403,17 @@ impl StateStore {
         })
     }
 
+    /// True when the last commit is durable; false while it is still being written. Waits
+    /// for nothing: a sink that publishes a step elsewhere once its state is durable (a table
+    /// commit) asks this between batches instead of stopping the pipeline in [`Self::sync`].
+    pub fn try_sync(&mut self) -> Result<bool, DedupError> {
+        self.committer.try_wait().map_err(|error| DedupError::Db {
+            dir: self.dir.display().to_string(),
+            what: "commit a step".into(),
+            error,
+        })
+    }
+
     /// Waits until the last commit is durable (a run calls it before it reports success), then
     /// saves the key filter so the next open need not rebuild it from every key in RocksDB.
     /// The save is an optimisation only: if it fails, the next open scans as after a crash.

@@ -28,6 +28,9 @@ pub(crate) trait Ledger {
     /// Waits until the last commit is durable.
     fn sync(&mut self, source: &SourceDefinition) -> Result<(), SourceError>;
 
+    /// True when the last commit is durable; waits for nothing.
+    fn try_sync(&mut self, source: &SourceDefinition) -> Result<bool, SourceError>;
+
     /// The end of the run: every commit durable.
     fn finish(&mut self, source: &SourceDefinition) -> Result<(), SourceError>;
 }
@@ -55,6 +58,10 @@ impl Ledger for StateStore {
 
     fn sync(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
         StateStore::sync(self).map_err(|e| SourceError::new(&source.name, e))
+    }
+
+    fn try_sync(&mut self, source: &SourceDefinition) -> Result<bool, SourceError> {
+        StateStore::try_sync(self).map_err(|e| SourceError::new(&source.name, e))
     }
 
     fn finish(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
@@ -101,6 +108,10 @@ impl Ledger for TableLedger {
 
     fn sync(&mut self, _: &SourceDefinition) -> Result<(), SourceError> {
         Ok(())
+    }
+
+    fn try_sync(&mut self, _: &SourceDefinition) -> Result<bool, SourceError> {
+        Ok(true)
     }
 
     fn finish(&mut self, _: &SourceDefinition) -> Result<(), SourceError> {

@@ -502,6 +502,8 @@ fn step_loop(
     let mut step_rows = 0u64;
     let mut started = Instant::now();
     let mut moved = false;
+    // A step committed to the state and not yet to the table sink.
+    let mut unpublished = false;
     let mut out = Vec::new();
     loop {
         let item = read()?;
@@ -529,6 +531,12 @@ fn step_loop(
         }
         if moved && (end || source.commit.due(started, step_rows)) {
             let committing = Instant::now();
+            // The last step's table commit comes before this step's state commit, so that the
+            // table is never more than one step behind the state (what a restart settles).
+            if unpublished {
+                store.sync(source)?;
+                files.publish(store.checkpoint()).map_err(sink)?;
+            }
             let names = files.seal(store.checkpoint().step + 1).map_err(sink)?;
             let operator_state = transform.state()?;
             store.commit(
@@ -540,12 +548,11 @@ fn step_loop(
                 },
                 source,
             )?;
-            if files.publishes() {
-                // The state first, durable, then the table: a stop in between is settled from
-                // the state at the next start.
-                store.sync(source)?;
-                files.publish(store.checkpoint()).map_err(sink)?;
-            }
+            // A table sink publishes the step once the state commit is durable (a stop in
+            // between is settled from the state at the next start). The state is written on a
+            // thread of its own: the pipeline reads on meanwhile, and publishes when it finds
+            // the state durable, between batches (or here, when it already is).
+            unpublished = files.publishes();
             files.metrics().commit.observe(committing.elapsed());
             let step = store.checkpoint().step;
             files.metrics().step.store(step, Ordering::Relaxed);
@@ -553,6 +560,11 @@ fn step_loop(
             step_rows = 0;
             moved = false;
             started = Instant::now();
+        }
+        if unpublished && (end || store.try_sync(source)?) {
+            store.sync(source)?;
+            files.publish(store.checkpoint()).map_err(sink)?;
+            unpublished = false;
         }
         if end {
             store.finish(source)?;
