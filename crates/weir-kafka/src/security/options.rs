@@ -434,6 +434,17 @@ fn oauthbearer(values: &Values) -> Result<OAuthBearerConfig> {
                 "is not an http(s) URL",
             ));
         }
+        // User info in the URL would be a credential in every message naming the endpoint.
+        let authority = token_endpoint.split_once("://").map_or("", |(_, rest)| {
+            rest.split(['/', '?', '#']).next().unwrap_or("")
+        });
+        if authority.contains('@') {
+            return Err(invalid(
+                "sasl.oauthbearer.token.endpoint.url",
+                "holds user info ('user:password@'); give the client's credentials in \
+                 'sasl.oauthbearer.client.id' and 'sasl.oauthbearer.client.secret' instead",
+            ));
+        }
         let allow_http = values.choice(
             "sasl.oauthbearer.token.endpoint.allow.http",
             &["true", "false"],
@@ -842,10 +853,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("allow.http") && !e.contains("s3cr3t"), "{e}");
-        let e = oidc("http://user:pw@idp.example.com:8080/token", None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("idp.example.com") && !e.contains("pw"), "{e}");
+        // User info is refused over https too, and the error does not repeat the URL.
+        for url in [
+            "http://user:pw-MARK@idp.example.com:8080/token",
+            "https://user:pw-MARK@idp.example.com/token",
+        ] {
+            let e = oidc(url, Some("true")).unwrap_err().to_string();
+            assert!(e.contains("user info") && !e.contains("pw-MARK"), "{e}");
+        }
         oidc("http://idp.example.com/token", Some("true")).unwrap();
         for ok in [
             "http://127.0.0.1:8080/t",

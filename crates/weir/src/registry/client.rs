@@ -58,6 +58,14 @@ pub enum RegistryError {
         /// Why.
         reason: String,
     },
+    /// A `'schema.registry.url'` that is not a URL.
+    #[error("'schema.registry.url' = '{url}' is not a URL: {reason}")]
+    BadUrl {
+        /// The URL, without user info.
+        url: String,
+        /// Why.
+        reason: String,
+    },
     /// The TLS material could not be loaded.
     #[error("schema registry TLS: {0}")]
     Tls(#[from] weir_kafka::tls::TlsLoadError),
@@ -116,7 +124,7 @@ pub(crate) struct RegistryTls {
 }
 
 /// What [`RegistryClient::new`] takes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct ClientSettings {
     /// Base URLs, tried in order (`http://host:8081`, or with a path prefix).
     pub(crate) urls: Vec<String>,
@@ -130,12 +138,69 @@ pub(crate) struct ClientSettings {
     pub(crate) backoff: Duration,
 }
 
+impl std::fmt::Debug for ClientSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A URL's user info is a password; `Auth` and the TLS key password show no secret.
+        let urls: Vec<String> = self.urls.iter().map(|u| display_url(u)).collect();
+        f.debug_struct("ClientSettings")
+            .field("urls", &urls)
+            .field("auth", &self.auth)
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .field("backoff", &self.backoff)
+            .finish()
+    }
+}
+
+/// One of the registry's URLs, as requests go to it: without user info, which becomes the
+/// `Authorization` header instead (as Confluent's clients read `user:password@` in a URL), so
+/// that no error of the HTTP client can show it.
+struct Target {
+    /// The URL without user info.
+    url: String,
+    /// Basic credentials from its user info, used when no other authentication is set.
+    user_info: Option<Secret>,
+}
+
+impl Target {
+    fn of(url: &str) -> Result<Self, RegistryError> {
+        let mut parsed = url::Url::parse(url).map_err(|e| RegistryError::BadUrl {
+            url: display_url(url),
+            reason: e.to_string(),
+        })?;
+        if parsed.username().is_empty() && parsed.password().is_none() {
+            return Ok(Self {
+                url: url.to_string(),
+                user_info: None,
+            });
+        }
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let user_info = Secret::new(format!(
+            "{}:{}",
+            decode(parsed.username()),
+            decode(parsed.password().unwrap_or(""))
+        ));
+        // Both succeed on a URL with a host, which one with user info has.
+        let _ = parsed.set_username("");
+        let _ = parsed.set_password(None);
+        Ok(Self {
+            url: parsed.to_string(),
+            user_info: Some(user_info),
+        })
+    }
+}
+
 /// A blocking client of one registry.
 pub(crate) struct RegistryClient {
     settings: ClientSettings,
     agent: ureq::Agent,
-    /// The `Authorization` header's value, built once.
-    authorization: Option<Secret>,
+    /// The URLs requests go to, in order, each with its `Authorization` header's value.
+    targets: Vec<(String, Option<Secret>)>,
 }
 
 impl std::fmt::Debug for RegistryClient {
@@ -231,21 +296,33 @@ impl RegistryClient {
             .tls_config(tls)
             .build()
             .into();
+        let basic = |info: &Secret| {
+            use base64::Engine as _;
+            Secret::new(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(info.expose())
+            ))
+        };
         let authorization = match &settings.auth {
             Auth::None => None,
-            Auth::Basic(info) => {
-                use base64::Engine as _;
-                Some(Secret::new(format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(info.expose())
-                )))
-            }
+            Auth::Basic(info) => Some(basic(info)),
             Auth::Bearer(token) => Some(Secret::new(format!("Bearer {}", token.expose()))),
         };
+        let targets = settings
+            .urls
+            .iter()
+            .map(|u| {
+                let t = Target::of(u)?;
+                let header = authorization
+                    .clone()
+                    .or_else(|| t.user_info.as_ref().map(basic));
+                Ok((t.url, header))
+            })
+            .collect::<Result<_, RegistryError>>()?;
         Ok(Self {
             settings,
             agent,
-            authorization,
+            targets,
         })
     }
 
@@ -312,9 +389,9 @@ impl RegistryClient {
         let mut attempts = 0;
         loop {
             let mut last = None;
-            for base in &self.settings.urls {
+            for (base, authorization) in &self.targets {
                 attempts += 1;
-                match self.get_once(base, path, what) {
+                match self.get_once(base, authorization.as_ref(), path, what) {
                     Ok(s) => return Ok(s),
                     Err(e @ RegistryError::Unreachable { .. }) => last = Some(e),
                     Err(e) => return Err(e),
@@ -344,6 +421,7 @@ impl RegistryClient {
     fn get_once(
         &self,
         base: &str,
+        authorization: Option<&Secret>,
         path: &str,
         what: &str,
     ) -> Result<RegisteredSchema, RegistryError> {
@@ -353,7 +431,7 @@ impl RegistryClient {
             "Accept",
             "application/vnd.schemaregistry.v1+json, application/json",
         );
-        if let Some(a) = &self.authorization {
+        if let Some(a) = authorization {
             req = req.header("Authorization", a.expose());
         }
         let unreachable =
@@ -475,9 +553,9 @@ fn path_escape(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn client(auth: Auth) -> RegistryClient {
+    fn client_of(url: &str, auth: Auth) -> RegistryClient {
         RegistryClient::new(ClientSettings {
-            urls: vec!["http://127.0.0.1:1".into()],
+            urls: vec![url.into()],
             auth,
             tls: RegistryTls::default(),
             timeout: Duration::from_secs(1),
@@ -487,21 +565,45 @@ mod tests {
         .unwrap()
     }
 
+    fn client(auth: Auth) -> RegistryClient {
+        client_of("http://127.0.0.1:1", auth)
+    }
+
+    fn header(c: &RegistryClient) -> Option<&str> {
+        c.targets[0].1.as_ref().map(Secret::expose)
+    }
+
     #[test]
     fn basic_and_bearer_authorization_headers() {
         let basic = client(Auth::Basic(Secret::new("weir:s3cret")));
-        assert_eq!(
-            basic.authorization.as_ref().map(Secret::expose),
-            Some("Basic d2VpcjpzM2NyZXQ=")
-        );
+        assert_eq!(header(&basic), Some("Basic d2VpcjpzM2NyZXQ="));
         let bearer = client(Auth::Bearer(Secret::new("tok")));
-        assert_eq!(
-            bearer.authorization.as_ref().map(Secret::expose),
-            Some("Bearer tok")
-        );
-        assert!(client(Auth::None).authorization.is_none());
+        assert_eq!(header(&bearer), Some("Bearer tok"));
+        assert!(header(&client(Auth::None)).is_none());
         // Neither shows in the client's debug output.
         assert!(!format!("{basic:?}").contains("s3cret"));
+    }
+
+    /// User info in a URL becomes the Authorization header (unless another authentication
+    /// is set) and leaves the URL requests go to, so that no error of the HTTP client shows it.
+    #[test]
+    fn a_urls_user_info_becomes_the_authorization_header() {
+        let c = client_of("http://weir:s3cr%40t@127.0.0.1:1/api", Auth::None);
+        assert_eq!(c.targets[0].0, "http://127.0.0.1:1/api");
+        // base64("weir:s3cr@t")
+        assert_eq!(header(&c), Some("Basic d2VpcjpzM2NyQHQ="));
+        let e = c.schema_by_id(1).unwrap_err();
+        let shown = format!("{e} {e:?} {c:?} {:?}", c.settings);
+        assert!(!shown.contains("s3cr"), "{shown}");
+        let explicit = client_of("http://a:b@127.0.0.1:1", Auth::Bearer(Secret::new("tok")));
+        assert_eq!(header(&explicit), Some("Bearer tok"));
+        let Err(e) = RegistryClient::new(ClientSettings {
+            urls: vec!["http://weir:s3cr@t@[bad".into()],
+            ..c.settings.clone()
+        }) else {
+            panic!("a bad URL was taken");
+        };
+        assert!(!e.to_string().contains("s3cr"), "{e}");
     }
 
     #[test]

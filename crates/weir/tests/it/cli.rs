@@ -425,3 +425,94 @@ fn stats_reads_the_state_a_run_left() {
         text(&o.stderr)
     );
 }
+
+/// Runs `weir run` on `sql` with debug logs in JSON lines; returns its exit code and all it
+/// printed.
+fn run_logged(dir: &Path, name: &str, sql: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let file = dir.join(name);
+    std::fs::write(&file, sql).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--log-level", "debug", "--log-format", "json", "run"])
+        .arg(&file)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run weir");
+    (
+        o.status.code(),
+        format!("{}\n{}", text(&o.stdout), text(&o.stderr)),
+    )
+}
+
+/// Secrets never show in what weir prints: runs that fail on each kind of credential (a
+/// registry URL's user info, a registry password, an object store's secret key), and a run
+/// that succeeds with its summary (under the test command, which starts an object store), each
+/// with debug logs, are searched for every secret.
+#[test]
+fn no_secret_shows_in_any_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = gen(dir.path(), "20", "protobuf", "q.bin");
+    let pb = dir.path().join("schema/stocks.pb").display().to_string();
+    let secrets = ["url-MARK-1", "basic-MARK-2", "s3-MARK-3", "env-MARK-4"];
+    let source = |extra: &str| {
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, bid_price DOUBLE) WITH ('connector' = 'file', \
+             'path' = '{data}', 'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', \
+             'location' = '{pb}'{extra});"
+        )
+    };
+    let env = [("WEIR_TEST_SECRET", secrets[3])];
+    let mut outputs = Vec::new();
+    // A registry that is not there, reached with credentials in the URL, then in an option.
+    for extra in [
+        ", 'schema.registry.url' = 'http://weir:url-MARK-1@127.0.0.1:1', \
+         'schema.registry.retries' = '0'",
+        ", 'schema.registry.url' = 'http://127.0.0.1:1', 'schema.registry.retries' = '0', \
+         'schema.registry.basic.auth.user.info' = 'weir:basic-MARK-2'",
+    ] {
+        // The columns come from the registry: asked for at CREATE SOURCE.
+        let sql = format!(
+            "CREATE SOURCE q WITH ('connector' = 'kafka', 'brokers' = '127.0.0.1:9', \
+             'topic' = 'quotes', 'encoding' = 'protobuf'{extra});"
+        );
+        let (code, out) = run_logged(dir.path(), "r.sql", &sql, &env);
+        assert_eq!(code, Some(1), "{out}");
+        assert!(out.contains("127.0.0.1:1"), "{out}");
+        outputs.push(out);
+    }
+    // An object store that is not there, with a literal key and one from the environment.
+    let sink = format!(
+        "{}\nCREATE SINK out FROM q WITH ('connector' = 'delta', 'path' = 's3://b/t', \
+         's3.endpoint' = 'http://127.0.0.1:1', 's3.region' = 'us-east-1', \
+         's3.access.key.id' = 'weir', 's3.secret.access.key' = 's3-MARK-3', \
+         's3.session.token' = '${{env:WEIR_TEST_SECRET}}', 'storage.max.retries' = '0');",
+        source("")
+    );
+    let (code, out) = run_logged(dir.path(), "s.sql", &sink, &env);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("s3://b/t"), "{out}");
+    outputs.push(out);
+    // A run that succeeds prints its summary: into the test command's object store, with its
+    // real secret key from the environment.
+    let mut secrets: Vec<String> = secrets.iter().map(|s| s.to_string()).collect();
+    if let Some((endpoint, key, secret, bucket)) = crate::common::s3() {
+        let ok = format!(
+            "{}\nCREATE SINK out FROM q WITH ('connector' = 'parquet', \
+             'path' = 's3://{bucket}/cli-{}/out.parquet', 's3.endpoint' = '{endpoint}', \
+             's3.region' = 'us-east-1', 's3.access.key.id' = '{key}', \
+             's3.secret.access.key' = '${{env:WEIR_TEST_S3_SECRET}}');",
+            source(""),
+            std::process::id()
+        );
+        let env = [("WEIR_TEST_S3_SECRET", secret.as_str())];
+        let (code, out) = run_logged(dir.path(), "ok.sql", &ok, &env);
+        assert_eq!(code, Some(0), "{out}");
+        assert!(out.contains("sink out: 20 rows to s3://"), "{out}");
+        outputs.push(out);
+        secrets.push(secret);
+    }
+    for out in &outputs {
+        for secret in &secrets {
+            assert!(!out.contains(secret.as_str()), "{secret} shows in:\n{out}");
+        }
+    }
+}
