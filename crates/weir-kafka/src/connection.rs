@@ -480,10 +480,15 @@ impl Connection {
     }
 
     fn io(&self, source: std::io::Error) -> Error {
+        // On a connection that reads and writes requests, a TLS error that does not refuse
+        // the session (a corrupt record, an unexpected alert) is a fault of the stream,
+        // retried like a socket error, not a setting to fix.
         if let Some(e) = rustls_error(&source) {
-            return Error::Tls {
-                broker: self.addr.clone(),
-                reason: tls::explain(e),
+            let (broker, reason) = (self.addr.clone(), tls::explain(e));
+            return if tls::refuses_session(e) {
+                Error::Tls { broker, reason }
+            } else {
+                Error::TlsStream { broker, reason }
             };
         }
         // A listener that expects TLS closes a plaintext connection at its first request; one

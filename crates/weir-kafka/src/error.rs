@@ -50,6 +50,15 @@ pub enum Error {
         /// Why, in words, with the option that changes it.
         reason: String,
     },
+    /// TLS failed on an established connection (a record that does not decrypt, an alert
+    /// from the broker): the connection is dropped and opened again, as for a socket error.
+    #[error("kafka broker {broker}: TLS failed on an open connection: {reason}")]
+    TlsStream {
+        /// `host:port`.
+        broker: String,
+        /// Why, in words.
+        reason: String,
+    },
     /// The listener speaks another security protocol than the one configured (TLS to a
     /// plaintext port, plaintext to a TLS port, no SASL where SASL is required).
     #[error("kafka broker {broker}: {reason}; check 'security.protocol' (it is {protocol})")]
@@ -206,7 +215,10 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Self::Io { .. } | Self::NoBroker { .. } | Self::Protocol { .. }
+            Self::Io { .. }
+                | Self::NoBroker { .. }
+                | Self::Protocol { .. }
+                | Self::TlsStream { .. }
         )
     }
 }

@@ -304,6 +304,34 @@ impl ServerCertVerifier for AnyHostName {
 
 /// Explains a rustls error of a handshake with a broker in words, with the option that
 /// changes the outcome.
+/// True when `e` refuses the session itself (a certificate, a protocol version, a required
+/// client certificate): the same on every retry. In TLS 1.3 the broker's verdict on the client
+/// certificate arrives after the client's side of the handshake is done, as an alert on the
+/// first read, so this is asked of errors on open connections too. Anything else there (a
+/// record that does not decrypt, another alert) is a fault of the stream, worth a reconnect.
+pub(crate) fn refuses_session(e: &rustls::Error) -> bool {
+    use rustls::AlertDescription as A;
+    match e {
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => true,
+        rustls::Error::AlertReceived(a) => matches!(
+            a,
+            A::CertificateRequired
+                | A::BadCertificate
+                | A::UnsupportedCertificate
+                | A::CertificateRevoked
+                | A::CertificateExpired
+                | A::CertificateUnknown
+                | A::UnknownCA
+                | A::AccessDenied
+                | A::DecryptError
+                | A::HandshakeFailure
+                | A::ProtocolVersion
+                | A::InsufficientSecurity
+        ),
+        _ => false,
+    }
+}
+
 pub(crate) fn explain(e: &rustls::Error) -> String {
     use rustls::{AlertDescription as A, CertificateError as C};
     match e {
@@ -328,5 +356,37 @@ pub(crate) fn explain(e: &rustls::Error) -> String {
         rustls::Error::AlertReceived(a) => format!("the broker sent the alert {a:?}"),
         rustls::Error::InvalidMessage(m) => format!("the broker's answer is not TLS ({m:?})"),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused session fails at once with its reason; a fault of an open stream is retried
+    /// (the consumer reconnects and counts it) instead of ending the run.
+    #[test]
+    fn session_refusals_are_final_and_stream_faults_are_retried() {
+        use rustls::AlertDescription as A;
+        assert!(refuses_session(&rustls::Error::AlertReceived(
+            A::CertificateRequired
+        )));
+        assert!(refuses_session(&rustls::Error::InvalidCertificate(
+            rustls::CertificateError::Expired
+        )));
+        assert!(!refuses_session(&rustls::Error::DecryptError));
+        assert!(!refuses_session(&rustls::Error::AlertReceived(
+            A::BadRecordMac
+        )));
+        let stream = crate::error::Error::TlsStream {
+            broker: "b:9093".into(),
+            reason: "a record did not decrypt".into(),
+        };
+        assert!(stream.is_transient() && !stream.is_security());
+        let refused = crate::error::Error::Tls {
+            broker: "b:9093".into(),
+            reason: "refused".into(),
+        };
+        assert!(!refused.is_transient() && refused.is_security());
     }
 }
