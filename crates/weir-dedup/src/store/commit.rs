@@ -139,6 +139,11 @@ impl Committer {
         })
     }
 
+    /// True while a commit is being written.
+    pub(super) fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
     /// Whether the commit in flight, if any, has finished, without waiting for it: `Ok(true)`
     /// when every commit asked for is durable, its outcome when the last one just finished.
     pub(super) fn try_wait(&mut self) -> Result<bool, String> {

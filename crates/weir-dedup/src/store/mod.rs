@@ -403,6 +403,11 @@ impl StateStore {
         })
     }
 
+    /// True while a commit is being written on the commit thread.
+    pub fn is_committing(&self) -> bool {
+        self.committer.in_flight()
+    }
+
     /// True when the last commit is durable; false while it is still being written. Waits
     /// for nothing: a sink that publishes a step elsewhere once its state is durable (a table
     /// commit) asks this between batches instead of stopping the pipeline in [`Self::sync`].

@@ -49,19 +49,33 @@ impl Ledger for StateStore {
         checkpoint: Checkpoint,
         source: &SourceDefinition,
     ) -> Result<(), SourceError> {
+        // The commit before this one is durable now (a commit waits for it): its figures are
+        // what `weir stats` would read. This one's keys are written on the commit thread.
+        let durable = !self.is_committing();
         StateStore::commit(self, checkpoint).map_err(|e| SourceError::new(&source.name, e))?;
-        if let Some(spec) = &source.state {
+        if let (false, Some(spec)) = (durable, &source.state) {
             spec.remember(self);
         }
         Ok(())
     }
 
     fn sync(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
-        StateStore::sync(self).map_err(|e| SourceError::new(&source.name, e))
+        let was = self.is_committing();
+        StateStore::sync(self).map_err(|e| SourceError::new(&source.name, e))?;
+        if let (true, Some(spec)) = (was, &source.state) {
+            spec.remember(self);
+        }
+        Ok(())
     }
 
     fn try_sync(&mut self, source: &SourceDefinition) -> Result<bool, SourceError> {
-        StateStore::try_sync(self).map_err(|e| SourceError::new(&source.name, e))
+        let was = self.is_committing();
+        let durable = StateStore::try_sync(self).map_err(|e| SourceError::new(&source.name, e))?;
+        // Once per commit, when it is found durable: the keys it wrote are counted now.
+        if let (true, true, Some(spec)) = (was, durable, &source.state) {
+            spec.remember(self);
+        }
+        Ok(durable)
     }
 
     fn finish(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {

@@ -243,11 +243,17 @@ impl StateSpec {
 
     /// Opens the state directory.
     pub(crate) fn open(&self, source: &str) -> Result<StateStore, SourceError> {
-        StateStore::open(&self.dir, self.options.clone()).map_err(|e| SourceError::new(source, e))
+        let store = StateStore::open(&self.dir, self.options.clone())
+            .map_err(|e| SourceError::new(source, e))?;
+        // The metrics show the state as its last commit left it from the start, not only
+        // after this run's first commit.
+        self.remember(&store);
+        Ok(store)
     }
 
     /// Keeps `store`'s statistics as of its last commit, for the run's report and the metrics
-    /// (called after each commit: the figures `weir stats` reads back from the same commit).
+    /// (called when the store opens and when each commit is durable: the figures `weir stats`
+    /// reads back from the same commit).
     pub(crate) fn remember(&self, store: &StateStore) {
         *self.last_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(store.committed_stats());
     }

@@ -561,7 +561,10 @@ fn step_loop(
             moved = false;
             started = Instant::now();
         }
-        if unpublished && (end || store.try_sync(source)?) {
+        // Between batches: a state commit found durable is published to a table sink, and
+        // its figures (keys held) reach the metrics.
+        let durable = store.try_sync(source)?;
+        if unpublished && (end || durable) {
             store.sync(source)?;
             files.publish(store.checkpoint()).map_err(sink)?;
             unpublished = false;

@@ -170,6 +170,7 @@ fn same_figures(scrape: &[Sample], summary: &str, state_dir: &Path, source: &str
         ("rows checked:", "weir_dedup_rows_checked_total"),
         ("duplicates dropped:", "weir_dedup_duplicates_dropped_total"),
         ("keys written:", "weir_dedup_keys_written_total"),
+        ("keys held (estimate):", "weir_dedup_keys"),
     ] {
         let m = sum(scrape, series, &q) as u64;
         assert_eq!(figure(&stats, label), m, "weir stats, {label}\n{stats}");

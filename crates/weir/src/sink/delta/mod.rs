@@ -10,6 +10,10 @@
 //! 3. one Delta commit adds the files with application-transaction (`txn`) actions: `<app.id>`
 //!    at the step's number and `<app.id>/<partition>` at each source partition's next offset.
 //!
+//! Step 2 runs on the state store's commit thread while the pipeline reads on; step 3 follows
+//! once the state is durable, and always before the next step's state commit (the pipeline's
+//! step loop orders them), so the table is never more than one step behind the state.
+//!
 //! Without a state directory (a source fed straight into the sink) there is no step 2: the
 //! table is the only record, each commit's `commitInfo` also names the partitions, and a start
 //! resumes from the `txn` versions ([`DeltaSink::resume`]).
