@@ -4,7 +4,7 @@
 
 mod create_sink;
 mod create_source;
-mod registry;
+mod encodings;
 mod report;
 
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ use futures::StreamExt;
 use weir_codec::{DecoderFactory, EncoderFactory};
 
 use self::create_sink::SinkState;
-use self::registry::Encodings;
+use self::encodings::Encodings;
 pub use self::report::{
     ReaderTimes, SinkReport, SourceReport, SourceStatsHandle, WindowStateReport,
 };

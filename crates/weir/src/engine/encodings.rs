@@ -16,7 +16,7 @@ struct Encoding {
     encoder: Option<Arc<dyn EncoderFactory>>,
 }
 
-/// The registry of encodings.
+/// The table of encodings, by name.
 pub(crate) struct Encodings(RwLock<BTreeMap<String, Encoding>>);
 
 impl Encodings {
