@@ -33,7 +33,8 @@ pub use factory::{
 };
 pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
 pub use options::{
-    markdown_table, resolve_references, unknown_keys, OptionError, OptionKind, OptionSpec, Options,
+    markdown_table, parse_bytes, parse_duration, resolve_references, unknown_keys, OptionError,
+    OptionKind, OptionSpec, Options,
 };
 pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 pub use schema::{ProtoSchema, SourceText};

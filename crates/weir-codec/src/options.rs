@@ -229,6 +229,21 @@ impl Options {
         self.parse(spec, "a whole number")
     }
 
+    /// A duration such as `90s`, `15m`, `1h` or `250ms` (or the default), for
+    /// [`OptionKind::Duration`] options.
+    pub fn duration(&self, spec: &OptionSpec) -> Result<Option<std::time::Duration>, OptionError> {
+        self.text(spec)
+            .map(|t| parse_duration(t).map_err(|why| OptionError::invalid(spec, spec.key, t, why)))
+            .transpose()
+    }
+
+    /// A size such as `64MB` or `1GiB` in bytes (or the default).
+    pub fn bytes(&self, spec: &OptionSpec) -> Result<Option<usize>, OptionError> {
+        self.text(spec)
+            .map(|t| parse_bytes(t).map_err(|why| OptionError::invalid(spec, spec.key, t, why)))
+            .transpose()
+    }
+
     /// `true` or `false` (or the default; `false` when there is none).
     pub fn flag(&self, spec: &OptionSpec) -> Result<bool, OptionError> {
         match self.text(spec) {
@@ -408,6 +423,48 @@ impl fmt::Display for OptionSpec {
     }
 }
 
+/// Parses a duration such as `90s`, `15m`, `1h`, `7d` or `250ms` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration; write for example '90s', '15m' or '1h'"))?;
+    let secs = match unit.trim() {
+        "ms" => return Ok(std::time::Duration::from_millis(n)),
+        "" | "s" => 1,
+        "m" | "min" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        u => {
+            return Err(format!(
+                "'{s}': unknown time unit '{u}'; use ms, s, m, h or d"
+            ))
+        }
+    };
+    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
+}
+
+/// Parses a size such as `64MB`, `512KiB`, `1g` or `1048576` (bytes).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size; write for example '64MB' or '1GB'"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        u => return Err(format!("'{s}': unknown size unit '{u}'; use KB, MB or GB")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,5 +550,30 @@ mod tests {
             e.to_string(),
             "unknown option(s) 'fields.', 'nmae'; the options here are: fields.<column>, mode, name"
         );
+    }
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("1h").unwrap().as_secs(), 3600);
+        assert_eq!(parse_duration("250ms").unwrap().as_millis(), 250);
+        assert_eq!(parse_duration("90").unwrap().as_secs(), 90);
+        assert!(parse_duration("1 fortnight").is_err());
+        assert!(parse_duration("h").is_err());
+        assert_eq!(parse_bytes("64MB").unwrap(), 64 << 20);
+        assert_eq!(parse_bytes("1g").unwrap(), 1 << 30);
+        assert!(parse_bytes("12 parsecs").is_err());
+        const T: OptionSpec =
+            OptionSpec::new("t", OptionKind::Duration, "a time").default_value("5s");
+        let given = Options::new([("t".to_string(), "2m".to_string())]);
+        assert_eq!(
+            given.duration(&T).unwrap(),
+            Some(std::time::Duration::from_secs(120))
+        );
+        assert_eq!(
+            Options::default().duration(&T).unwrap(),
+            Some(std::time::Duration::from_secs(5))
+        );
+        let bad = Options::new([("t".to_string(), "soon".to_string())]);
+        assert!(bad.duration(&T).unwrap_err().to_string().contains("'t'"));
     }
 }

@@ -72,48 +72,6 @@ impl DedupError {
     }
 }
 
-/// Parses a duration such as `90s`, `15m`, `1h`, `7d` or `250ms` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration; write for example '90s', '15m' or '1h'"))?;
-    let secs = match unit.trim() {
-        "ms" => return Ok(std::time::Duration::from_millis(n)),
-        "" | "s" => 1,
-        "m" | "min" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        u => {
-            return Err(format!(
-                "'{s}': unknown time unit '{u}'; use ms, s, m, h or d"
-            ))
-        }
-    };
-    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
-}
-
-/// Parses a size such as `64MB`, `512KiB`, `1g` or `1048576` (bytes).
-pub fn parse_bytes(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: usize = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size; write for example '64MB' or '1GB'"))?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        u => return Err(format!("'{s}': unknown size unit '{u}'; use KB, MB or GB")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
-
 /// The state's statistics: cumulative over every run on the state directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DedupStats {
@@ -261,22 +219,5 @@ impl fmt::Display for DedupStats {
             false_pos
         )?;
         writeln!(f, "bytes on disk:          {}", self.bytes_on_disk)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_and_sizes() {
-        assert_eq!(parse_duration("1h").unwrap().as_secs(), 3600);
-        assert_eq!(parse_duration("250ms").unwrap().as_millis(), 250);
-        assert_eq!(parse_duration("90").unwrap().as_secs(), 90);
-        assert!(parse_duration("1 fortnight").is_err());
-        assert!(parse_duration("h").is_err());
-        assert_eq!(parse_bytes("64MB").unwrap(), 64 << 20);
-        assert_eq!(parse_bytes("1g").unwrap(), 1 << 30);
-        assert!(parse_bytes("12 parsecs").is_err());
     }
 }

@@ -30,10 +30,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, TimeUnit};
-use weir_codec::{ColumnSpec, Decoder, DecoderFactory, DecoderRequest, Options, ProtobufFactory};
-use weir_dedup::{
-    parse_bytes, Checkpoint, DedupKey, KeyColumns, KeyMode, StateOptions, StateStore,
+use weir_codec::{
+    parse_bytes, ColumnSpec, Decoder, DecoderFactory, DecoderRequest, Options, ProtobufFactory,
 };
+use weir_dedup::{Checkpoint, DedupKey, KeyColumns, KeyMode, StateOptions, StateStore};
 use weir_testdata::{QuoteGenerator, DEFAULT_SEED, QUOTE_MESSAGE, STOCKS_PROTO};
 
 struct Args {

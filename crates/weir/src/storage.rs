@@ -204,9 +204,8 @@ fn retry_config(options: &Options) -> Result<RetryConfig, OptionError> {
     if let Some(n) = options.count(&STORAGE_RETRIES)? {
         retry.max_retries = usize::try_from(n).unwrap_or(usize::MAX);
     }
-    if let Some(t) = options.text(&STORAGE_TIMEOUT) {
-        retry.retry_timeout = weir_dedup::parse_duration(t)
-            .map_err(|why| OptionError::invalid(&STORAGE_TIMEOUT, STORAGE_TIMEOUT.key, t, why))?;
+    if let Some(t) = options.duration(&STORAGE_TIMEOUT)? {
+        retry.retry_timeout = t;
     }
     Ok(retry)
 }

@@ -18,7 +18,7 @@ pub(crate) fn compact(table: &str, options: &[String], target_file_size: &str) -
                 })
         })
         .collect::<Result<Vec<_>>>()?;
-    let target = weir_dedup::parse_bytes(target_file_size)
+    let target = weir_codec::parse_bytes(target_file_size)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("--target-file-size '{target_file_size}'"))?;
     let runtime = super::runtime(None)?;

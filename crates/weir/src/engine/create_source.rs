@@ -239,11 +239,10 @@ impl Engine {
         options: &Options,
         schema: &arrow::datatypes::Schema,
     ) -> Result<Option<WatermarkSpec>, String> {
-        let idle = options
-            .require(&WATERMARK_IDLE_TIMEOUT)
-            .map_err(|e| e.to_string())?;
-        let idle_timeout = weir_dedup::parse_duration(idle)
-            .map_err(|e| format!("option 'watermark.idle.timeout': {e}"))?;
+        let idle_timeout = options
+            .duration(&WATERMARK_IDLE_TIMEOUT)
+            .map_err(|e| e.to_string())?
+            .unwrap_or(std::time::Duration::from_secs(30));
         let Some(w) = &s.watermark else {
             if options.given(&WATERMARK_IDLE_TIMEOUT).is_some() {
                 return Err("'watermark.idle.timeout' needs a WATERMARK in the column list".into());

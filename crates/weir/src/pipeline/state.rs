@@ -9,10 +9,7 @@ use arrow::array::RecordBatch;
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Schema, TimeUnit};
 use weir_codec::{OptionError, OptionKind, OptionSpec, Options};
-use weir_dedup::{
-    parse_bytes, parse_duration, DedupKey, DedupStats, KeyColumns, KeyMode, StateOptions,
-    StateStore,
-};
+use weir_dedup::{DedupKey, DedupStats, KeyColumns, KeyMode, StateOptions, StateStore};
 
 use crate::error::{SourceError, SourceErrorKind};
 
@@ -129,7 +126,7 @@ impl CommitInterval {
                     .map_err(|_| bad(format!("a row count; '{part}' is not one")))?;
                 out.rows = Some(n.max(1));
             } else {
-                let d = parse_duration(part).map_err(bad)?;
+                let d = weir_codec::parse_duration(part).map_err(bad)?;
                 out.every = Some(d.max(Duration::from_millis(1)));
             }
         }
@@ -208,7 +205,7 @@ impl StateSpec {
             };
             let ttl = match (ttl, columns.time_unit()) {
                 (Some(t), Some(unit)) => {
-                    let d = parse_duration(t).map_err(|why| {
+                    let d = weir_codec::parse_duration(t).map_err(|why| {
                         err(OptionError::invalid(&DEDUP_TTL, DEDUP_TTL.key, t, why))
                     })?;
                     Some(in_unit(d, unit))
@@ -217,15 +214,10 @@ impl StateSpec {
             };
             Some(DedupKey { columns, mode, ttl })
         };
-        let cache = options.require(&DEDUP_BLOCK_CACHE).map_err(err)?;
-        let block_cache_bytes = parse_bytes(cache).map_err(|why| {
-            err(OptionError::invalid(
-                &DEDUP_BLOCK_CACHE,
-                DEDUP_BLOCK_CACHE.key,
-                cache,
-                why,
-            ))
-        })?;
+        let block_cache_bytes = options
+            .bytes(&DEDUP_BLOCK_CACHE)
+            .map_err(err)?
+            .unwrap_or(64 << 20);
         let recent_keys = options
             .count(&DEDUP_RECENT_KEYS)
             .map_err(err)?

@@ -238,9 +238,12 @@ impl Use {
             reason: e.to_string(),
         };
         let duration = |spec: &OptionSpec| -> Result<Duration, Error> {
-            let text = options.require(spec).map_err(option)?;
-            weir_dedup::parse_duration(text)
-                .map_err(|e| option(OptionError::invalid(spec, spec.key, text, e.to_string())))
+            options.duration(spec).map_err(option)?.ok_or_else(|| {
+                option(OptionError::Missing {
+                    key: spec.key.to_string(),
+                    doc: spec.doc,
+                })
+            })
         };
         let secret = |spec: &OptionSpec| options.text(spec).map(Secret::new);
         let path = |spec: &OptionSpec| options.text(spec).map(|p| PemSource::File(p.into()));

@@ -275,9 +275,10 @@ fn slow_and_idle_clients_do_not_starve_a_scrape() {
     let server = weir::MetricsServer::start("127.0.0.1:0", engine.metrics_handle()).unwrap();
     let addr = server.addr().to_string();
     let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&addr).unwrap()).collect();
-    let trickle_addr = addr.clone();
+    // Connected here, not in the thread: the scrapes below may be done, and the server
+    // stopped, before the thread first runs.
+    let mut s = TcpStream::connect(&addr).unwrap();
     let trickler = std::thread::spawn(move || {
-        let mut s = TcpStream::connect(&trickle_addr).unwrap();
         for b in b"GET /metrics HTTP/1.1\r\n" {
             if s.write_all(&[*b]).is_err() {
                 break;

@@ -94,12 +94,7 @@ pub(crate) struct DeltaSettings {
 impl DeltaSettings {
     /// Reads the options of the sink `sink`.
     pub(crate) fn parse(sink: &str, options: &Options) -> Result<Self, SinkError> {
-        let target_file_size = match options.text(&TARGET_FILE_SIZE) {
-            Some(t) => weir_dedup::parse_bytes(t).map_err(|why| {
-                OptionError::invalid(&TARGET_FILE_SIZE, TARGET_FILE_SIZE.key, t, why)
-            })? as u64,
-            None => 0,
-        };
+        let target_file_size = options.bytes(&TARGET_FILE_SIZE)?.unwrap_or(0) as u64;
         let checkpoint_interval = options
             .count(&CHECKPOINT_INTERVAL)?
             .filter(|&n| n > 0)
