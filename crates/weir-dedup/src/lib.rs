@@ -30,7 +30,7 @@ mod table;
 use std::fmt;
 
 pub use keys::{KeyColumns, KeyMode};
-pub use store::{Checkpoint, DedupKey, StateOptions, StateStore};
+pub use store::{Checkpoint, CommitError, DedupKey, StateOptions, StateStore};
 
 /// What went wrong with the state.
 #[derive(Debug, thiserror::Error)]
@@ -39,14 +39,24 @@ pub enum DedupError {
     #[error("{0}")]
     Config(String),
     /// RocksDB failed.
-    #[error("state directory {dir}: cannot {what}: {error}")]
+    #[error("state directory {dir}: cannot {what}: {source}")]
     Db {
         /// The state directory.
         dir: String,
         /// What was being done.
         what: String,
-        /// RocksDB's message.
-        error: String,
+        /// RocksDB's error.
+        #[source]
+        source: rocksdb::Error,
+    },
+    /// A step's commit failed: it is not durable, and the run must stop.
+    #[error("state directory {dir}: cannot commit a step: {source}")]
+    Commit {
+        /// The state directory.
+        dir: String,
+        /// What failed.
+        #[source]
+        source: CommitError,
     },
     /// The directory could not be created or read.
     #[error("state directory {path}: {error}")]
@@ -67,7 +77,7 @@ impl DedupError {
         Self::Db {
             dir: dir.display().to_string(),
             what: what.to_string(),
-            error: e.to_string(),
+            source: e,
         }
     }
 }

@@ -12,6 +12,37 @@ use rocksdb::{IngestExternalFileOptions, Options, SstFileWriter, WriteBatch, Wri
 use super::record::KEYS;
 use crate::order::{sort_hashed, HashedKey};
 
+/// Why a step's commit failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The thread that writes commits is gone (it panicked, or the store is closing).
+    #[error("the commit thread stopped")]
+    ThreadStopped,
+    /// The state has no `keys` column family (a damaged or foreign directory).
+    #[error("the keys column family is missing")]
+    NoKeysFamily,
+    /// RocksDB failed on the step's write batch or table file.
+    #[error("{what} {}: {source}", path.display())]
+    Db {
+        /// What was being done: `write`, `create`, `add a key to`, `finish`, `ingest`.
+        what: &'static str,
+        /// The table file, or the state directory for a write batch.
+        path: PathBuf,
+        /// RocksDB's error.
+        #[source]
+        source: rocksdb::Error,
+    },
+    /// The table file just built could not be opened again.
+    #[error("open {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Keys of the open step, written at its commit: hashes as they are, raw keys back to back in
 /// one buffer with (offset, length, time) each, so a key costs no allocation.
 #[derive(Debug, Default)]
@@ -51,8 +82,8 @@ impl Pending {
     /// pushed twice (it expired and came back), its last push wins.
     fn sorted(
         &mut self,
-        mut put: impl FnMut(&[u8], i64) -> Result<(), String>,
-    ) -> Result<(), String> {
+        mut put: impl FnMut(&[u8], i64) -> Result<(), CommitError>,
+    ) -> Result<(), CommitError> {
         // Stable: equal keys stay in push order.
         sort_hashed(&mut self.hashed, &mut self.scratch);
         for (i, (k, t)) in self.hashed.iter().enumerate() {
@@ -105,7 +136,7 @@ pub(super) struct Committer {
     jobs: Option<SyncSender<CommitJob>>,
     /// Each commit's outcome, and its key list emptied for the next step to reuse (a step's
     /// list holds up to millions of keys; fresh memory each step costs page faults).
-    acks: Receiver<(Result<(), String>, Pending)>,
+    acks: Receiver<(Result<(), CommitError>, Pending)>,
     in_flight: bool,
     spare: Option<Pending>,
     thread: Option<JoinHandle<()>>,
@@ -146,7 +177,7 @@ impl Committer {
 
     /// Whether the commit in flight, if any, has finished, without waiting for it: `Ok(true)`
     /// when every commit asked for is durable, its outcome when the last one just finished.
-    pub(super) fn try_wait(&mut self) -> Result<bool, String> {
+    pub(super) fn try_wait(&mut self) -> Result<bool, CommitError> {
         if !self.in_flight {
             return Ok(true);
         }
@@ -159,21 +190,18 @@ impl Committer {
             Err(std::sync::mpsc::TryRecvError::Empty) => Ok(false),
             Err(std::sync::mpsc::TryRecvError::Disconnected) => {
                 self.in_flight = false;
-                Err("the commit thread stopped".to_string())
+                Err(CommitError::ThreadStopped)
             }
         }
     }
 
     /// Waits for the commit in flight, if any.
-    pub(super) fn wait(&mut self) -> Result<(), String> {
+    pub(super) fn wait(&mut self) -> Result<(), CommitError> {
         if !self.in_flight {
             return Ok(());
         }
         self.in_flight = false;
-        let (done, pending) = self
-            .acks
-            .recv()
-            .map_err(|_| "the commit thread stopped".to_string())?;
+        let (done, pending) = self.acks.recv().map_err(|_| CommitError::ThreadStopped)?;
         self.spare = Some(pending);
         done
     }
@@ -184,13 +212,13 @@ impl Committer {
     }
 
     /// Waits for the commit in flight, then hands `job` to the thread.
-    pub(super) fn send(&mut self, job: CommitJob) -> Result<(), String> {
+    pub(super) fn send(&mut self, job: CommitJob) -> Result<(), CommitError> {
         self.wait()?;
         self.jobs
             .as_ref()
-            .ok_or("the commit thread stopped")?
+            .ok_or(CommitError::ThreadStopped)?
             .send(job)
-            .map_err(|_| "the commit thread stopped".to_string())?;
+            .map_err(|_| CommitError::ThreadStopped)?;
         self.in_flight = true;
         Ok(())
     }
@@ -216,10 +244,8 @@ fn write_commit(
     tables: Option<&TableFiles>,
     job: &mut CommitJob,
     cutoff: &AtomicI64,
-) -> Result<(), String> {
-    let keys = db
-        .cf_handle(KEYS)
-        .ok_or("the keys column family is missing")?;
+) -> Result<(), CommitError> {
+    let keys = db.cf_handle(KEYS).ok_or(CommitError::NoKeysFamily)?;
     match tables {
         None => {
             let mut batch = WriteBatch::default();
@@ -228,31 +254,33 @@ fn write_commit(
             }
             let mut write = WriteOptions::default();
             write.set_sync(true);
-            db.write_opt(batch, &write).map_err(|e| e.to_string())?;
+            db.write_opt(batch, &write)
+                .map_err(db_error("write the step's records to", db.path()))?;
         }
         Some(tables) => {
             let path = tables.dir.join(format!("step-{:020}.sst", job.step));
             let mut file = SstFileWriter::create(&tables.options);
-            file.open(&path)
-                .map_err(|e| format!("create {}: {e}", path.display()))?;
+            file.open(&path).map_err(db_error("create", &path))?;
             let with_time = job.with_time;
             job.pending.sorted(|key, time| {
                 let time = time.to_le_bytes();
                 let value: &[u8] = if with_time { &time } else { &[] };
-                file.put(key, value).map_err(|e| e.to_string())
+                file.put(key, value)
+                    .map_err(db_error("add a key to", &path))
             })?;
             for (k, v) in &job.records {
-                file.put(k, v).map_err(|e| e.to_string())?;
+                file.put(k, v).map_err(db_error("add a record to", &path))?;
             }
-            file.finish()
-                .map_err(|e| format!("finish {}: {e}", path.display()))?;
+            file.finish().map_err(db_error("finish", &path))?;
             // Held across the ingestion: the same file under RocksDB's name once moved in.
-            let built =
-                std::fs::File::open(&path).map_err(|e| format!("open {}: {e}", path.display()))?;
+            let built = std::fs::File::open(&path).map_err(|source| CommitError::Io {
+                path: path.clone(),
+                source,
+            })?;
             let mut ingest = IngestExternalFileOptions::default();
             ingest.set_move_files(true);
             db.ingest_external_file_cf_opts(keys, &ingest, vec![&path])
-                .map_err(|e| format!("ingest {}: {e}", path.display()))?;
+                .map_err(db_error("ingest", &path))?;
             read_back(&built);
         }
     }
@@ -260,6 +288,19 @@ fn write_commit(
         cutoff.store(c, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// The error of RocksDB failing to `what` the file (or directory) `path`; the path is copied
+/// only when there is an error (a step writes millions of keys through this).
+fn db_error<'a>(
+    what: &'static str,
+    path: &'a std::path::Path,
+) -> impl FnOnce(rocksdb::Error) -> CommitError + 'a {
+    move |source| CommitError::Db {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Asks the kernel to read a just-ingested table file back into the page cache, in the

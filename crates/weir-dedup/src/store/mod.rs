@@ -23,6 +23,7 @@ use std::sync::Arc;
 use rocksdb::{Cache, ColumnFamilyDescriptor, Options, WriteOptions, DB};
 use xxhash_rust::xxh3::xxh3_64;
 
+pub use self::commit::CommitError;
 use self::commit::{CommitJob, Committer, Pending, TableFiles};
 use self::filter_file::{load_filter, save_filter, scan_filter};
 pub use self::record::Checkpoint;
@@ -373,11 +374,12 @@ impl StateStore {
             cutoff: ttl.map(|ttl| self.max_time.saturating_sub(ttl)),
         };
         // Waits for the previous commit: after this, every step before this one is durable.
-        self.committer.send(job).map_err(|error| DedupError::Db {
-            dir: self.dir.display().to_string(),
-            what: "commit a step".into(),
-            error,
-        })?;
+        self.committer
+            .send(job)
+            .map_err(|source| DedupError::Commit {
+                dir: self.dir.display().to_string(),
+                source,
+            })?;
         if let Some(spare) = self.committer.take_spare() {
             self.pending = spare;
         }
@@ -396,10 +398,9 @@ impl StateStore {
     /// Waits until the last commit is durable. A sink that publishes a step elsewhere (a table
     /// commit) calls it first, so that the state never lags what it published.
     pub fn sync(&mut self) -> Result<(), DedupError> {
-        self.committer.wait().map_err(|error| DedupError::Db {
+        self.committer.wait().map_err(|source| DedupError::Commit {
             dir: self.dir.display().to_string(),
-            what: "commit a step".into(),
-            error,
+            source,
         })
     }
 
@@ -412,21 +413,21 @@ impl StateStore {
     /// for nothing: a sink that publishes a step elsewhere once its state is durable (a table
     /// commit) asks this between batches instead of stopping the pipeline in [`Self::sync`].
     pub fn try_sync(&mut self) -> Result<bool, DedupError> {
-        self.committer.try_wait().map_err(|error| DedupError::Db {
-            dir: self.dir.display().to_string(),
-            what: "commit a step".into(),
-            error,
-        })
+        self.committer
+            .try_wait()
+            .map_err(|source| DedupError::Commit {
+                dir: self.dir.display().to_string(),
+                source,
+            })
     }
 
     /// Waits until the last commit is durable (a run calls it before it reports success), then
     /// saves the key filter so the next open need not rebuild it from every key in RocksDB.
     /// The save is an optimisation only: if it fails, the next open scans as after a crash.
     pub fn finish(&mut self) -> Result<(), DedupError> {
-        self.committer.wait().map_err(|error| DedupError::Db {
+        self.committer.wait().map_err(|source| DedupError::Commit {
             dir: self.dir.display().to_string(),
-            what: "commit a step".into(),
-            error,
+            source,
         })?;
         if self.key.is_some() {
             let _ = save_filter(&self.dir, self.committed_record, &self.filter);
