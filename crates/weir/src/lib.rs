@@ -70,6 +70,7 @@ pub fn option_tables() -> Vec<(&'static str, &'static [weir_codec::OptionSpec])>
         ("raw encoder", weir_codec::RAW_ENCODER_OPTIONS),
         ("stdout", sink::STDOUT_OPTIONS),
         ("delta", sink::DELTA_OPTIONS),
+        ("kafka sink", sink::KAFKA_SINK_OPTIONS),
         ("object storage", storage::STORAGE_OPTIONS),
     ]
 }

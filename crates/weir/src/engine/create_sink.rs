@@ -17,11 +17,13 @@ use crate::pipeline::ledger::TableLedger;
 use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
+use crate::sink::kafka::{KafkaSink, KafkaSinkSettings};
 use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{
     open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, StepSink,
     Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
 };
+use crate::source::kafka::KAFKA_SECURITY_OPTIONS;
 use crate::source::SourceDefinition;
 use crate::sql::{CreateSink, SqlText};
 
@@ -37,8 +39,10 @@ enum ExactlyOnce {
 pub(super) struct SinkState {
     pub(super) settings: SinkSettings,
     options: Options,
-    /// The `file` sink's encoder.
+    /// The `file` or `kafka` sink's encoder.
     encoder: Option<Arc<dyn EncoderFactory>>,
+    /// A `kafka` sink's settings.
+    kafka: Option<KafkaSinkSettings>,
     writer: Option<(SchemaRef, Box<dyn BatchWriter>)>,
     /// For a `'path'` on object storage: the local file the writer fills, uploaded at the end.
     upload: Option<PendingUpload>,
@@ -128,6 +132,19 @@ impl SinkState {
                 None => Target::Stdout,
             };
             let w: Box<dyn BatchWriter> = match (&self.encoder, &self.settings.messages) {
+                (Some(factory), Some(_)) if self.kafka.is_some() => {
+                    let encoder = factory
+                        .create_encoder(&EncoderRequest {
+                            sink,
+                            schema: Arc::clone(schema),
+                            options: &self.options,
+                        })
+                        .map_err(SinkError::Encode)?;
+                    let settings = self.kafka.as_ref().ok_or_else(|| {
+                        SinkError::Options(format!("sink {sink} lost its settings; a bug in weir"))
+                    })?;
+                    Box::new(KafkaSink::open(sink, settings, schema, encoder)?)
+                }
                 (Some(factory), Some((_, framing))) => {
                     let encoder = factory
                         .create_encoder(&EncoderRequest {
@@ -209,6 +226,11 @@ impl Engine {
                 } else {
                     &[]
                 },
+                if settings.kafka {
+                    &KAFKA_SECURITY_OPTIONS
+                } else {
+                    &[]
+                },
                 encoder.as_ref().map_or(&[], |e| e.options()),
             ],
         )
@@ -217,6 +239,14 @@ impl Engine {
             // Checked now, so a wrong value fails the statement rather than the pipeline.
             DeltaSettings::parse(&name, &options).map_err(fail)?;
         }
+        let kafka = if settings.kafka {
+            Some(
+                KafkaSinkSettings::parse(&name, &options, &self.options.kafka_properties)
+                    .map_err(fail)?,
+            )
+        } else {
+            None
+        };
         let metrics = Arc::new(crate::metrics::SinkMetrics::default());
         self.sink_metrics
             .lock()
@@ -228,6 +258,7 @@ impl Engine {
                 settings: settings.clone(),
                 options,
                 encoder,
+                kafka,
                 writer: None,
                 upload: None,
                 rows: 0,

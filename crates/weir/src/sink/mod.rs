@@ -5,11 +5,13 @@
 
 pub(crate) mod delta;
 mod json;
+pub(crate) mod kafka;
 mod options;
 pub(crate) mod storage;
 
 pub(crate) use self::delta::DELTA_OPTIONS;
 pub(crate) use self::json::json_writer;
+pub(crate) use self::kafka::KAFKA_SINK_OPTIONS;
 pub(crate) use self::options::{
     SinkSettings, FILE_SINK_OPTIONS, IPC_OPTIONS, PARQUET_OPTIONS, SINK_CONNECTOR_OPTIONS,
     STDOUT_OPTIONS,
@@ -84,6 +86,15 @@ pub enum SinkError {
         path: String,
         /// Why.
         reason: String,
+    },
+    /// The Kafka producer failed (the brokers, the topic, a record).
+    #[error("sink {sink}: {source}")]
+    Kafka {
+        /// The sink.
+        sink: String,
+        /// The cause.
+        #[source]
+        source: weir_kafka::Error,
     },
     /// delta-rs failed to read, create or commit to a table.
     #[error("sink {sink}: Delta table {table}: {source}")]

@@ -23,7 +23,7 @@ pub(crate) const STDOUT_OPTIONS: &[OptionSpec] = &[FORMAT];
 
 const CONNECTOR: OptionSpec = OptionSpec::new(
     "connector",
-    OptionKind::Choice(&["parquet", "ipc", "file", "stdout", "delta"]),
+    OptionKind::Choice(&["parquet", "ipc", "file", "stdout", "delta", "kafka"]),
     "the sink (required)",
 );
 const PATH: OptionSpec = OptionSpec::new(
@@ -82,6 +82,8 @@ pub(crate) struct SinkSettings {
     pub(crate) messages: Option<(String, Framing)>,
     /// A `delta` sink (its settings are read by [`super::delta::DeltaSettings`]).
     pub(crate) delta: bool,
+    /// A `kafka` sink (its settings are read by [`super::kafka::KafkaSinkSettings`]).
+    pub(crate) kafka: bool,
 }
 
 impl SinkSettings {
@@ -101,6 +103,7 @@ impl SinkSettings {
                 path: Some(path()?),
                 messages: None,
                 delta: false,
+                kafka: false,
             },
             "ipc" => Self {
                 format: match options.choice(&IPC_FORMAT)? {
@@ -110,6 +113,7 @@ impl SinkSettings {
                 path: Some(path()?),
                 messages: None,
                 delta: false,
+                kafka: false,
             },
             "file" => {
                 let framing = match options.choice(&FRAMING)? {
@@ -122,6 +126,7 @@ impl SinkSettings {
                     path: Some(path()?),
                     messages: Some((options.require(&ENCODING)?.to_string(), framing)),
                     delta: false,
+                    kafka: false,
                 }
             }
             // A Delta table's data files are Parquet.
@@ -130,6 +135,19 @@ impl SinkSettings {
                 path: None,
                 messages: None,
                 delta: true,
+                kafka: false,
+            },
+            // Each row one record: its value encoded as a `file` sink's messages are (the
+            // framing is Kafka's own).
+            "kafka" => Self {
+                format: SinkFormat::JsonLines,
+                path: None,
+                messages: Some((
+                    options.require(&super::kafka::ENCODING)?.to_string(),
+                    Framing::Varint,
+                )),
+                delta: false,
+                kafka: true,
             },
             _ => Self {
                 format: match options.choice(&FORMAT)? {
@@ -139,6 +157,7 @@ impl SinkSettings {
                 path: None,
                 messages: None,
                 delta: false,
+                kafka: false,
             },
         })
     }
@@ -151,6 +170,7 @@ impl SinkSettings {
             Some("file") => FILE_SINK_OPTIONS,
             Some("stdout") => STDOUT_OPTIONS,
             Some("delta") => super::DELTA_OPTIONS,
+            Some("kafka") => super::KAFKA_SINK_OPTIONS,
             _ => &[],
         }
     }

@@ -671,3 +671,100 @@ fn windows_over_kafka_partitions_close_on_the_slowest_partition_and_match_the_ge
     }
     assert!(e.source_reports()[0].windows_dropped >= 1);
 }
+
+/// The `kafka` sink: rows of a file source land in a topic as JSON values keyed by ticker,
+/// each key on the partition the Java client's murmur2 gives it, and read back by weir's Kafka
+/// source they are the rows that went in. A key column that is missing and a topic that does
+/// not exist are errors naming them.
+#[test]
+fn a_kafka_sink_writes_each_row_once_keyed_as_the_java_client_places_keys() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("q.jsonl");
+    crate::common::write_quotes(
+        &data,
+        2_000,
+        5,
+        weir_testdata::QuoteFormat::Json,
+        weir_testdata::Framing::Lines,
+    );
+    let topic = topic("weir-sink-quotes");
+    create_topic(std::slice::from_ref(&broker), &topic, 3, 1, &[], false).unwrap();
+    let file_source = format!(
+        "CREATE SOURCE f (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE) WITH \
+         ('connector' = 'file', 'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', \
+         'fields.ticker' = 'base.ticker', 'fields.sequence_number' = 'base.sequence_number');",
+        data.display()
+    );
+    let sink = |topic: &str, key: &str| {
+        format!(
+            "{file_source}\nCREATE SINK out FROM f WITH ('connector' = 'kafka', \
+             'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'json', \
+             'key' = '{key}', 'compression' = 'lz4');"
+        )
+    };
+    let engine = Engine::new(EngineOptions {
+        partitions: 2,
+        ..EngineOptions::default()
+    });
+    rt.block_on(engine.query(&sink(&topic, "ticker"))).unwrap();
+    let reports = rt.block_on(engine.finish()).unwrap();
+    assert_eq!(reports[0].rows, 2_000);
+
+    // What went in, by ticker.
+    let by_ticker = "SELECT ticker, count(*), sum(sequence_number) FROM {} GROUP BY ticker";
+    let query = |sql: String| {
+        let engine = Engine::new(EngineOptions {
+            partitions: 2,
+            ..EngineOptions::default()
+        });
+        let got = rt.block_on(engine.query(&sql)).unwrap();
+        let mut out = std::collections::BTreeMap::new();
+        for b in &got {
+            for i in 0..b.num_rows() {
+                let t = b.column(0).as_string::<i32>().value(i).to_string();
+                let rest: Vec<i64> = (1..b.num_columns())
+                    .map(|c| b.column(c).as_primitive::<Int64Type>().value(i))
+                    .collect();
+                out.insert(t, rest);
+            }
+        }
+        out
+    };
+    let sent = query(format!("{file_source}\n{};", by_ticker.replace("{}", "f")));
+    // Read back: the same rows, each key on one partition (murmur2 of the key, as the Java
+    // client), the key being the ticker.
+    let read = query(format!(
+        "CREATE SOURCE k (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE) \
+         INCLUDE partition AS p INCLUDE key AS kk WITH ('connector' = 'kafka', \
+         'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'json');\n\
+         SELECT ticker, count(*), sum(sequence_number), CAST(min(p) AS BIGINT), CAST(max(p) AS BIGINT), \
+         sum(CASE WHEN CAST(kk AS VARCHAR) = ticker THEN 1 ELSE 0 END) FROM k GROUP BY ticker;"
+    ));
+    assert_eq!(read.len(), sent.len());
+    assert!(sent.len() > 100 && !sent.contains_key(""), "{sent:?}");
+    for (ticker, got) in &read {
+        assert_eq!(&got[..2], &sent[ticker][..], "{ticker}");
+        let want = i64::from((weir_kafka::murmur2(ticker.as_bytes()) & 0x7fff_ffff) % 3);
+        assert_eq!((got[2], got[3]), (want, want), "{ticker}'s partition");
+        assert_eq!(got[4], got[0], "{ticker}'s records are keyed by it");
+    }
+
+    // A key column the rows lack, and a topic that does not exist: one error each, naming it.
+    for (topic, key, expect) in [
+        (topic.as_str(), "symbol", "'key' = 'symbol'"),
+        ("no-such-topic-weir", "ticker", "no-such-topic-weir"),
+    ] {
+        let engine = Engine::new(EngineOptions::default());
+        let err = match rt.block_on(engine.query(&sink(topic, key))) {
+            Err(e) => e.to_string(),
+            Ok(_) => rt.block_on(engine.finish()).unwrap_err().to_string(),
+        };
+        assert!(err.contains(expect) && err.contains("sink out"), "{err}");
+    }
+}

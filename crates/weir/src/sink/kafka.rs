@@ -1,0 +1,243 @@
+//! The `kafka` sink: each row becomes one record of a topic, its value encoded by an encoder
+//! (`json`, `raw`, or a registered one), its key from a column. Records go through weir-kafka's
+//! producer: batched per partition, keyed records placed by murmur2 of the key as the Java
+//! client places them, and with `'acks' = 'all'` (the default) idempotent, so a retried batch is
+//! neither doubled nor reordered. A row is acknowledged by the time the run ends; there are no
+//! transactions yet, so a run killed mid-way may leave part of its rows in the topic, and the
+//! next run writes them again.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use weir_codec::{Encoder, OptionError, OptionKind, OptionSpec, Options};
+use weir_kafka::{Compression, Producer, ProducerConfig};
+
+use super::SinkError;
+
+/// The `kafka` sink's options (besides the security options it shares with the source, and its
+/// encoder's).
+pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] =
+    &[BROKERS, TOPIC, ENCODING, KEY, COMPRESSION, ACKS, BATCH_SIZE];
+
+const BROKERS: OptionSpec = OptionSpec::new(
+    "brokers",
+    OptionKind::List,
+    "kafka: bootstrap brokers, `host:port[,host:port...]` (required)",
+);
+const TOPIC: OptionSpec = OptionSpec::new(
+    "topic",
+    OptionKind::Text,
+    "kafka: the topic the rows go to; it must exist (required)",
+);
+pub(crate) const ENCODING: OptionSpec = OptionSpec::new(
+    "encoding",
+    OptionKind::Text,
+    "kafka: each row's value in this encoding: `json`, `raw` (a Binary or Utf8 column's bytes), \
+     or any name registered with an encoder (required)",
+);
+const KEY: OptionSpec = OptionSpec::new(
+    "key",
+    OptionKind::Text,
+    "kafka: the column whose value is each record's key (text and binary as they are, integers \
+     as decimal text); records with equal keys go to one partition (murmur2, as the Java \
+     client); without it, records have no key and fill one partition's batch after another",
+);
+const COMPRESSION: OptionSpec = OptionSpec::new(
+    "compression",
+    OptionKind::Choice(&["none", "gzip", "snappy", "lz4", "zstd"]),
+    "kafka: the record batches' compression",
+)
+.default_value("none");
+const ACKS: OptionSpec = OptionSpec::new(
+    "acks",
+    OptionKind::Choice(&["all", "-1", "1", "0"]),
+    "kafka: `all` waits for every in-sync replica and makes the producer idempotent (no record \
+     doubled or reordered by a retry); `1` waits for the leader; `0` for nothing",
+)
+.default_value("all");
+const BATCH_SIZE: OptionSpec = OptionSpec::new(
+    "batch.size",
+    OptionKind::Count,
+    "kafka: a partition's batch is sent once its records take this many bytes (keep it under \
+     the broker's `message.max.bytes`)",
+)
+.default_value("921600");
+
+/// A `kafka` sink's settings.
+#[derive(Debug, Clone)]
+pub(crate) struct KafkaSinkSettings {
+    /// The producer's settings (brokers, topic, security, batching).
+    pub(crate) producer: ProducerConfig,
+    /// The key column, if any.
+    pub(crate) key: Option<String>,
+}
+
+impl KafkaSinkSettings {
+    /// Reads the options of the sink `sink`; `defaults` are a `--kafka-config` file's
+    /// properties, which the security options override.
+    pub(crate) fn parse(
+        sink: &str,
+        options: &Options,
+        defaults: &[(String, String)],
+    ) -> Result<Self, SinkError> {
+        let brokers = options.list(&BROKERS);
+        if brokers.is_empty() {
+            return Err(OptionError::Missing {
+                key: BROKERS.key.into(),
+                doc: BROKERS.doc,
+            }
+            .into());
+        }
+        let topic = options.require(&TOPIC)?.to_string();
+        let compression: Compression = match options.choice(&COMPRESSION)? {
+            Some(c) => c.parse().map_err(|why: String| {
+                OptionError::invalid(&COMPRESSION, COMPRESSION.key, c, why)
+            })?,
+            None => Compression::None,
+        };
+        let acks = match options.choice(&ACKS)? {
+            Some("1") => 1,
+            Some("0") => 0,
+            _ => -1,
+        };
+        let batch_bytes = options
+            .count(&BATCH_SIZE)?
+            .map_or(921_600, |n| usize::try_from(n).unwrap_or(usize::MAX))
+            .max(1);
+        let security = crate::source::kafka::security_config(defaults, options)
+            .map_err(|e| SinkError::Options(format!("sink {sink}: {e}")))?;
+        Ok(Self {
+            producer: ProducerConfig {
+                brokers,
+                topic,
+                compression,
+                batch_bytes,
+                acks,
+                security,
+                ..ProducerConfig::default()
+            },
+            key: options.text(&KEY).map(str::to_string),
+        })
+    }
+}
+
+/// Writes each row as one record (the `kafka` sink).
+pub(crate) struct KafkaSink {
+    sink: String,
+    producer: Producer,
+    encoder: Box<dyn Encoder>,
+    /// The key column's index in the rows.
+    key: Option<usize>,
+    messages: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl KafkaSink {
+    /// Connects to the brokers and checks that the key column can be a key.
+    pub(crate) fn open(
+        sink: &str,
+        settings: &KafkaSinkSettings,
+        schema: &SchemaRef,
+        encoder: Box<dyn Encoder>,
+    ) -> Result<Self, SinkError> {
+        let key = match &settings.key {
+            None => None,
+            Some(name) => {
+                let (i, field) = schema.column_with_name(name).ok_or_else(|| {
+                    SinkError::Options(format!(
+                        "sink {sink}: 'key' = '{name}' is not a column of its rows ({})",
+                        schema
+                            .fields()
+                            .iter()
+                            .map(|f| f.name().as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+                if !(field.data_type().is_integer() || is_bytes(field.data_type())) {
+                    return Err(SinkError::Options(format!(
+                        "sink {sink}: the key column '{name}' is {}; a key is text, binary or an \
+                         integer (cast it in the query)",
+                        field.data_type()
+                    )));
+                }
+                Some(i)
+            }
+        };
+        let producer =
+            Producer::connect(&settings.producer).map_err(|source| SinkError::Kafka {
+                sink: sink.to_string(),
+                source,
+            })?;
+        Ok(Self {
+            sink: sink.to_string(),
+            producer,
+            encoder,
+            key,
+            messages: Vec::new(),
+            ends: Vec::new(),
+        })
+    }
+
+    fn kafka_error(&self, source: weir_kafka::Error) -> SinkError {
+        SinkError::Kafka {
+            sink: self.sink.clone(),
+            source,
+        }
+    }
+}
+
+fn is_bytes(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+    )
+}
+
+impl super::BatchWriter for KafkaSink {
+    fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        self.messages.clear();
+        self.ends.clear();
+        self.encoder
+            .encode_batch(batch, &mut self.messages, &mut self.ends)
+            .map_err(SinkError::Encode)?;
+        // Keys as bytes, one column for the batch: integers become text once, here.
+        let keys: Option<Arc<dyn Array>> = match self.key {
+            None => None,
+            Some(i) => {
+                let column = batch.column(i);
+                Some(match column.data_type() {
+                    DataType::Binary => Arc::clone(column),
+                    _ => arrow::compute::cast(column, &DataType::Binary).map_err(|e| {
+                        SinkError::Options(format!(
+                            "sink {}: the key column cannot be read as bytes: {e}",
+                            self.sink
+                        ))
+                    })?,
+                })
+            }
+        };
+        let keys = keys.as_ref().map(|k| k.as_binary::<i32>());
+        let mut start = 0;
+        for (row, &end) in self.ends.iter().enumerate() {
+            let key = keys.and_then(|k| k.is_valid(row).then(|| k.value(row)));
+            let value = self.messages.get(start..end).unwrap_or_default();
+            if let Err(e) = self.producer.send(None, key, value) {
+                return Err(self.kafka_error(e));
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), SinkError> {
+        self.producer.flush().map_err(|e| self.kafka_error(e))
+    }
+}
