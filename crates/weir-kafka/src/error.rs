@@ -198,6 +198,25 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A transaction could not be begun, extended or ended.
+    #[error("kafka transaction '{transactional_id}': {reason}")]
+    Transaction {
+        /// The `transactional.id`.
+        transactional_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// A newer producer with the same `transactional.id` took over: this one may not write.
+    #[error(
+        "kafka transaction '{transactional_id}': fenced: another producer with this \
+         transactional.id started after this one (epoch {epoch}); this one stops writing"
+    )]
+    Fenced {
+        /// The `transactional.id`.
+        transactional_id: String,
+        /// This producer's epoch (-1 when not known yet).
+        epoch: i16,
+    },
     /// A produce request failed.
     #[error("kafka produce to {topic}/{partition}: {reason}")]
     Produce {
@@ -265,17 +284,25 @@ pub fn error_name(code: i16) -> &'static str {
         13 => "NETWORK_EXCEPTION",
         14 => "COORDINATOR_LOAD_IN_PROGRESS",
         15 => "COORDINATOR_NOT_AVAILABLE",
+        16 => "NOT_COORDINATOR",
         19 => "NOT_ENOUGH_REPLICAS",
         20 => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
         29 => "TOPIC_AUTHORIZATION_FAILED",
         35 => "UNSUPPORTED_VERSION",
         36 => "TOPIC_ALREADY_EXISTS",
         37 => "INVALID_PARTITIONS",
+        47 => "INVALID_PRODUCER_EPOCH",
+        48 => "INVALID_TXN_STATE",
+        49 => "INVALID_PRODUCER_ID_MAPPING",
+        50 => "INVALID_TRANSACTION_TIMEOUT",
+        51 => "CONCURRENT_TRANSACTIONS",
+        53 => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
         56 => "KAFKA_STORAGE_ERROR",
         74 => "FENCED_LEADER_EPOCH",
         75 => "UNKNOWN_LEADER_EPOCH",
         78 => "OFFSET_NOT_AVAILABLE",
         87 => "INVALID_RECORD",
+        90 => "PRODUCER_FENCED",
         100 => "UNKNOWN_TOPIC_ID",
         _ => "UNKNOWN",
     }

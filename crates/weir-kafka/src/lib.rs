@@ -86,6 +86,7 @@ mod responses;
 mod security;
 mod stats;
 mod tls13;
+mod transaction;
 mod wire;
 
 /// The record-batch (magic v2) parser and writer, usable on any bytes: `BatchIter` walks the

@@ -1,6 +1,8 @@
-//! A simple batching producer, good enough for loading test and benchmark data: records are
-//! collected per partition into v2 batches (optionally compressed), and each full batch goes
-//! to its leader in a produce request; up to a few requests per broker are in flight at once.
+//! A batching producer: records are collected per partition into v2 batches (optionally
+//! compressed), and each full batch goes to its leader in a produce request; up to a few
+//! requests per broker are in flight at once. With `acks = -1` it is idempotent; with a
+//! `transactional_id` its records are written in transactions, which a `read_committed`
+//! consumer sees whole or not at all (see [`Producer::begin_transaction`]).
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -9,7 +11,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{
     produce_request::{PartitionProduceData, TopicProduceData},
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
-    ProducerId, TopicName,
+    ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -41,6 +43,12 @@ pub struct ProducerConfig {
     pub request_timeout: Duration,
     /// TLS and SASL for every broker connection.
     pub security: SecurityConfig,
+    /// `transactional.id`: records are written in transactions (acks is then -1). A producer
+    /// that starts with the id of another fences it: the older one's open transaction is
+    /// aborted and its later writes fail with [`Error::Fenced`].
+    pub transactional_id: Option<String>,
+    /// `transaction.timeout.ms`: the coordinator aborts a transaction left open this long.
+    pub transaction_timeout: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -54,6 +62,8 @@ impl Default for ProducerConfig {
             max_in_flight: 5,
             request_timeout: Duration::from_secs(30),
             security: SecurityConfig::default(),
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -89,7 +99,21 @@ pub struct Producer {
     producer_epoch: i16,
     /// Next sequence number per partition id.
     sequences: Vec<i32>,
+    /// With a `transactional_id`: the coordinator and the open transaction.
+    txn: Option<Txn>,
 }
+
+/// A transactional producer's state.
+struct Txn {
+    coordinator: crate::transaction::Coordinator,
+    /// A transaction is open.
+    open: bool,
+    /// The partitions added to the open transaction, by partition id.
+    added: Vec<bool>,
+}
+
+/// The record-batch attribute of a batch written in a transaction.
+const TRANSACTIONAL: i16 = 1 << 4;
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -176,17 +200,37 @@ impl Producer {
         let mut conn = cluster::connect_any(&connector, &cfg.brokers)?;
         let layout = cluster::topic_layout(&mut conn, &cfg.topic)?;
         let version = conn.version(ApiKey::Produce, "Produce", 3, 12)?;
-        let (producer_id, producer_epoch) = if cfg.acks == -1 {
-            init_producer_id(&mut conn, cfg)?
-        } else {
-            (-1, -1)
+        let mut txn = match &cfg.transactional_id {
+            Some(id) => Some(Txn {
+                coordinator: crate::transaction::Coordinator::find(
+                    &connector,
+                    &cfg.brokers,
+                    id,
+                    cfg.request_timeout,
+                    cfg.transaction_timeout,
+                )?,
+                open: false,
+                added: vec![false; layout.leaders.len()],
+            }),
+            None => None,
         };
+        let (producer_id, producer_epoch) = match &mut txn {
+            Some(t) => t.coordinator.init_producer_id()?,
+            None if cfg.acks == -1 => init_producer_id(&mut conn, cfg)?,
+            None => (-1, -1),
+        };
+        let mut cfg = cfg.clone();
+        if txn.is_some() {
+            // A transaction needs every replica's acknowledgement.
+            cfg.acks = -1;
+        }
         Ok(Self {
+            txn,
             sequences: vec![0; layout.leaders.len()],
             producer_id,
             producer_epoch,
             open: vec![RecordsWriter::default(); layout.leaders.len()],
-            cfg: cfg.clone(),
+            cfg,
             connector,
             layout,
             links: Vec::new(),
@@ -222,6 +266,13 @@ impl Producer {
         headers: &[(&[u8], Option<&[u8]>)],
         timestamp: Option<i64>,
     ) -> Result<()> {
+        if self.txn.as_ref().is_some_and(|t| !t.open) {
+            return Err(Error::Transaction {
+                transactional_id: self.cfg.transactional_id.clone().unwrap_or_default(),
+                reason: "records are sent inside a transaction: call begin_transaction first"
+                    .into(),
+            });
+        }
         let count = self.open.len();
         let p = match partition {
             Some(p) if p >= 0 && (p as usize) < count => p as usize,
@@ -262,6 +313,22 @@ impl Producer {
         Ok(())
     }
 
+    /// The error of a produce answer `code` that no retry mends.
+    fn answer_error(&self, partition: i32, code: i16, message: &str) -> Error {
+        if let (Some(id), INVALID_PRODUCER_EPOCH | PRODUCER_FENCED) =
+            (&self.cfg.transactional_id, code)
+        {
+            return Error::Fenced {
+                transactional_id: id.clone(),
+                epoch: self.producer_epoch,
+            };
+        }
+        self.produce_error(
+            partition,
+            format!("{} ({code}) {message}", error_name(code)),
+        )
+    }
+
     fn produce_error(&self, partition: i32, reason: impl Into<String>) -> Error {
         Error::Produce {
             topic: self.cfg.topic.clone(),
@@ -270,8 +337,93 @@ impl Producer {
         }
     }
 
+    /// Opens a transaction: the records sent until [`Producer::commit_transaction`] or
+    /// [`Producer::abort_transaction`] are seen by `read_committed` consumers all together, or
+    /// never.
+    pub fn begin_transaction(&mut self) -> Result<()> {
+        let id = self.cfg.transactional_id.clone().unwrap_or_default();
+        let Some(t) = &mut self.txn else {
+            return Err(Error::Transaction {
+                transactional_id: id,
+                reason: "the producer has no transactional.id".into(),
+            });
+        };
+        if t.open {
+            return Err(Error::Transaction {
+                transactional_id: id,
+                reason: "a transaction is already open".into(),
+            });
+        }
+        t.open = true;
+        t.added.iter_mut().for_each(|a| *a = false);
+        Ok(())
+    }
+
+    /// Sends every record of the open transaction, waits for their acknowledgement, and
+    /// commits it.
+    pub fn commit_transaction(&mut self) -> Result<()> {
+        self.flush()?;
+        self.end_transaction(true)
+    }
+
+    /// Aborts the open transaction: records not yet sent are dropped, those sent are marked
+    /// aborted (a `read_committed` consumer skips them).
+    pub fn abort_transaction(&mut self) -> Result<()> {
+        for w in &mut self.open {
+            w.clear();
+        }
+        for i in 0..self.links.len() {
+            while !self.links[i].pending.is_empty() {
+                self.await_oldest(i)?;
+            }
+        }
+        self.end_transaction(false)
+    }
+
+    fn end_transaction(&mut self, commit: bool) -> Result<()> {
+        let producer = (self.producer_id, self.producer_epoch);
+        let Some(t) = &mut self.txn else {
+            return Err(Error::Transaction {
+                transactional_id: String::new(),
+                reason: "the producer has no transactional.id".into(),
+            });
+        };
+        if !t.open {
+            return Err(Error::Transaction {
+                transactional_id: self.cfg.transactional_id.clone().unwrap_or_default(),
+                reason: "no transaction is open".into(),
+            });
+        }
+        t.open = false;
+        // A transaction that wrote nothing has nothing to end at the coordinator.
+        if t.added.iter().any(|&a| a) {
+            t.coordinator.end(producer, commit)?;
+        }
+        Ok(())
+    }
+
     /// Closes partition `p`'s batch and sends it.
     fn ship(&mut self, p: i32) -> Result<()> {
+        let mut attributes = self.cfg.compression.id();
+        if let Some(t) = &mut self.txn {
+            if !t.open {
+                return Err(Error::Transaction {
+                    transactional_id: self.cfg.transactional_id.clone().unwrap_or_default(),
+                    reason: "records are sent inside a transaction: call begin_transaction \
+                             first"
+                        .into(),
+                });
+            }
+            if !t.added.get(p as usize).copied().unwrap_or(true) {
+                t.coordinator.add_partitions(
+                    (self.producer_id, self.producer_epoch),
+                    &self.cfg.topic,
+                    &[p],
+                )?;
+                t.added[p as usize] = true;
+            }
+            attributes |= TRANSACTIONAL;
+        }
         let w = &self.open[p as usize];
         let c = self.cfg.compression;
         compress(c, &w.buf, &mut self.compressed)
@@ -279,7 +431,7 @@ impl Producer {
         let mut batch = Vec::with_capacity(self.compressed.len() + 64);
         let seq = &mut self.sequences[p as usize];
         let spec = BatchSpec {
-            attributes: c.id(),
+            attributes,
             producer_id: self.producer_id,
             producer_epoch: self.producer_epoch,
             base_sequence: if self.producer_id >= 0 { *seq } else { -1 },
@@ -325,7 +477,15 @@ impl Producer {
         while self.links[i].conn.reauthentication_blocked() {
             self.await_oldest(i)?;
         }
+        // A transaction's batches name their transactional id: the broker checks it against
+        // the producer id and the partitions added to the transaction.
+        let transactional_id = self
+            .cfg
+            .transactional_id
+            .as_ref()
+            .map(|id| TransactionalId(StrBytes::from_string(id.clone())));
         let req = ProduceRequest::default()
+            .with_transactional_id(transactional_id)
             .with_acks(self.cfg.acks)
             .with_timeout_ms(self.cfg.request_timeout.as_millis().min(i32::MAX as u128) as i32)
             .with_topic_data(vec![TopicProduceData::default()
@@ -386,10 +546,7 @@ impl Producer {
             return Ok(());
         }
         if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
-            return Err(self.produce_error(
-                pending.partition,
-                format!("{} ({code}) {message}", error_name(code)),
-            ));
+            return Err(self.answer_error(pending.partition, code, &message));
         }
         // The leader moved (or is not ready yet). Every later batch on this link may fail the
         // same way, so collect the failures and resend them one by one after a refresh (they
@@ -401,10 +558,7 @@ impl Producer {
                 continue;
             }
             if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
-                return Err(self.produce_error(
-                    next.partition,
-                    format!("{} ({code}) {message}", error_name(code)),
-                ));
+                return Err(self.answer_error(next.partition, code, &message));
             }
             failed.push(next);
         }
@@ -456,6 +610,9 @@ impl Producer {
 const OUT_OF_ORDER_SEQUENCE: i16 = 45;
 /// DUPLICATE_SEQUENCE_NUMBER: the batch was already written.
 const DUPLICATE_SEQUENCE: i16 = 46;
+/// INVALID_PRODUCER_EPOCH, PRODUCER_FENCED: a newer producer of the transactional id took over.
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const PRODUCER_FENCED: i16 = 90;
 
 #[cfg(test)]
 mod tests {

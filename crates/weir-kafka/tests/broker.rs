@@ -601,3 +601,76 @@ fn broker_restart_mid_read_loses_and_repeats_nothing() {
         }
     }
 }
+
+/// weir's transactional producer: committed transactions are read by a `read_committed`
+/// consumer, aborted ones are not (a `read_uncommitted` one sees both), and a second producer
+/// with the same `transactional.id` fences the first, whose next write fails as fenced.
+#[test]
+fn transactions_commit_abort_and_fence() {
+    let _serial = serial();
+    let Some(b) = bootstrap("transactions_commit_abort_and_fence") else {
+        return;
+    };
+    let t = topic("wtx");
+    create_topic(std::slice::from_ref(&b), &t, 2, 1, &[], false).unwrap();
+    let cfg = ProducerConfig {
+        brokers: vec![b.clone()],
+        topic: t.clone(),
+        transactional_id: Some(format!("{t}-writer")),
+        compression: Compression::Lz4,
+        ..ProducerConfig::default()
+    };
+    let mut first = Producer::connect(&cfg).unwrap();
+    // Outside a transaction nothing is sent.
+    let e = first.send(None, Some(b"k"), b"v").unwrap_err().to_string();
+    assert!(e.contains("begin_transaction"), "{e}");
+    let write = |p: &mut Producer, tag: &str, n: usize, commit: bool| {
+        p.begin_transaction().unwrap();
+        for i in 0..n {
+            let key = format!("k{i}");
+            p.send(None, Some(key.as_bytes()), format!("{tag}{i}").as_bytes())
+                .unwrap();
+        }
+        if commit {
+            p.commit_transaction().unwrap();
+        } else {
+            p.flush().unwrap();
+            p.abort_transaction().unwrap();
+        }
+    };
+    write(&mut first, "a", 10, true);
+    write(&mut first, "b", 5, false);
+    write(&mut first, "c", 5, true);
+    // A second producer of the same id takes over; the first is fenced.
+    let mut second = Producer::connect(&cfg).unwrap();
+    first.begin_transaction().unwrap();
+    first.send(None, Some(b"k0"), b"z0").unwrap();
+    let e = first.commit_transaction().unwrap_err();
+    assert!(matches!(e, Error::Fenced { .. }), "{e}");
+    assert!(e.to_string().contains(&format!("{t}-writer")), "{e}");
+    write(&mut second, "d", 3, true);
+
+    let values = |isolation: Isolation| -> BTreeSet<String> {
+        let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+            isolation,
+            ..config(&b, &t)
+        })
+        .unwrap();
+        drain(&mut c)
+            .values()
+            .flatten()
+            .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+            .collect()
+    };
+    let named = |tags: &[(&str, usize)]| -> BTreeSet<String> {
+        tags.iter()
+            .flat_map(|(tag, n)| (0..*n).map(move |i| format!("{tag}{i}")))
+            .collect()
+    };
+    assert_eq!(
+        values(Isolation::ReadCommitted),
+        named(&[("a", 10), ("c", 5), ("d", 3)])
+    );
+    let all = values(Isolation::ReadUncommitted);
+    assert!(all.is_superset(&named(&[("a", 10), ("b", 5), ("c", 5), ("d", 3)])));
+}

@@ -1,0 +1,227 @@
+//! A transactional producer's side of Kafka's transaction protocol (KIP-98), with the
+//! transaction coordinator of its `transactional.id`: find it, get the producer id and epoch
+//! (which fences every older producer of the same id and aborts its open transaction), add
+//! partitions to the open transaction before the first batch to each, and end the transaction
+//! with a commit or an abort. The classic protocol (request versions before KIP-890's), which
+//! every broker from 2.5 to 4.x speaks.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{
+    add_partitions_to_txn_request::AddPartitionsToTxnTopic, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId, TopicName,
+    TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::cluster;
+use crate::connection::{Connection, Connector};
+use crate::error::{error_name, Error, Result};
+
+/// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+/// CONCURRENT_TRANSACTIONS (the previous transaction is still being completed): wait and ask
+/// again (after finding the coordinator again, for the middle two).
+const LOADING: i16 = 14;
+const NOT_AVAILABLE: i16 = 15;
+const NOT_COORDINATOR: i16 = 16;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+/// INVALID_PRODUCER_EPOCH and PRODUCER_FENCED: a newer producer of the same id took over.
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const PRODUCER_FENCED: i16 = 90;
+
+/// The connection to the coordinator of one `transactional.id`.
+pub(crate) struct Coordinator {
+    id: String,
+    connector: Connector,
+    brokers: Vec<String>,
+    conn: Connection,
+    timeout: Duration,
+    transaction_timeout_ms: i32,
+}
+
+impl Coordinator {
+    /// Finds the coordinator of `id` through any of `brokers`.
+    pub(crate) fn find(
+        connector: &Connector,
+        brokers: &[String],
+        id: &str,
+        timeout: Duration,
+        transaction_timeout: Duration,
+    ) -> Result<Self> {
+        let conn = locate(connector, brokers, id, timeout)?;
+        Ok(Self {
+            id: id.to_string(),
+            connector: connector.clone(),
+            brokers: brokers.to_vec(),
+            conn,
+            timeout,
+            transaction_timeout_ms: i32::try_from(transaction_timeout.as_millis())
+                .unwrap_or(i32::MAX),
+        })
+    }
+
+    fn error(&self, reason: String) -> Error {
+        Error::Transaction {
+            transactional_id: self.id.clone(),
+            reason,
+        }
+    }
+
+    /// A failed answer: fenced, worth another try (`Ok`), or final.
+    fn check(&mut self, api: &str, code: i16, epoch: i16) -> Result<bool> {
+        match code {
+            0 => Ok(true),
+            INVALID_PRODUCER_EPOCH | PRODUCER_FENCED => Err(Error::Fenced {
+                transactional_id: self.id.clone(),
+                epoch,
+            }),
+            LOADING | CONCURRENT_TRANSACTIONS => {
+                std::thread::sleep(Duration::from_millis(50));
+                Ok(false)
+            }
+            NOT_AVAILABLE | NOT_COORDINATOR => {
+                std::thread::sleep(Duration::from_millis(50));
+                self.conn = locate(&self.connector, &self.brokers, &self.id, self.timeout)?;
+                Ok(false)
+            }
+            _ => Err(self.error(format!("{api} failed: {} ({code})", error_name(code)))),
+        }
+    }
+
+    /// The producer id and epoch of this `transactional.id`: a bumped epoch, which fences every
+    /// older producer of the id and aborts the transaction it left open.
+    pub(crate) fn init_producer_id(&mut self) -> Result<(i64, i16)> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let v = self
+                .conn
+                .version(ApiKey::InitProducerId, "InitProducerId", 0, 4)?;
+            let req = InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+                    self.id.clone(),
+                ))))
+                .with_transaction_timeout_ms(self.transaction_timeout_ms)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+            let resp: InitProducerIdResponse =
+                self.conn.request(ApiKey::InitProducerId, v, &req)?;
+            if self.check("InitProducerId", resp.error_code, -1)? {
+                return Ok((resp.producer_id.0, resp.producer_epoch));
+            }
+            self.give_up_after(deadline, "InitProducerId", resp.error_code)?;
+        }
+    }
+
+    /// Adds `partitions` of `topic` to the open transaction.
+    pub(crate) fn add_partitions(
+        &mut self,
+        producer: (i64, i16),
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let v = self
+                .conn
+                .version(ApiKey::AddPartitionsToTxn, "AddPartitionsToTxn", 0, 3)?;
+            let req = AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                    self.id.clone(),
+                )))
+                .with_v3_and_below_producer_id(ProducerId(producer.0))
+                .with_v3_and_below_producer_epoch(producer.1)
+                .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(partitions.to_vec())]);
+            let resp: AddPartitionsToTxnResponse =
+                self.conn.request(ApiKey::AddPartitionsToTxn, v, &req)?;
+            // The first partition that failed speaks for the request (they fail alike).
+            let code = resp
+                .results_by_topic_v3_and_below
+                .iter()
+                .flat_map(|t| &t.results_by_partition)
+                .map(|p| p.partition_error_code)
+                .find(|&c| c != 0)
+                .unwrap_or(resp.error_code);
+            if self.check("AddPartitionsToTxn", code, producer.1)? {
+                return Ok(());
+            }
+            self.give_up_after(deadline, "AddPartitionsToTxn", code)?;
+        }
+    }
+
+    /// Commits (`commit`) or aborts the open transaction.
+    pub(crate) fn end(&mut self, producer: (i64, i16), commit: bool) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let v = self.conn.version(ApiKey::EndTxn, "EndTxn", 0, 4)?;
+            let req = EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
+                .with_producer_id(ProducerId(producer.0))
+                .with_producer_epoch(producer.1)
+                .with_committed(commit);
+            let resp: EndTxnResponse = self.conn.request(ApiKey::EndTxn, v, &req)?;
+            if self.check("EndTxn", resp.error_code, producer.1)? {
+                return Ok(());
+            }
+            self.give_up_after(deadline, "EndTxn", resp.error_code)?;
+        }
+    }
+
+    fn give_up_after(&self, deadline: Instant, api: &str, code: i16) -> Result<()> {
+        if Instant::now() >= deadline {
+            return Err(self.error(format!(
+                "{api} still answered {} ({code}) after {:?}",
+                error_name(code),
+                self.timeout
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A connection to the transaction coordinator of `id`, asked of any of `brokers`.
+fn locate(
+    connector: &Connector,
+    brokers: &[String],
+    id: &str,
+    timeout: Duration,
+) -> Result<Connection> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut conn = cluster::connect_any(connector, brokers)?;
+        let v = conn.version(ApiKey::FindCoordinator, "FindCoordinator", 1, 5)?;
+        // Key type 1: a transaction coordinator. Versions 4 and later ask for a list of keys.
+        let mut req = FindCoordinatorRequest::default().with_key_type(1);
+        if v >= 4 {
+            req = req.with_coordinator_keys(vec![StrBytes::from_string(id.to_string())]);
+        } else {
+            req = req.with_key(StrBytes::from_string(id.to_string()));
+        }
+        let resp: FindCoordinatorResponse = conn.request(ApiKey::FindCoordinator, v, &req)?;
+        let (code, node, host, port) = match resp.coordinators.first() {
+            Some(c) if v >= 4 => (c.error_code, c.node_id.0, c.host.to_string(), c.port),
+            _ => (
+                resp.error_code,
+                resp.node_id.0,
+                resp.host.to_string(),
+                resp.port,
+            ),
+        };
+        if code == 0 && node >= 0 {
+            return connector.open(&format!("{host}:{port}"));
+        }
+        if Instant::now() >= deadline || !matches!(code, LOADING | NOT_AVAILABLE | NOT_COORDINATOR)
+        {
+            return Err(Error::Transaction {
+                transactional_id: id.to_string(),
+                reason: format!(
+                    "no transaction coordinator: FindCoordinator answered {} ({code})",
+                    error_name(code)
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
