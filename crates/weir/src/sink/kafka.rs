@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use weir_codec::{Encoder, OptionError, OptionKind, OptionSpec, Options};
 use weir_kafka::{Compression, Producer, ProducerConfig};
@@ -18,8 +18,17 @@ use super::SinkError;
 
 /// The `kafka` sink's options (besides the security options it shares with the source, and its
 /// encoder's).
-pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] =
-    &[BROKERS, TOPIC, ENCODING, KEY, COMPRESSION, ACKS, BATCH_SIZE];
+pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] = &[
+    BROKERS,
+    TOPIC,
+    ENCODING,
+    KEY,
+    PARTITIONER,
+    TIMESTAMP_COLUMN,
+    COMPRESSION,
+    ACKS,
+    BATCH_SIZE,
+];
 
 const BROKERS: OptionSpec = OptionSpec::new(
     "brokers",
@@ -43,6 +52,20 @@ const KEY: OptionSpec = OptionSpec::new(
     "kafka: the column whose value is each record's key (text and binary as they are, integers \
      as decimal text); records with equal keys go to one partition (murmur2, as the Java \
      client); without it, records have no key and fill one partition's batch after another",
+);
+const PARTITIONER: OptionSpec = OptionSpec::new(
+    "partitioner",
+    OptionKind::Choice(&["murmur2", "crc32", "round_robin"]),
+    "kafka: how a record's partition is chosen: murmur2 of the key (the Java client's default), \
+     CRC-32 of the key (librdkafka's default, `consistent_random`), or the next partition for \
+     each record; keyless records fill one partition's batch after another with the first two",
+)
+.default_value("murmur2");
+const TIMESTAMP_COLUMN: OptionSpec = OptionSpec::new(
+    "timestamp.column",
+    OptionKind::Text,
+    "kafka: a TIMESTAMP column whose value is each record's timestamp; the time of sending \
+     when absent (or null)",
 );
 const COMPRESSION: OptionSpec = OptionSpec::new(
     "compression",
@@ -72,6 +95,21 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) producer: ProducerConfig,
     /// The key column, if any.
     pub(crate) key: Option<String>,
+    /// How partitions are chosen.
+    pub(crate) partitioner: Partitioner,
+    /// The timestamp column, if any.
+    pub(crate) timestamp: Option<String>,
+}
+
+/// How a `kafka` sink chooses each record's partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Partitioner {
+    /// murmur2 of the key, as the Java client.
+    Murmur2,
+    /// CRC-32 of the key, as librdkafka's `consistent_random`.
+    Crc32,
+    /// Each record the next partition.
+    RoundRobin,
 }
 
 impl KafkaSinkSettings {
@@ -119,6 +157,12 @@ impl KafkaSinkSettings {
                 ..ProducerConfig::default()
             },
             key: options.text(&KEY).map(str::to_string),
+            partitioner: match options.choice(&PARTITIONER)? {
+                Some("crc32") => Partitioner::Crc32,
+                Some("round_robin") => Partitioner::RoundRobin,
+                _ => Partitioner::Murmur2,
+            },
+            timestamp: options.text(&TIMESTAMP_COLUMN).map(str::to_string),
         })
     }
 }
@@ -130,6 +174,13 @@ pub(crate) struct KafkaSink {
     encoder: Box<dyn Encoder>,
     /// The key column's index in the rows.
     key: Option<usize>,
+    /// The timestamp column's index, and what turns its values into milliseconds (times the
+    /// first, divided by the second).
+    timestamp: Option<(usize, i64, i64)>,
+    partitioner: Partitioner,
+    /// The topic's partition count, and the next partition for round robin.
+    partitions: u32,
+    next: u32,
     messages: Vec<u8>,
     ends: Vec<usize>,
 }
@@ -166,16 +217,44 @@ impl KafkaSink {
                 Some(i)
             }
         };
+        let timestamp = match &settings.timestamp {
+            None => None,
+            Some(name) => {
+                let (i, field) = schema.column_with_name(name).ok_or_else(|| {
+                    SinkError::Options(format!(
+                        "sink {sink}: 'timestamp.column' = '{name}' is not a column of its rows"
+                    ))
+                })?;
+                let (mul, div) = match field.data_type() {
+                    DataType::Timestamp(TimeUnit::Second, _) => (1000, 1),
+                    DataType::Timestamp(TimeUnit::Millisecond, _) => (1, 1),
+                    DataType::Timestamp(TimeUnit::Microsecond, _) => (1, 1000),
+                    DataType::Timestamp(TimeUnit::Nanosecond, _) => (1, 1_000_000),
+                    other => {
+                        return Err(SinkError::Options(format!(
+                            "sink {sink}: the timestamp column '{name}' is {other}, not a \
+                             TIMESTAMP"
+                        )))
+                    }
+                };
+                Some((i, mul, div))
+            }
+        };
         let producer =
             Producer::connect(&settings.producer).map_err(|source| SinkError::Kafka {
                 sink: sink.to_string(),
                 source,
             })?;
+        let partitions = u32::try_from(producer.partitions().max(1)).unwrap_or(1);
         Ok(Self {
             sink: sink.to_string(),
             producer,
             encoder,
             key,
+            timestamp,
+            partitioner: settings.partitioner,
+            partitions,
+            next: 0,
             messages: Vec::new(),
             ends: Vec::new(),
         })
@@ -225,11 +304,45 @@ impl super::BatchWriter for KafkaSink {
             }
         };
         let keys = keys.as_ref().map(|k| k.as_binary::<i32>());
+        // Timestamps in milliseconds, one column for the batch.
+        let times = match self.timestamp {
+            None => None,
+            Some((i, mul, div)) => {
+                let column =
+                    arrow::compute::cast(batch.column(i), &DataType::Int64).map_err(|e| {
+                        SinkError::Options(format!(
+                            "sink {}: the timestamp column cannot be read: {e}",
+                            self.sink
+                        ))
+                    })?;
+                Some((column, mul, div))
+            }
+        };
+        let times = times
+            .as_ref()
+            .map(|(c, mul, div)| (c.as_primitive::<Int64Type>(), *mul, *div));
         let mut start = 0;
         for (row, &end) in self.ends.iter().enumerate() {
             let key = keys.and_then(|k| k.is_valid(row).then(|| k.value(row)));
             let value = self.messages.get(start..end).unwrap_or_default();
-            if let Err(e) = self.producer.send(None, key, value) {
+            let timestamp = times.and_then(|(t, mul, div)| {
+                t.is_valid(row)
+                    .then(|| t.value(row).saturating_mul(mul).div_euclid(div))
+            });
+            let partition = match (self.partitioner, key) {
+                (Partitioner::Murmur2, _) | (Partitioner::Crc32, None) => None,
+                (Partitioner::Crc32, Some(k)) => Some(crc32fast::hash(k) % self.partitions),
+                (Partitioner::RoundRobin, _) => {
+                    let p = self.next;
+                    self.next = (self.next + 1) % self.partitions;
+                    Some(p)
+                }
+            };
+            let partition = partition.and_then(|p| i32::try_from(p).ok());
+            if let Err(e) = self
+                .producer
+                .send_with(partition, key, Some(value), &[], timestamp)
+            {
                 return Err(self.kafka_error(e));
             }
             start = end;

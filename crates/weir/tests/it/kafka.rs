@@ -755,6 +755,45 @@ fn a_kafka_sink_writes_each_row_once_keyed_as_the_java_client_places_keys() {
         assert_eq!(got[4], got[0], "{ticker}'s records are keyed by it");
     }
 
+    // librdkafka's partitioner (CRC-32 of the key) and record timestamps from a column.
+    let topic2 = format!("{topic}-crc");
+    create_topic(std::slice::from_ref(&broker), &topic2, 3, 1, &[], false).unwrap();
+    let engine = Engine::new(EngineOptions::default());
+    let g_source = format!(
+        "CREATE SOURCE g (ticker VARCHAR, ts TIMESTAMP) WITH ('connector' = 'file', \
+         'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', \
+         'fields.ticker' = 'base.ticker', 'fields.ts' = 'base.timestamp');",
+        data.display()
+    );
+    rt.block_on(engine.query(&format!(
+        "{g_source}\n\
+         CREATE SINK out FROM g WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+         'topic' = '{topic2}', 'encoding' = 'json', 'key' = 'ticker', \
+         'partitioner' = 'crc32', 'timestamp.column' = 'ts');"
+    )))
+    .unwrap();
+    rt.block_on(engine.finish()).unwrap();
+    let latest = query(format!(
+        "{g_source}\nSELECT ticker, max(CAST(ts AS BIGINT)) / 1000000 FROM g GROUP BY ticker;"
+    ));
+    let read = query(format!(
+        "CREATE SOURCE k (ticker VARCHAR) INCLUDE partition AS p INCLUDE timestamp AS rts \
+         WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic2}', \
+         'encoding' = 'json');\n\
+         SELECT ticker, count(*), CAST(min(p) AS BIGINT), CAST(max(p) AS BIGINT), \
+         max(CAST(rts AS BIGINT)) FROM k GROUP BY ticker;"
+    ));
+    assert_eq!(read.len(), sent.len());
+    for (ticker, got) in &read {
+        assert_eq!(got[0], sent[ticker][0], "{ticker}'s records");
+        let want = i64::from(crc32fast::hash(ticker.as_bytes()) % 3);
+        assert_eq!((got[1], got[2]), (want, want), "{ticker}'s partition");
+        assert_eq!(
+            got[3], latest[ticker][0],
+            "{ticker}'s latest record time (ms)"
+        );
+    }
+
     // A key column the rows lack, and a topic that does not exist: one error each, naming it.
     for (topic, key, expect) in [
         (topic.as_str(), "symbol", "'key' = 'symbol'"),
