@@ -132,19 +132,7 @@ impl SinkState {
                 None => Target::Stdout,
             };
             let w: Box<dyn BatchWriter> = match (&self.encoder, &self.settings.messages) {
-                (Some(factory), Some(_)) if self.kafka.is_some() => {
-                    let encoder = factory
-                        .create_encoder(&EncoderRequest {
-                            sink,
-                            schema: Arc::clone(schema),
-                            options: &self.options,
-                        })
-                        .map_err(SinkError::Encode)?;
-                    let settings = self.kafka.as_ref().ok_or_else(|| {
-                        SinkError::Options(format!("sink {sink} lost its settings; a bug in weir"))
-                    })?;
-                    Box::new(KafkaSink::open(sink, settings, schema, encoder)?)
-                }
+                // One encoded message per row: records of a topic, or framed in a file.
                 (Some(factory), Some((_, framing))) => {
                     let encoder = factory
                         .create_encoder(&EncoderRequest {
@@ -153,7 +141,10 @@ impl SinkState {
                             options: &self.options,
                         })
                         .map_err(SinkError::Encode)?;
-                    Box::new(MessageFileSink::open(encoder, *framing, target)?)
+                    match &self.kafka {
+                        Some(kafka) => Box::new(KafkaSink::open(sink, kafka, schema, encoder)?),
+                        None => Box::new(MessageFileSink::open(encoder, *framing, target)?),
+                    }
                 }
                 _ => open_writer(self.settings.format, target, schema, &self.options, follow)?,
             };

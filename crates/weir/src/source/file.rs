@@ -411,6 +411,27 @@ struct FeedState {
     carry: Vec<u8>,
 }
 
+impl FeedState {
+    fn new(
+        files: Vec<PathBuf>,
+        sizes: Vec<Option<u64>>,
+        names: Vec<Arc<str>>,
+        listed: Vec<RangeFile>,
+    ) -> Self {
+        Self {
+            files,
+            sizes,
+            remaining: u64::MAX,
+            listed,
+            names,
+            current: 0,
+            reader: None,
+            offset: 0,
+            carry: Vec::new(),
+        }
+    }
+}
+
 /// The shared block reader of one scan of a file source.
 pub(crate) struct FileFeed {
     spec: String,
@@ -468,28 +489,36 @@ impl FileFeed {
                 }
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self {
+        let state = FeedState::new(files, sizes, names, Vec::new());
+        Ok(Self::with_state(
+            spec,
+            framing,
+            follow,
+            max_message_bytes,
+            state,
+        ))
+    }
+
+    /// A feed over the files (or listed objects) in `state`.
+    fn with_state(
+        spec: &str,
+        framing: Framing,
+        follow: bool,
+        max_message_bytes: u64,
+        state: FeedState,
+    ) -> Self {
+        Self {
             spec: spec.into(),
             framing,
             follow,
             block_bytes: DEFAULT_BLOCK_BYTES,
             max_message_bytes,
             starts: Default::default(),
-            state: Mutex::new(FeedState {
-                files,
-                sizes,
-                remaining: u64::MAX,
-                listed: Vec::new(),
-                names,
-                current: 0,
-                reader: None,
-                offset: 0,
-                carry: Vec::new(),
-            }),
+            state: Mutex::new(state),
             ranges: OnceLock::new(),
             stages: Arc::default(),
             holders: Default::default(),
-        })
+        }
     }
 
     /// A bounded feed over files already listed with their sizes (objects).
@@ -499,28 +528,8 @@ impl FileFeed {
         framing: Framing,
         max_message_bytes: u64,
     ) -> Self {
-        Self {
-            spec: spec.into(),
-            framing,
-            follow: false,
-            block_bytes: DEFAULT_BLOCK_BYTES,
-            max_message_bytes,
-            starts: Default::default(),
-            state: Mutex::new(FeedState {
-                files: Vec::new(),
-                sizes: Vec::new(),
-                remaining: u64::MAX,
-                listed,
-                names: Vec::new(),
-                current: 0,
-                reader: None,
-                offset: 0,
-                carry: Vec::new(),
-            }),
-            ranges: OnceLock::new(),
-            stages: Arc::default(),
-            holders: Default::default(),
-        }
+        let state = FeedState::new(Vec::new(), Vec::new(), Vec::new(), listed);
+        Self::with_state(spec, framing, false, max_message_bytes, state)
     }
 
     /// Sets the bytes read per block (tests use small blocks to exercise the edges).
