@@ -138,15 +138,17 @@ fn report(engine: &Engine, started: Instant) {
             count((s.messages as f64 / secs.max(1e-9)) as u64)
         );
         let t = s.stages;
-        let readers = t.read + t.framing + t.waiting + t.decoding;
+        let readers = t.read + t.walk_ahead + t.framing + t.waiting + t.decoding;
         if !readers.is_zero() {
             eprintln!(
                 "source {}: readers' time (summed over {} partitions): read {:.2} s, decode {:.2} s, \
-                 wait for framing {:.2} s, framing {:.3} s (taken in turn: {:.1}% of the run)",
+                 framing ahead {:.3} s, wait for framing {:.2} s, framing {:.3} s (taken in turn: \
+                 {:.1}% of the run)",
                 s.name,
                 engine.partitions(),
                 t.read.as_secs_f64(),
                 t.decoding.as_secs_f64(),
+                t.walk_ahead.as_secs_f64(),
                 t.waiting.as_secs_f64(),
                 t.framing.as_secs_f64(),
                 100.0 * t.framing.as_secs_f64() / secs.max(1e-9)

@@ -41,6 +41,9 @@ pub struct SourceReport {
 pub struct ReaderTimes {
     /// Reading ranges of the files (in parallel).
     pub read: Duration,
+    /// Chaining through each range's frame headers before its turn (in parallel), so that the
+    /// walk in turn is short.
+    pub walk_ahead: Duration,
     /// Finding where each range's first frame begins: the stage taken in turn, range after
     /// range, so the part of a run that does not spread over cores.
     pub framing: Duration,
@@ -94,10 +97,12 @@ impl SourceStatsHandle {
 
 fn reader_times(s: &crate::source::ReadStages) -> ReaderTimes {
     let ns = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let (read, framing, waiting) = (ns(&s.read_ns), ns(&s.framing_ns), ns(&s.waiting_ns));
-    let decoding = ns(&s.reader_ns).saturating_sub(read + framing + waiting);
+    let (read, ahead) = (ns(&s.read_ns), ns(&s.ahead_ns));
+    let (framing, waiting) = (ns(&s.framing_ns), ns(&s.waiting_ns));
+    let decoding = ns(&s.reader_ns).saturating_sub(read + ahead + framing + waiting);
     ReaderTimes {
         read: Duration::from_nanos(read),
+        walk_ahead: Duration::from_nanos(ahead),
         framing: Duration::from_nanos(framing),
         waiting: Duration::from_nanos(waiting),
         decoding: Duration::from_nanos(decoding),

@@ -7,6 +7,10 @@
 //! Each range's walk starts at the boundary the walk before it left (the end of the last frame
 //! that began in the previous range) and reads the rest of a frame that runs past its own
 //! range, so every frame is handed out once, whole, by the range it begins in.
+//!
+//! What is taken in turn is kept short by walking ahead (see [`super::walk_ahead`]): before its
+//! turn, a reader chains through its range's length prefixes from the range's first byte, in
+//! parallel with the others; in its turn it walks only until the real frames meet that chain.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -18,6 +22,7 @@ use std::time::Instant;
 use weir_testdata::{Frame, Framing};
 
 use super::file::{BlockStatus, FileError};
+use super::walk_ahead::{self, Ahead, Step};
 use super::ReadStages;
 
 /// Condition variables readers wait on for their turn (more than readers usually run).
@@ -125,6 +130,8 @@ pub(crate) struct Ranges {
     turned: [Condvar; WAIT_SLOTS],
     /// Bad frames found by a walk that also handed out good frames, for the next call.
     pending: Mutex<Vec<BlockStatus>>,
+    /// The walks ahead of readers not in [`Ranges::next_block`] now, kept for their buffers.
+    aheads: Mutex<Vec<Ahead>>,
     stages: Arc<ReadStages>,
 }
 
@@ -192,6 +199,7 @@ impl Ranges {
             }),
             turned: std::array::from_fn(|_| Condvar::new()),
             pending: Mutex::new(Vec::new()),
+            aheads: Mutex::new(Vec::new()),
             stages,
         }
     }
@@ -230,10 +238,16 @@ impl Ranges {
                 .read_exact_at(&mut buf[pad..pad + raw], claim.start)
                 .map_err(|source| self.io(claim.file, source));
             let read_at = Instant::now();
+            let mut ahead = PooledAhead::take(&self.aheads);
+            if let (Ok(()), Some(step)) = (&read, self.step()) {
+                ahead.walk(&buf[..pad + raw], pad, pad + raw, step);
+            }
+            let ahead_at = Instant::now();
             let mut turn = self.wait_turn(&claim)?;
             let turn_at = Instant::now();
             add(&self.stages.read_ns, read_at - started);
-            add(&self.stages.waiting_ns, turn_at - read_at);
+            add(&self.stages.ahead_ns, ahead_at - read_at);
+            add(&self.stages.waiting_ns, turn_at - ahead_at);
             read?;
             let begin = if claim.seq == 0 {
                 claim.start
@@ -249,7 +263,7 @@ impl Ranges {
                 continue;
             }
             let first = pad + (begin - claim.start) as usize;
-            let walk = self.walk(&claim, buf, pad, first, pad + raw);
+            let walk = self.walk(&claim, buf, pad, first, pad + raw, &ahead);
             add(&self.stages.framing_ns, turn_at.elapsed());
             // On an error the guard leaves the scan broken.
             let Walked {
@@ -368,6 +382,15 @@ impl Ranges {
         self.turned[turn.ticket as usize % WAIT_SLOTS].notify_all();
     }
 
+    /// The fast walk's step over one length-prefixed frame; `None` for lines.
+    fn step(&self) -> Option<Step> {
+        match self.framing {
+            Framing::Varint => Some(walk_ahead::varint_step),
+            Framing::U32Be => Some(walk_ahead::u32be_step),
+            Framing::Lines => None,
+        }
+    }
+
     /// Walks the frames that begin in `buf[at..end]` (the range read to `buf[pad..end]`),
     /// reading the rest of one that runs past the range. Returns the end of the last whole
     /// frame, the end of the bytes now in `buf`, and a bad frame that ends the file's read (its
@@ -379,18 +402,19 @@ impl Ranges {
         pad: usize,
         mut at: usize,
         end: usize,
+        ahead: &Ahead,
     ) -> Result<Walked, FileError> {
         let size = self.files[claim.file].size;
         let mut valid = end;
         while at < end {
             // This walk is the part of a scan that does not spread over cores: skip the
-            // common frames in a tight loop, and leave the rest (a frame that runs past the
-            // range, a long header, the end of the file) to `Framing::frame`.
-            at = match self.framing {
-                Framing::Varint => skip_varint_frames(&buf[..valid], at, end),
-                Framing::U32Be => skip_u32be_frames(&buf[..valid], at, end),
+            // common frames in a tight loop, along the walk ahead once it meets it, and leave
+            // the rest (a frame that runs past the range, a long header, the end of the file)
+            // to `Framing::frame`.
+            at = match self.step() {
+                Some(step) => ahead.skip(&buf[..valid], at, end, step),
                 // Only the range's last line end matters here.
-                Framing::Lines => memchr::memrchr(b'\n', &buf[at..end]).map_or(at, |i| at + i + 1),
+                None => memchr::memrchr(b'\n', &buf[at..end]).map_or(at, |i| at + i + 1),
             };
             if at >= end {
                 break;
@@ -467,49 +491,6 @@ impl Ranges {
     }
 }
 
-/// Skips whole frames with a one- or two-byte varint length (messages under 16 KiB) from `at`
-/// while they begin before `end`; returns where it stopped.
-#[inline]
-fn skip_varint_frames(buf: &[u8], mut at: usize, end: usize) -> usize {
-    while at < end {
-        let (len, header) = match (buf.get(at), buf.get(at + 1)) {
-            (Some(&b0), _) if b0 < 0x80 => (usize::from(b0), 1),
-            (Some(&b0), Some(&b1)) if b1 < 0x80 => {
-                (usize::from(b0 & 0x7f) | usize::from(b1) << 7, 2)
-            }
-            _ => break,
-        };
-        let next = at + header + len;
-        if next > buf.len() {
-            break;
-        }
-        at = next;
-    }
-    at
-}
-
-/// Skips whole u32be frames from `at` while they begin before `end`; returns where it stopped.
-#[inline]
-fn skip_u32be_frames(buf: &[u8], mut at: usize, end: usize) -> usize {
-    while at < end {
-        let Some(&[a, b, c, d]) = buf
-            .get(at..at + 4)
-            .and_then(|h| <&[u8; 4]>::try_from(h).ok())
-        else {
-            break;
-        };
-        let Some(next) = usize::try_from(u32::from_be_bytes([a, b, c, d]))
-            .ok()
-            .and_then(|len| (at + 4).checked_add(len))
-            .filter(|&n| n <= buf.len())
-        else {
-            break;
-        };
-        at = next;
-    }
-    at
-}
-
 fn add(counter: &AtomicU64, d: std::time::Duration) {
     counter.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
 }
@@ -531,6 +512,38 @@ impl Walked {
             valid,
             bad: Some((at, reason)),
         }
+    }
+}
+
+/// A reader's walk ahead, back in the pool when the reader leaves [`Ranges::next_block`].
+struct PooledAhead<'a> {
+    pool: &'a Mutex<Vec<Ahead>>,
+    ahead: Ahead,
+}
+
+impl<'a> PooledAhead<'a> {
+    fn take(pool: &'a Mutex<Vec<Ahead>>) -> Self {
+        let ahead = lock(pool).pop().unwrap_or_default();
+        Self { pool, ahead }
+    }
+}
+
+impl std::ops::Deref for PooledAhead<'_> {
+    type Target = Ahead;
+    fn deref(&self) -> &Ahead {
+        &self.ahead
+    }
+}
+
+impl std::ops::DerefMut for PooledAhead<'_> {
+    fn deref_mut(&mut self) -> &mut Ahead {
+        &mut self.ahead
+    }
+}
+
+impl Drop for PooledAhead<'_> {
+    fn drop(&mut self) {
+        lock(self.pool).push(std::mem::take(&mut self.ahead));
     }
 }
 

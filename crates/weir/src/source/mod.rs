@@ -9,6 +9,7 @@ mod file_ranges;
 pub(crate) mod kafka;
 pub(crate) mod meta;
 pub(crate) mod table;
+mod walk_ahead;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -200,6 +201,8 @@ pub(crate) struct SourceStats {
 pub(crate) struct ReadStages {
     /// Reading ranges of the files, in parallel.
     pub(crate) read_ns: AtomicU64,
+    /// Walking ahead through each range's frame headers before its turn, in parallel.
+    pub(crate) ahead_ns: AtomicU64,
     /// Walking the frame headers to find where each range's first frame begins: the one stage
     /// taken in turn.
     pub(crate) framing_ns: AtomicU64,
