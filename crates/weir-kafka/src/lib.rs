@@ -108,7 +108,7 @@ pub use consumer::{
     StartupMode,
 };
 pub use error::{Error, Result};
-pub use producer::{murmur2, Producer, ProducerConfig};
+pub use producer::{murmur2, settle_transaction, Producer, ProducerConfig, Settled};
 pub use record_batch::{Compression, Headers};
 pub use security::{
     parse_properties, tls, OAuthBearerConfig, OidcConfig, PemSource, SaslConfig, SaslExchange,

@@ -21,6 +21,7 @@ use crate::connection::{decode_response, Connection, Connector};
 use crate::error::{error_name, is_retriable, Error, Result};
 use crate::record_batch::{finish_batch, BatchSpec, Compression, RecordsWriter};
 use crate::security::SecurityConfig;
+pub use crate::transaction::Settled;
 
 /// Producer settings.
 #[derive(Debug, Clone)]
@@ -337,6 +338,45 @@ impl Producer {
         }
     }
 
+    /// The producer id and epoch its batches carry (-1 and -1 when not idempotent).
+    pub fn producer_identity(&self) -> (i64, i16) {
+        (self.producer_id, self.producer_epoch)
+    }
+
+    /// True while a transaction is open and has written to a partition (so ending it reaches
+    /// the coordinator).
+    pub fn transaction_has_records(&self) -> bool {
+        self.txn
+            .as_ref()
+            .is_some_and(|t| t.open && t.added.iter().any(|&a| a))
+    }
+
+    /// Starts a new epoch of this transactional producer (InitProducerId again), between
+    /// transactions. Each transaction then has an epoch of its own, so a transaction recorded
+    /// by its producer id and epoch can be told apart from the ones after it (see
+    /// [`settle_transaction`]).
+    pub fn renew_epoch(&mut self) -> Result<()> {
+        let id = self.cfg.transactional_id.clone().unwrap_or_default();
+        let Some(t) = &mut self.txn else {
+            return Err(Error::Transaction {
+                transactional_id: id,
+                reason: "the producer has no transactional.id".into(),
+            });
+        };
+        if t.open {
+            return Err(Error::Transaction {
+                transactional_id: id,
+                reason: "a new epoch begins between transactions, and one is open".into(),
+            });
+        }
+        let (producer_id, producer_epoch) = t.coordinator.init_producer_id()?;
+        self.producer_id = producer_id;
+        self.producer_epoch = producer_epoch;
+        // Sequence numbers count from 0 in each epoch.
+        self.sequences.iter_mut().for_each(|s| *s = 0);
+        Ok(())
+    }
+
     /// Opens a transaction: the records sent until [`Producer::commit_transaction`] or
     /// [`Producer::abort_transaction`] are seen by `read_committed` consumers all together, or
     /// never.
@@ -613,6 +653,32 @@ const DUPLICATE_SEQUENCE: i16 = 46;
 /// INVALID_PRODUCER_EPOCH, PRODUCER_FENCED: a newer producer of the transactional id took over.
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const PRODUCER_FENCED: i16 = 90;
+
+/// Settles the transaction that producer `producer` (its id and epoch) of `cfg`'s
+/// `transactional.id` left when it stopped: commits it if it is still open. Call it before
+/// [`Producer::connect`] with the same id, whose new epoch would abort that transaction.
+///
+/// The answer is exact for a producer that calls [`Producer::renew_epoch`] after each commit:
+/// [`Settled::EndedBefore`] then means the transaction committed before the stop. (A
+/// transaction the coordinator aborted because it stayed open longer than
+/// `transaction.timeout.ms` also answers so.)
+pub fn settle_transaction(cfg: &ProducerConfig, producer: (i64, i16)) -> Result<Settled> {
+    let Some(id) = &cfg.transactional_id else {
+        return Err(Error::Transaction {
+            transactional_id: String::new(),
+            reason: "the producer has no transactional.id".into(),
+        });
+    };
+    let connector = Connector::new(&cfg.security, cfg.request_timeout)?;
+    let mut coordinator = crate::transaction::Coordinator::find(
+        &connector,
+        &cfg.brokers,
+        id,
+        cfg.request_timeout,
+        cfg.transaction_timeout,
+    )?;
+    coordinator.settle(producer)
+}
 
 #[cfg(test)]
 mod tests {

@@ -29,6 +29,17 @@ const CONCURRENT_TRANSACTIONS: i16 = 51;
 /// INVALID_PRODUCER_EPOCH and PRODUCER_FENCED: a newer producer of the same id took over.
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const PRODUCER_FENCED: i16 = 90;
+/// INVALID_PRODUCER_ID_MAPPING: the id has a new producer id (its epochs ran out).
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+
+/// What [`crate::settle_transaction`] found of a transaction recorded before a stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// It was open or committing, and is committed now (or was committed with this very epoch).
+    Committed,
+    /// The id has moved on to a later epoch: the transaction had ended before.
+    EndedBefore,
+}
 
 /// The connection to the coordinator of one `transactional.id`.
 pub(crate) struct Coordinator {
@@ -155,18 +166,47 @@ impl Coordinator {
     pub(crate) fn end(&mut self, producer: (i64, i16), commit: bool) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
         loop {
-            let v = self.conn.version(ApiKey::EndTxn, "EndTxn", 0, 4)?;
-            let req = EndTxnRequest::default()
-                .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
-                .with_producer_id(ProducerId(producer.0))
-                .with_producer_epoch(producer.1)
-                .with_committed(commit);
-            let resp: EndTxnResponse = self.conn.request(ApiKey::EndTxn, v, &req)?;
-            if self.check("EndTxn", resp.error_code, producer.1)? {
+            let code = self.end_txn(producer, commit)?;
+            if self.check("EndTxn", code, producer.1)? {
                 return Ok(());
             }
-            self.give_up_after(deadline, "EndTxn", resp.error_code)?;
+            self.give_up_after(deadline, "EndTxn", code)?;
         }
+    }
+
+    /// Commits the transaction `producer` (a producer id and epoch) left, if it is still open.
+    /// A producer that starts a new epoch only after its last transaction committed (as
+    /// weir's exactly-once sink does) can tell from the answer whether that transaction is
+    /// committed: [`Settled::Committed`] when this commit (or an earlier one with the same
+    /// epoch) completed it; [`Settled::EndedBefore`] when the id is at a later epoch already,
+    /// or has a new producer id.
+    pub(crate) fn settle(&mut self, producer: (i64, i16)) -> Result<Settled> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let code = self.end_txn(producer, true)?;
+            if matches!(
+                code,
+                INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING
+            ) {
+                return Ok(Settled::EndedBefore);
+            }
+            if self.check("EndTxn", code, producer.1)? {
+                return Ok(Settled::Committed);
+            }
+            self.give_up_after(deadline, "EndTxn", code)?;
+        }
+    }
+
+    /// One EndTxn request; its answer's error code.
+    fn end_txn(&mut self, producer: (i64, i16), commit: bool) -> Result<i16> {
+        let v = self.conn.version(ApiKey::EndTxn, "EndTxn", 0, 4)?;
+        let req = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
+            .with_producer_id(ProducerId(producer.0))
+            .with_producer_epoch(producer.1)
+            .with_committed(commit);
+        let resp: EndTxnResponse = self.conn.request(ApiKey::EndTxn, v, &req)?;
+        Ok(resp.error_code)
     }
 
     fn give_up_after(&self, deadline: Instant, api: &str, code: i16) -> Result<()> {

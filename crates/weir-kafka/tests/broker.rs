@@ -8,8 +8,8 @@ use crate::common::{
     bootstrap, config, drain, java_load, java_value, serial, topic, try_java_load,
 };
 use weir_kafka::{
-    create_topic, murmur2, Compression, Consumer, Error, Isolation, OffsetReset,
-    PartitionSelection, PollStatus, Producer, ProducerConfig, StartupMode,
+    create_topic, murmur2, settle_transaction, Compression, Consumer, Error, Isolation,
+    OffsetReset, PartitionSelection, PollStatus, Producer, ProducerConfig, Settled, StartupMode,
 };
 
 /// Data written by Kafka's Java producer with each codec reads back exactly: every record once,
@@ -673,4 +673,78 @@ fn transactions_commit_abort_and_fence() {
     );
     let all = values(Isolation::ReadUncommitted);
     assert!(all.is_superset(&named(&[("a", 10), ("b", 5), ("c", 5), ("d", 3)])));
+}
+
+/// A transaction left open by a producer that stopped (its id and epoch recorded) is committed
+/// by `settle_transaction`; one that committed before a new epoch began is reported so, and the
+/// transaction of that later epoch is aborted by the next producer.
+#[test]
+fn a_transaction_left_open_is_settled_by_its_epoch() {
+    let _serial = serial();
+    let Some(b) = bootstrap("a_transaction_left_open_is_settled_by_its_epoch") else {
+        return;
+    };
+    let t = topic("wtxs");
+    create_topic(std::slice::from_ref(&b), &t, 2, 1, &[], false).unwrap();
+    let cfg = ProducerConfig {
+        brokers: vec![b.clone()],
+        topic: t.clone(),
+        transactional_id: Some(format!("{t}-writer")),
+        ..ProducerConfig::default()
+    };
+    let send = |p: &mut Producer, tag: &str, n: usize| {
+        p.begin_transaction().unwrap();
+        for i in 0..n {
+            p.send(
+                None,
+                Some(format!("k{i}").as_bytes()),
+                format!("{tag}{i}").as_bytes(),
+            )
+            .unwrap();
+        }
+        p.flush().unwrap();
+        assert!(p.transaction_has_records());
+    };
+    // Stopped with its transaction open: settling commits it.
+    let mut first = Producer::connect(&cfg).unwrap();
+    send(&mut first, "a", 10);
+    let open = first.producer_identity();
+    drop(first);
+    assert_eq!(settle_transaction(&cfg, open).unwrap(), Settled::Committed);
+    // Settling again finds it committed with that very epoch.
+    assert_eq!(settle_transaction(&cfg, open).unwrap(), Settled::Committed);
+
+    // Committed, a new epoch begun and its transaction left open: the recorded one ended before.
+    let mut second = Producer::connect(&cfg).unwrap();
+    send(&mut second, "b", 4);
+    let committed = second.producer_identity();
+    second.commit_transaction().unwrap();
+    second.renew_epoch().unwrap();
+    assert!(second.producer_identity().1 > committed.1);
+    send(&mut second, "c", 6);
+    drop(second);
+    assert_eq!(
+        settle_transaction(&cfg, committed).unwrap(),
+        Settled::EndedBefore
+    );
+    // The next producer of the id aborts what the later epoch left open.
+    let mut third = Producer::connect(&cfg).unwrap();
+    send(&mut third, "d", 3);
+    third.commit_transaction().unwrap();
+
+    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+        isolation: Isolation::ReadCommitted,
+        ..config(&b, &t)
+    })
+    .unwrap();
+    let got: BTreeSet<String> = drain(&mut c)
+        .values()
+        .flatten()
+        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .collect();
+    let want: BTreeSet<String> = [("a", 10), ("b", 4), ("d", 3)]
+        .iter()
+        .flat_map(|(tag, n)| (0..*n).map(move |i| format!("{tag}{i}")))
+        .collect();
+    assert_eq!(got, want);
 }
