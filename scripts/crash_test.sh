@@ -19,6 +19,10 @@
 # WEIR_CRASH_SINK=delta-stateless does the same with a source without 'state.dir' (no dedup):
 # the table alone records the positions, and the check is that every message of the topic,
 # repeats included, is in the table exactly once by (partition, offset).
+#
+# WEIR_CRASH_SINK=kafka writes the rows as JSON records to a second topic of the broker, one
+# transaction a step, and the check reads that topic with confluent-kafka (librdkafka) at
+# isolation.level=read_committed: every distinct key exactly once, as for Parquet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS="${WEIR_CRASH_KILLS:-20}"
@@ -51,6 +55,24 @@ CREATE SINK out FROM quotes WITH ('connector' = 'delta', 'path' = '$TABLE',
   's3.access.key.id' = '$WEIR_S3_ACCESS_KEY', 's3.secret.access.key' = '\${env:WEIR_S3_SECRET_KEY}');
 SQL
   echo "crash test: into the Delta table $TABLE"
+elif [ "$SINK_KIND" = kafka ]; then
+  if ! "$VENV/bin/python" -c "import confluent_kafka" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "confluent-kafka==2.16.0"
+  fi
+  OUT_TOPIC="$TOPIC-out"
+  "$VENV/bin/python" - "$WEIR_KAFKA_BOOTSTRAP" "$OUT_TOPIC" <<'PY'
+import sys
+from confluent_kafka.admin import AdminClient, NewTopic
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+for f in admin.create_topics([NewTopic(sys.argv[2], num_partitions=3, replication_factor=1)]).values():
+    f.result()
+PY
+  cat >> "$WORK/p.sql" <<SQL
+CREATE SINK out FROM quotes WITH ('connector' = 'kafka', 'brokers' = '$WEIR_KAFKA_BOOTSTRAP',
+  'topic' = '$OUT_TOPIC', 'encoding' = 'json', 'key' = 'ticker',
+  'transactional.id' = 'crash-$OUT_TOPIC');
+SQL
+  echo "crash test: into the topic $OUT_TOPIC, one transaction a step"
 else
   echo "CREATE SINK out FROM quotes WITH ('connector' = 'parquet', 'path' = '$WORK/out');" >> "$WORK/p.sql"
 fi
@@ -157,6 +179,51 @@ print(f"crash test: {sent} messages sent, {len(expected)} distinct keys; the Del
       f"{len(wrong)} differ from the table's txn versions")
 assert positions, "the state committed no positions"
 assert not wrong, f"table txn versions differ from the committed positions: {wrong}"
+assert doubled == 0 and not missing and not extra, "exactly-once violated"
+assert len(expected) < sent, "the stream had no duplicates to drop"
+PY
+echo "crash test: passed"
+exit 0
+fi
+
+if [ "$SINK_KIND" = kafka ]; then
+"$VENV/bin/python" - "$WORK" "$chunk" "$WEIR_KAFKA_BOOTSTRAP" "$OUT_TOPIC" <<'PY'
+import json, sys
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+work, chunks, bootstrap, topic = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+expected = set()
+sent = 0
+for c in range(1, chunks + 1):
+    with open(f"{work}/ref-{c}.jsonl") as f:
+        for line in f:
+            q = json.loads(line)
+            expected.add((q["base"]["ticker"], q["base"]["sequence_number"]))
+            sent += 1
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
+                     "isolation.level": "read_committed", "enable.partition.eof": True,
+                     "enable.auto.commit": False})
+consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+got, ended = [], set()
+while len(ended) < 3:
+    m = consumer.poll(10)
+    if m is None:
+        sys.exit("crash test: no record nor partition end from the output topic in 10 s")
+    if m.error():
+        if m.error().code() == KafkaError._PARTITION_EOF:
+            ended.add(m.partition())
+            continue
+        sys.exit(f"crash test: reading the output topic: {m.error()}")
+    row = json.loads(m.value())
+    got.append((row["ticker"], row["sequence_number"]))
+    assert m.key().decode() == row["ticker"], "a record's key is not its ticker"
+consumer.close()
+seen = set(got)
+doubled = len(got) - len(seen)
+missing = expected - seen
+extra = seen - expected
+print(f"crash test: {sent} messages sent, {len(expected)} distinct keys; the topic holds "
+      f"{len(got)} committed records, {doubled} doubled, {len(missing)} missing, "
+      f"{len(extra)} unexpected")
 assert doubled == 0 and not missing and not extra, "exactly-once violated"
 assert len(expected) < sent, "the stream had no duplicates to drop"
 PY

@@ -107,8 +107,14 @@ WEIR_CRASH_SINK=delta ./scripts/crash_test.sh
 echo "== exactly-once into a Delta table without state under kill -9 (scripts/crash_test.sh, delta-stateless)"
 WEIR_CRASH_SINK=delta-stateless ./scripts/crash_test.sh
 
+echo "== exactly-once into a Kafka topic, one transaction a step, under kill -9 (scripts/crash_test.sh, kafka)"
+WEIR_CRASH_SINK=kafka ./scripts/crash_test.sh
+
 echo "== windows exactly once under kill -9 (scripts/window_crash_test.sh)"
 ./scripts/window_crash_test.sh
 
 echo "== windows exactly once into a Delta table on S3 under kill -9 (scripts/window_crash_test.sh, delta)"
 WEIR_CRASH_SINK=delta ./scripts/window_crash_test.sh
+
+echo "== windows exactly once into a Kafka topic under kill -9 (scripts/window_crash_test.sh, kafka)"
+WEIR_CRASH_SINK=kafka ./scripts/window_crash_test.sh

@@ -15,6 +15,10 @@
 # WEIR_S3_ENDPOINT (scripts/objectstore.sh; credentials in WEIR_S3_ACCESS_KEY/WEIR_S3_SECRET_KEY,
 # bucket WEIR_S3_BUCKET) instead of Parquet step files, and the check reads the table with the
 # Python `deltalake` package (delta-rs's own binding).
+#
+# WEIR_CRASH_SINK=kafka writes the bars as JSON records to a second topic of the broker, one
+# transaction a step, and the check reads that topic with confluent-kafka (librdkafka) at
+# isolation.level=read_committed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS="${WEIR_CRASH_KILLS:-20}"
@@ -34,6 +38,22 @@ if [ "$SINK_KIND" = delta ]; then
   's3.endpoint' = '$WEIR_S3_ENDPOINT', 's3.region' = 'us-east-1',
   's3.access.key.id' = '$WEIR_S3_ACCESS_KEY', 's3.secret.access.key' = '\${env:WEIR_S3_SECRET_KEY}'"
   echo "window crash test: into the Delta table $TABLE"
+elif [ "$SINK_KIND" = kafka ]; then
+  if ! "$VENV/bin/python" -c "import confluent_kafka" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "confluent-kafka==2.16.0"
+  fi
+  TABLE=""
+  OUT_TOPIC="$TOPIC-bars"
+  "$VENV/bin/python" - "$WEIR_KAFKA_BOOTSTRAP" "$OUT_TOPIC" <<'PY'
+import sys
+from confluent_kafka.admin import AdminClient, NewTopic
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+for f in admin.create_topics([NewTopic(sys.argv[2], num_partitions=3, replication_factor=1)]).values():
+    f.result()
+PY
+  SINK_WITH="'connector' = 'kafka', 'brokers' = '$WEIR_KAFKA_BOOTSTRAP', 'topic' = '$OUT_TOPIC',
+  'encoding' = 'json', 'key' = 'ticker', 'transactional.id' = 'crash-$OUT_TOPIC'"
+  echo "window crash test: into the topic $OUT_TOPIC, one transaction a step"
 else
   TABLE=""
   SINK_WITH="'connector' = 'parquet', 'path' = '$WORK/out'"
@@ -82,11 +102,11 @@ echo "window crash test: $landed kills landed, $finished_early runs ended before
 "$WEIR" run --quiet "$WORK/p.sql"
 "$WEIR" stats "$WORK/state"
 
-"$VENV/bin/python" - "$WORK" "$chunk" "$TABLE" <<'PY'
+"$VENV/bin/python" - "$WORK" "$chunk" "$TABLE" "${OUT_TOPIC:-}" "$WEIR_KAFKA_BOOTSTRAP" <<'PY'
 import glob, json, os, sys
 import pyarrow as pa
 import pyarrow.parquet as pq
-work, chunks, table = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+work, chunks, table, topic, bootstrap = sys.argv[1], int(sys.argv[2]), *sys.argv[3:6]
 WINDOW = 100_000_000  # ns
 seen = set()
 bars = {}
@@ -116,7 +136,30 @@ for c in range(1, chunks + 1):
                     e[3] = (t, bid)
                 if t >= e[4][0]:
                     e[4] = (t, bid)
-if table:
+if topic:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap,
+                         "group.id": f"check-{topic}", "isolation.level": "read_committed",
+                         "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    rows, ended = [], set()
+    while len(ended) < 3:
+        m = consumer.poll(10)
+        if m is None:
+            sys.exit("window crash test: no record nor partition end from the topic in 10 s")
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                ended.add(m.partition())
+                continue
+            sys.exit(f"window crash test: reading the output topic: {m.error()}")
+        rows.append(json.loads(m.value()))
+    consumer.close()
+    t = pa.Table.from_pylist(rows)
+    for c in ("window_start", "window_end"):  # JSON holds them as RFC 3339 text
+        t = t.set_column(t.schema.get_field_index(c), c, t.column(c).cast(pa.timestamp("ns")))
+    parts = [t]
+    where = f"the topic ({len(rows)} committed records)"
+elif table:
     from deltalake import DeltaTable
     opts = {"AWS_ENDPOINT_URL": os.environ["WEIR_S3_ENDPOINT"], "AWS_REGION": "us-east-1",
             "AWS_ACCESS_KEY_ID": os.environ["WEIR_S3_ACCESS_KEY"],

@@ -34,7 +34,16 @@ pub(crate) fn stats(dir: &Path) -> Result<()> {
                     .unwrap_or_else(|| f.clone())
             })
             .collect();
-        println!("files of the last step:  {}", names.join(", "));
+        // A kafka sink records its step's transaction instead of files.
+        let (transactions, files): (Vec<String>, Vec<String>) = names
+            .into_iter()
+            .partition(|n| n.starts_with("kafka-transaction:"));
+        if !files.is_empty() {
+            println!("files of the last step:  {}", files.join(", "));
+        }
+        for t in transactions {
+            println!("transaction of the last step: {t} (transactional.id:producer id:epoch)");
+        }
     }
     if let Some(w) = weir::WindowStateReport::from_state(&checkpoint.state) {
         println!("windows (continuous query):");

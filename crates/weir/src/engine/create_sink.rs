@@ -18,6 +18,7 @@ use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
 use crate::sink::kafka::{KafkaSink, KafkaSinkSettings};
+use crate::sink::kafka_steps::KafkaSteps;
 use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{
     open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, StepSink,
@@ -26,6 +27,7 @@ use crate::sink::{
 use crate::source::kafka::KAFKA_SECURITY_OPTIONS;
 use crate::source::SourceDefinition;
 use crate::sql::{CreateSink, SqlText};
+use weir_kafka::Settled;
 
 /// What an exactly-once sink writes.
 enum ExactlyOnce {
@@ -238,6 +240,7 @@ impl Engine {
         } else {
             None
         };
+        let kafka_transactional = kafka.as_ref().is_some_and(|k| k.transactional_id.is_some());
         let metrics = Arc::new(crate::metrics::SinkMetrics::default());
         self.sink_metrics
             .lock()
@@ -287,18 +290,29 @@ impl Engine {
             settings.format,
             SinkFormat::Parquet | SinkFormat::IpcFile | SinkFormat::IpcStream
         );
+        // File sinks write a step's rows into its own files; a `kafka` sink into its own
+        // transaction.
+        let steps = files || settings.kafka;
         match (s.from, stateful) {
-            (Some(_), Some(source)) if files => {
+            (Some(_), Some(source)) if steps => {
                 self.exactly_once_sink(&name, ExactlyOnce::Rows(source), line)
                     .await
             }
             (Some(query), _) => {
-                if files {
+                if steps {
                     if let Some(q) = self.continuous_with_state(&query).await? {
                         return self
                             .exactly_once_sink(&name, ExactlyOnce::Query(q), line)
                             .await;
                     }
+                }
+                if kafka_transactional {
+                    return Err(fail(SinkError::Options(format!(
+                        "sink {name}: 'transactional.id' makes a kafka sink exactly once, one \
+                         transaction a step, and steps need rows from a source with \
+                         'state.dir' (or a continuous query over one); give the source \
+                         'state.dir', or drop 'transactional.id' to write at least once"
+                    ))));
                 }
                 self.write_to_sink(&name, query).await
             }
@@ -346,12 +360,14 @@ impl Engine {
         let state = self
             .sink_state(sink)
             .ok_or_else(|| StatementError::Invalid(format!("no sink named '{sink}'")))?;
-        let (settings, options, metrics) = {
+        let (settings, options, metrics, kafka, encoder) = {
             let st = state.lock().await;
             (
                 st.settings.clone(),
                 st.options.clone(),
                 Arc::clone(&st.metrics),
+                st.kafka.clone(),
+                st.encoder.clone(),
             )
         };
         let mut store = match &source.state {
@@ -403,6 +419,49 @@ impl Engine {
                 tokio::runtime::Handle::current(),
                 metrics,
             ))
+        } else if let (Some(mut kafka), Some(factory)) = (kafka, encoder) {
+            let Some(store) = &store else {
+                return Err(StatementError::Invalid(format!(
+                    "source {} has no state",
+                    source.name
+                )));
+            };
+            let id = kafka
+                .transactional_id
+                .clone()
+                .unwrap_or_else(|| format!("weir-{sink}"));
+            kafka.producer.transactional_id = Some(id);
+            let encoder = factory
+                .create_encoder(&EncoderRequest {
+                    sink,
+                    schema: Arc::clone(&schema),
+                    options: &options,
+                })
+                .map_err(|e| fail(SinkError::Encode(e)))?;
+            let recorded = store.checkpoint().files.clone();
+            let name = sink.to_string();
+            // Connecting and settling wait on the brokers.
+            let opened = tokio::task::spawn_blocking(move || {
+                let settled = KafkaSteps::settle(&name, &kafka.producer, &recorded)?;
+                let writer = KafkaSink::open(&name, &kafka, &schema, encoder)?;
+                Ok::<_, SinkError>((KafkaSteps::new(writer, metrics), settled))
+            })
+            .await
+            .map_err(|e| StatementError::PipelineLost {
+                pipeline: format!("sink {sink}"),
+                reason: e.to_string(),
+            })?;
+            let (steps, settled) = opened.map_err(fail)?;
+            let step = store.checkpoint().step;
+            match settled {
+                Some(Settled::Committed) => tracing::warn!(
+                    sink,
+                    step,
+                    "the last run stopped between the state commit and the Kafka commit of step {step}; committed its transaction now"
+                ),
+                Some(Settled::EndedBefore) | None => {}
+            }
+            Box::new(steps)
         } else {
             let Some(store) = &store else {
                 return Err(StatementError::Invalid(format!(

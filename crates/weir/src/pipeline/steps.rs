@@ -15,6 +15,7 @@
 //!
 //! A table sink (`delta`) goes one step further: once the state commit is durable, the step is
 //! published as one table commit (see `sink::delta` for its order and how a stop is settled).
+//! A `kafka` sink writes each step in a transaction, committed the same way (`sink::kafka_steps`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -519,6 +520,13 @@ fn step_loop(
             }
             Next::Idle => transform.idle(&mut out)?,
             Next::End => transform.end(!source.follow, &mut out)?,
+        }
+        if unpublished && !out.is_empty() && files.publishes_before_writing() {
+            // One transaction at a time: the last step's is committed (once its state commit
+            // is durable) before this step's first rows.
+            store.sync(source)?;
+            files.publish(store.checkpoint()).map_err(sink)?;
+            unpublished = false;
         }
         for b in out.drain(..) {
             moved = true;

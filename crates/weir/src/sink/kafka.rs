@@ -2,11 +2,13 @@
 //! (`json`, `raw`, or a registered one), its key from a column. Records go through weir-kafka's
 //! producer: batched per partition, keyed records placed by murmur2 of the key as the Java
 //! client places them, and with `'acks' = 'all'` (the default) idempotent, so a retried batch is
-//! neither doubled nor reordered. A row is acknowledged by the time the run ends; there are no
-//! transactions yet, so a run killed mid-way may leave part of its rows in the topic, and the
-//! next run writes them again.
+//! neither doubled nor reordered. A row is acknowledged by the time the run ends. Fed by a source
+//! with `'state.dir'` (or a continuous query over one), the sink writes one transaction a step
+//! instead, exactly once (`kafka_steps`); otherwise a run killed mid-way may leave part of its
+//! rows in the topic, and the next run writes them again.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
@@ -28,6 +30,8 @@ pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] = &[
     COMPRESSION,
     ACKS,
     BATCH_SIZE,
+    TRANSACTIONAL_ID,
+    TRANSACTION_TIMEOUT,
 ];
 
 const BROKERS: OptionSpec = OptionSpec::new(
@@ -88,6 +92,23 @@ const BATCH_SIZE: OptionSpec = OptionSpec::new(
 )
 .default_value("921600");
 
+const TRANSACTIONAL_ID: OptionSpec = OptionSpec::new(
+    "transactional.id",
+    OptionKind::Text,
+    "kafka: the id of the sink's transactions when its source has 'state.dir' (exactly once, \
+     one transaction a step); a sink started with it fences any earlier writer of the id. Give \
+     each pipeline its own",
+)
+.default_value("weir-<sink name>");
+const TRANSACTION_TIMEOUT: OptionSpec = OptionSpec::new(
+    "transaction.timeout.ms",
+    OptionKind::Count,
+    "kafka: the coordinator aborts a transaction left open this long (at most the brokers' \
+     `transaction.max.timeout.ms`); a weir stopped between a step's state commit and its \
+     transaction's commit must start again within it",
+)
+.default_value("900000");
+
 /// A `kafka` sink's settings.
 #[derive(Debug, Clone)]
 pub(crate) struct KafkaSinkSettings {
@@ -99,6 +120,8 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) partitioner: Partitioner,
     /// The timestamp column, if any.
     pub(crate) timestamp: Option<String>,
+    /// `'transactional.id'` as given (the exactly-once sink defaults it).
+    pub(crate) transactional_id: Option<String>,
 }
 
 /// How a `kafka` sink chooses each record's partition.
@@ -144,6 +167,9 @@ impl KafkaSinkSettings {
             .count(&BATCH_SIZE)?
             .map_or(921_600, |n| usize::try_from(n).unwrap_or(usize::MAX))
             .max(1);
+        let transaction_timeout = options
+            .count(&TRANSACTION_TIMEOUT)?
+            .map_or(Duration::from_secs(900), Duration::from_millis);
         let security = crate::source::kafka::security_config(defaults, options)
             .map_err(|e| SinkError::Options(format!("sink {sink}: {e}")))?;
         Ok(Self {
@@ -154,8 +180,10 @@ impl KafkaSinkSettings {
                 batch_bytes,
                 acks,
                 security,
+                transaction_timeout,
                 ..ProducerConfig::default()
             },
+            transactional_id: options.given(&TRANSACTIONAL_ID).map(str::to_string),
             key: options.text(&KEY).map(str::to_string),
             partitioner: match options.choice(&PARTITIONER)? {
                 Some("crc32") => Partitioner::Crc32,
@@ -183,6 +211,7 @@ pub(crate) struct KafkaSink {
     next: u32,
     messages: Vec<u8>,
     ends: Vec<usize>,
+    transactional_id: Option<String>,
 }
 
 impl KafkaSink {
@@ -257,7 +286,48 @@ impl KafkaSink {
             next: 0,
             messages: Vec::new(),
             ends: Vec::new(),
+            transactional_id: settings.producer.transactional_id.clone(),
         })
+    }
+
+    /// The sink's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.sink
+    }
+
+    /// The producer's `transactional.id` ("" without one).
+    pub(crate) fn transactional_id(&self) -> &str {
+        self.transactional_id.as_deref().unwrap_or("")
+    }
+
+    /// Opens a transaction for the records written next.
+    pub(crate) fn begin_transaction(&mut self) -> Result<(), SinkError> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| self.kafka_error(e))
+    }
+
+    /// The producer id and epoch of the open transaction, once it has written to a partition.
+    pub(crate) fn transaction_identity(&self) -> Option<(i64, i16)> {
+        self.producer
+            .transaction_has_records()
+            .then(|| self.producer.producer_identity())
+    }
+
+    /// Commits the open transaction, then starts the producer's next epoch, so that the
+    /// committed transaction is the last of its epoch.
+    pub(crate) fn commit_transaction(&mut self) -> Result<(), SinkError> {
+        self.producer
+            .commit_transaction()
+            .and_then(|()| self.producer.renew_epoch())
+            .map_err(|e| self.kafka_error(e))
+    }
+
+    /// Aborts the open transaction.
+    pub(crate) fn abort_transaction(&mut self) -> Result<(), SinkError> {
+        self.producer
+            .abort_transaction()
+            .map_err(|e| self.kafka_error(e))
     }
 
     fn kafka_error(&self, source: weir_kafka::Error) -> SinkError {

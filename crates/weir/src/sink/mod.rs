@@ -6,6 +6,7 @@
 pub(crate) mod delta;
 mod json;
 pub(crate) mod kafka;
+pub(crate) mod kafka_steps;
 mod options;
 pub(crate) mod storage;
 
@@ -164,6 +165,13 @@ pub(crate) trait StepSink: Send {
 
     /// True when a step must be published once its state commit is durable.
     fn publishes(&self) -> bool {
+        false
+    }
+
+    /// True when a step must be published before the next step writes anything (one
+    /// transaction at a time); otherwise the next step writes while the last waits for its
+    /// state commit to be durable.
+    fn publishes_before_writing(&self) -> bool {
         false
     }
 

@@ -807,3 +807,88 @@ fn a_kafka_sink_writes_each_row_once_keyed_as_the_java_client_places_keys() {
         assert!(err.contains(expect) && err.contains("sink out"), "{err}");
     }
 }
+
+/// Fed by a source with state, the kafka sink writes one transaction a step: a
+/// `read_committed` reader finds every row once, a second run over the same input adds
+/// nothing, and `'transactional.id'` on a sink without steps is refused.
+#[test]
+fn a_kafka_sink_fed_by_a_source_with_state_writes_one_transaction_a_step() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("q.jsonl");
+    crate::common::write_quotes(
+        &data,
+        3_000,
+        9,
+        weir_testdata::QuoteFormat::Json,
+        weir_testdata::Framing::Lines,
+    );
+    let topic = topic("weir-sink-txn");
+    create_topic(std::slice::from_ref(&broker), &topic, 3, 1, &[], false).unwrap();
+    let source = |state: bool| {
+        format!(
+            "CREATE SOURCE f (ticker VARCHAR, sequence_number BIGINT) WITH \
+             ('connector' = 'file', 'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', \
+             'fields.ticker' = 'base.ticker', 'fields.sequence_number' = 'base.sequence_number'{});",
+            data.display(),
+            if state {
+                format!(
+                    ", 'state.dir' = '{}', 'commit.interval' = '700 rows'",
+                    dir.path().join("state").display()
+                )
+            } else {
+                String::new()
+            }
+        )
+    };
+    let sink = format!(
+        "CREATE SINK out FROM f WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+         'topic' = '{topic}', 'encoding' = 'json', 'key' = 'ticker', \
+         'transactional.id' = '{topic}-writer');"
+    );
+    let run = |sql: String| {
+        let engine = Engine::new(EngineOptions {
+            partitions: 2,
+            ..EngineOptions::default()
+        });
+        rt.block_on(engine.query(&sql))?;
+        rt.block_on(engine.finish())
+    };
+    let reports = run(format!("{}\n{sink}", source(true))).unwrap();
+    assert_eq!(reports[0].rows, 3_000);
+    // Nothing new to read: no row is written again.
+    let reports = run(format!("{}\n{sink}", source(true))).unwrap();
+    assert_eq!(reports[0].rows, 0);
+
+    let read = |isolation: &str| -> (usize, usize) {
+        let engine = Engine::new(EngineOptions {
+            partitions: 2,
+            ..EngineOptions::default()
+        });
+        let got = rt
+            .block_on(engine.query(&format!(
+                "CREATE SOURCE k (ticker VARCHAR, sequence_number BIGINT) WITH \
+                 ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+                 'encoding' = 'json', 'isolation.level' = '{isolation}');\n\
+                 SELECT count(*), count(DISTINCT (ticker, sequence_number)) FROM k;"
+            )))
+            .unwrap();
+        let col = |c: usize| got[0].column(c).as_primitive::<Int64Type>().value(0) as usize;
+        (col(0), col(1))
+    };
+    let (rows, distinct) = read("read_committed");
+    assert_eq!((rows, distinct), (3_000, 3_000));
+
+    let e = run(format!("{}\n{sink}", source(false)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("'transactional.id'") && e.contains("'state.dir'"),
+        "{e}"
+    );
+}
