@@ -27,6 +27,7 @@ pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] = &[
     KEY,
     PARTITIONER,
     TIMESTAMP_COLUMN,
+    HEADERS_COLUMN,
     COMPRESSION,
     ACKS,
     BATCH_SIZE,
@@ -70,6 +71,13 @@ const TIMESTAMP_COLUMN: OptionSpec = OptionSpec::new(
     OptionKind::Text,
     "kafka: a TIMESTAMP column whose value is each record's timestamp; the time of sending \
      when absent (or null)",
+);
+const HEADERS_COLUMN: OptionSpec = OptionSpec::new(
+    "headers.column",
+    OptionKind::Text,
+    "kafka: a MAP column of text keys to binary or text values whose entries are each record's \
+     headers, in map order (what a kafka source's `INCLUDE headers` reads); none when absent \
+     (or null)",
 );
 const COMPRESSION: OptionSpec = OptionSpec::new(
     "compression",
@@ -120,6 +128,8 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) partitioner: Partitioner,
     /// The timestamp column, if any.
     pub(crate) timestamp: Option<String>,
+    /// The headers column, if any.
+    pub(crate) headers: Option<String>,
     /// `'transactional.id'` as given (the exactly-once sink defaults it).
     pub(crate) transactional_id: Option<String>,
 }
@@ -191,6 +201,7 @@ impl KafkaSinkSettings {
                 _ => Partitioner::Murmur2,
             },
             timestamp: options.text(&TIMESTAMP_COLUMN).map(str::to_string),
+            headers: options.text(&HEADERS_COLUMN).map(str::to_string),
         })
     }
 }
@@ -206,6 +217,8 @@ pub(crate) struct KafkaSink {
     /// first, divided by the second).
     timestamp: Option<(usize, i64, i64)>,
     partitioner: Partitioner,
+    /// The headers column's index.
+    headers: Option<usize>,
     /// The topic's partition count, and the next partition for round robin.
     partitions: u32,
     next: u32,
@@ -269,6 +282,35 @@ impl KafkaSink {
                 Some((i, mul, div))
             }
         };
+        let headers = match &settings.headers {
+            None => None,
+            Some(name) => {
+                let (i, field) = schema.column_with_name(name).ok_or_else(|| {
+                    SinkError::Options(format!(
+                        "sink {sink}: 'headers.column' = '{name}' is not a column of its rows"
+                    ))
+                })?;
+                let fits = match field.data_type() {
+                    DataType::Map(entries, _) => match entries.data_type() {
+                        DataType::Struct(kv) if kv.len() == 2 => {
+                            kv[0].data_type() == &DataType::Utf8
+                                && matches!(kv[1].data_type(), DataType::Binary | DataType::Utf8)
+                        }
+                        _ => false,
+                    },
+                    _ => false,
+                };
+                if !fits {
+                    return Err(SinkError::Options(format!(
+                        "sink {sink}: the headers column '{name}' is {}; headers are a MAP of \
+                         VARCHAR keys to BYTEA or VARCHAR values (as a kafka source's INCLUDE \
+                         headers reads them, or MAP(['name'], ['value']) in SQL)",
+                        field.data_type()
+                    )));
+                }
+                Some(i)
+            }
+        };
         let producer =
             Producer::connect(&settings.producer).map_err(|source| SinkError::Kafka {
                 sink: sink.to_string(),
@@ -282,6 +324,7 @@ impl KafkaSink {
             key,
             timestamp,
             partitioner: settings.partitioner,
+            headers,
             partitions,
             next: 0,
             messages: Vec::new(),
@@ -391,8 +434,45 @@ impl super::BatchWriter for KafkaSink {
         let times = times
             .as_ref()
             .map(|(c, mul, div)| (c.as_primitive::<Int64Type>(), *mul, *div));
+        // Headers: the map's keys and its values as bytes, one cast for the batch.
+        let header_values = match self.headers {
+            None => None,
+            Some(i) => {
+                let map = batch.column(i).as_map();
+                let values = match map.values().data_type() {
+                    DataType::Binary => Arc::clone(map.values()),
+                    _ => arrow::compute::cast(map.values(), &DataType::Binary).map_err(|e| {
+                        SinkError::Options(format!(
+                            "sink {}: the headers column's values cannot be read as bytes: {e}",
+                            self.sink
+                        ))
+                    })?,
+                };
+                Some((map, values))
+            }
+        };
+        let headers = header_values.as_ref().map(|(map, values)| {
+            (
+                *map,
+                map.keys().as_string::<i32>(),
+                values.as_binary::<i32>(),
+            )
+        });
+        // One list of a record's headers, refilled for each row.
+        let mut record_headers: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
         let mut start = 0;
         for (row, &end) in self.ends.iter().enumerate() {
+            record_headers.clear();
+            if let Some((map, keys, values)) = headers.filter(|(m, _, _)| m.is_valid(row)) {
+                let offsets = map.value_offsets();
+                let (from, to) = (offsets[row] as usize, offsets[row + 1] as usize);
+                for j in from..to {
+                    record_headers.push((
+                        keys.value(j).as_bytes(),
+                        values.is_valid(j).then(|| values.value(j)),
+                    ));
+                }
+            }
             let key = keys.and_then(|k| k.is_valid(row).then(|| k.value(row)));
             let value = self.messages.get(start..end).unwrap_or_default();
             let timestamp = times.and_then(|(t, mul, div)| {
@@ -409,9 +489,9 @@ impl super::BatchWriter for KafkaSink {
                 }
             };
             let partition = partition.and_then(|p| i32::try_from(p).ok());
-            if let Err(e) = self
-                .producer
-                .send_with(partition, key, Some(value), &[], timestamp)
+            if let Err(e) =
+                self.producer
+                    .send_with(partition, key, Some(value), &record_headers, timestamp)
             {
                 return Err(self.kafka_error(e));
             }

@@ -892,3 +892,74 @@ fn a_kafka_sink_fed_by_a_source_with_state_writes_one_transaction_a_step() {
         "{e}"
     );
 }
+
+/// `'headers.column'`: each row's map entries become its record's headers, which a kafka
+/// source reads back with `INCLUDE headers`.
+#[test]
+fn a_kafka_sink_writes_headers_from_a_map_column() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("q.jsonl");
+    crate::common::write_quotes(
+        &data,
+        500,
+        3,
+        weir_testdata::QuoteFormat::Json,
+        weir_testdata::Framing::Lines,
+    );
+    let topic = topic("weir-sink-headers");
+    create_topic(std::slice::from_ref(&broker), &topic, 2, 1, &[], false).unwrap();
+    let engine = Engine::new(EngineOptions {
+        partitions: 2,
+        ..EngineOptions::default()
+    });
+    rt.block_on(engine.query(&format!(
+        "CREATE SOURCE f (ticker VARCHAR, sequence_number BIGINT) WITH \
+         ('connector' = 'file', 'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', \
+         'fields.ticker' = 'base.ticker', 'fields.sequence_number' = 'base.sequence_number');\n\
+         CREATE SINK out FROM (SELECT ticker, sequence_number, \
+           map(['seq', 'from'], [CAST(sequence_number AS VARCHAR), 'weir']) AS hs FROM f) \
+         WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+         'encoding' = 'json', 'headers.column' = 'hs');",
+        data.display()
+    )))
+    .unwrap();
+    rt.block_on(engine.finish()).unwrap();
+
+    let engine = Engine::new(EngineOptions {
+        partitions: 2,
+        ..EngineOptions::default()
+    });
+    let got = rt
+        .block_on(engine.query(&format!(
+            "CREATE SOURCE k (ticker VARCHAR, sequence_number BIGINT) INCLUDE headers AS h \
+             WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+             'encoding' = 'json');\n\
+             SELECT count(*), \
+               sum(CASE WHEN CAST(h['seq'] AS VARCHAR) = CAST(sequence_number AS VARCHAR) \
+                   AND CAST(h['from'] AS VARCHAR) = 'weir' THEN 1 ELSE 0 END), \
+               CAST(min(cardinality(h)) AS BIGINT), CAST(max(cardinality(h)) AS BIGINT) FROM k;"
+        )))
+        .unwrap();
+    let col = |c: usize| got[0].column(c).as_primitive::<Int64Type>().value(0);
+    assert_eq!((col(0), col(1), col(2), col(3)), (500, 500, 2, 2));
+
+    // A column that is not a map of text keys is refused, naming it.
+    let engine = Engine::new(EngineOptions::default());
+    let e = match rt.block_on(engine.query(&format!(
+        "CREATE SOURCE f (ticker VARCHAR) WITH ('connector' = 'file', 'path' = '{}', \
+         'framing' = 'lines', 'encoding' = 'json', 'fields.ticker' = 'base.ticker');\n\
+         CREATE SINK out FROM f WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+         'topic' = '{topic}', 'encoding' = 'json', 'headers.column' = 'ticker');",
+        data.display()
+    ))) {
+        Err(e) => e.to_string(),
+        Ok(_) => rt.block_on(engine.finish()).unwrap_err().to_string(),
+    };
+    assert!(e.contains("headers column 'ticker'"), "{e}");
+}
