@@ -37,9 +37,9 @@ CREATE SOURCE q (ticker VARCHAR, timestamp TIMESTAMP, sequence_number BIGINT, bi
 CREATE SINK out FROM q WITH ('connector' = 'kafka', 'brokers' = '$BROKER', 'topic' = '$topic',
   'encoding' = 'json', 'key' = 'ticker');
 SQL
-    t=$( { /usr/bin/time -f "%e %U %S" "$WEIR_BIN" run --quiet --partitions 1 "$WORK/$mode.sql" >/dev/null 2>"$WORK/err"; } 2>&1 ) \
-      || { cat "$WORK/err" >&2; exit 1; }
-    t=$(tail -1 <<<"$t")
+    /usr/bin/time -o "$WORK/time" -f "%e %U %S" "$WEIR_BIN" run --quiet --partitions 1 \
+      "$WORK/$mode.sql" >/dev/null 2>"$WORK/err" || { cat "$WORK/err" >&2; exit 1; }
+    t=$(tail -1 "$WORK/time")
     res[$mode]="${res[$mode]:-} $t"
     echo "run $r $mode: $t" >&2
   done

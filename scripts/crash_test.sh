@@ -20,9 +20,11 @@
 # the table alone records the positions, and the check is that every message of the topic,
 # repeats included, is in the table exactly once by (partition, offset).
 #
-# WEIR_CRASH_SINK=kafka writes the rows as JSON records to a second topic of the broker, one
-# transaction a step, and the check reads that topic with confluent-kafka (librdkafka) at
-# isolation.level=read_committed: every distinct key exactly once, as for Parquet.
+# WEIR_CRASH_SINK=kafka writes the rows as protobuf records (a schema the check builds with
+# Google's protobuf package) to a second topic of the broker, one transaction a step, and the
+# check reads that topic with confluent-kafka (librdkafka) at isolation.level=read_committed
+# and decodes each record with Google's protobuf: every distinct key exactly once, as for
+# Parquet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS="${WEIR_CRASH_KILLS:-20}"
@@ -56,21 +58,32 @@ CREATE SINK out FROM quotes WITH ('connector' = 'delta', 'path' = '$TABLE',
 SQL
   echo "crash test: into the Delta table $TABLE"
 elif [ "$SINK_KIND" = kafka ]; then
-  if ! "$VENV/bin/python" -c "import confluent_kafka" 2>/dev/null; then
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "confluent-kafka==2.16.0"
+  if ! "$VENV/bin/python" -c "import confluent_kafka, google.protobuf" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "confluent-kafka==2.16.0" protobuf
   fi
   OUT_TOPIC="$TOPIC-out"
-  "$VENV/bin/python" - "$WEIR_KAFKA_BOOTSTRAP" "$OUT_TOPIC" <<'PY'
+  # The topic, and the records' schema as a descriptor set (for weir's 'location'), built by
+  # Google's protobuf package, which decodes the records in the check.
+  "$VENV/bin/python" - "$WEIR_KAFKA_BOOTSTRAP" "$OUT_TOPIC" "$WORK/row.pb" <<'PY'
 import sys
 from confluent_kafka.admin import AdminClient, NewTopic
+from google.protobuf import descriptor_pb2
 admin = AdminClient({"bootstrap.servers": sys.argv[1]})
 for f in admin.create_topics([NewTopic(sys.argv[2], num_partitions=3, replication_factor=1)]).values():
     f.result()
+T = descriptor_pb2.FieldDescriptorProto
+fd = descriptor_pb2.FileDescriptorProto(name="row.proto", package="crash", syntax="proto3")
+m = fd.message_type.add(name="Row")
+for n, (name, t) in enumerate([("ticker", T.TYPE_STRING), ("sequence_number", T.TYPE_INT64),
+                               ("bid_price", T.TYPE_DOUBLE), ("ask_price", T.TYPE_DOUBLE),
+                               ("kafka_partition", T.TYPE_SINT32), ("kafka_offset", T.TYPE_FIXED64)], 1):
+    m.field.add(name=name, number=n, type=t, label=T.LABEL_OPTIONAL)
+open(sys.argv[3], "wb").write(descriptor_pb2.FileDescriptorSet(file=[fd]).SerializeToString())
 PY
   cat >> "$WORK/p.sql" <<SQL
 CREATE SINK out FROM quotes WITH ('connector' = 'kafka', 'brokers' = '$WEIR_KAFKA_BOOTSTRAP',
-  'topic' = '$OUT_TOPIC', 'encoding' = 'json', 'key' = 'ticker',
-  'transactional.id' = 'crash-$OUT_TOPIC');
+  'topic' = '$OUT_TOPIC', 'encoding' = 'protobuf', 'message' = 'crash.Row',
+  'location' = '$WORK/row.pb', 'key' = 'ticker', 'transactional.id' = 'crash-$OUT_TOPIC');
 SQL
   echo "crash test: into the topic $OUT_TOPIC, one transaction a step"
 else
@@ -190,7 +203,12 @@ if [ "$SINK_KIND" = kafka ]; then
 "$VENV/bin/python" - "$WORK" "$chunk" "$WEIR_KAFKA_BOOTSTRAP" "$OUT_TOPIC" <<'PY'
 import json, sys
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 work, chunks, bootstrap, topic = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+pool = descriptor_pool.DescriptorPool()
+for f in descriptor_pb2.FileDescriptorSet.FromString(open(f"{work}/row.pb", "rb").read()).file:
+    pool.Add(f)
+Row = message_factory.GetMessageClass(pool.FindMessageTypeByName("crash.Row"))
 expected = set()
 sent = 0
 for c in range(1, chunks + 1):
@@ -203,7 +221,7 @@ consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}
                      "isolation.level": "read_committed", "enable.partition.eof": True,
                      "enable.auto.commit": False})
 consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
-got, ended = [], set()
+got, ended, offsets = [], set(), []
 while len(ended) < 3:
     m = consumer.poll(10)
     if m is None:
@@ -213,17 +231,20 @@ while len(ended) < 3:
             ended.add(m.partition())
             continue
         sys.exit(f"crash test: reading the output topic: {m.error()}")
-    row = json.loads(m.value())
-    got.append((row["ticker"], row["sequence_number"]))
-    assert m.key().decode() == row["ticker"], "a record's key is not its ticker"
+    row = Row.FromString(m.value())
+    got.append((row.ticker, row.sequence_number))
+    assert m.key().decode() == row.ticker, "a record's key is not its ticker"
+    offsets.append((row.kafka_partition, row.kafka_offset))
 consumer.close()
 seen = set(got)
 doubled = len(got) - len(seen)
 missing = expected - seen
 extra = seen - expected
 print(f"crash test: {sent} messages sent, {len(expected)} distinct keys; the topic holds "
-      f"{len(got)} committed records, {doubled} doubled, {len(missing)} missing, "
-      f"{len(extra)} unexpected")
+      f"{len(got)} committed records (protobuf, decoded by Google's protobuf), {doubled} "
+      f"doubled, {len(missing)} missing, {len(extra)} unexpected")
+# The input positions the records carry (sint32 and fixed64 fields) are each a real message's.
+assert len(set(offsets)) == len(offsets) and all(p in (0, 1, 2) for p, _ in offsets), "bad positions"
 assert doubled == 0 and not missing and not extra, "exactly-once violated"
 assert len(expected) < sent, "the stream had no duplicates to drop"
 PY

@@ -251,6 +251,9 @@ pub struct ProtobufFactory;
 /// The `protobuf` encoding's options.
 pub const PROTOBUF_OPTIONS: &[OptionSpec] = &[MESSAGE, LOCATION, PROTO_INCLUDE, PROTOBUF_MAX_DEPTH];
 
+/// The options of the `protobuf` encoding's encoder (a sink's).
+const PROTOBUF_ENCODER_OPTIONS: &[OptionSpec] = &[MESSAGE, LOCATION, PROTO_INCLUDE];
+
 const MESSAGE: OptionSpec = OptionSpec::new(
     "message",
     OptionKind::Text,
@@ -325,6 +328,25 @@ impl DecoderFactory for ProtobufFactory {
 
     fn confluent_message_indexes(&self) -> bool {
         true
+    }
+}
+
+impl EncoderFactory for ProtobufFactory {
+    fn options(&self) -> &[OptionSpec] {
+        PROTOBUF_ENCODER_OPTIONS
+    }
+
+    fn create_encoder(&self, request: &EncoderRequest<'_>) -> Result<Box<dyn Encoder>, CodecError> {
+        let (schema, message) = Self::schema(request.options)?;
+        let descriptor = schema.pool().get_message_by_name(&message).ok_or_else(|| {
+            CodecError::Other(format!(
+                "sink {}: message {message} is not in the schema given by 'location'",
+                request.sink
+            ))
+        })?;
+        let encoder = crate::ProtoEncoder::new(&descriptor, request.schema.fields())
+            .map_err(|e| CodecError::Other(format!("sink {}: {e}", request.sink)))?;
+        Ok(Box::new(encoder))
     }
 }
 

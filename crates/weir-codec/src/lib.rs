@@ -36,7 +36,7 @@ pub use options::{
     markdown_table, parse_bytes, parse_duration, resolve_references, unknown_keys, OptionError,
     OptionKind, OptionSpec, Options,
 };
-pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
+pub use protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions, ProtoEncoder};
 pub use schema::{ProtoSchema, SourceText};
 
 /// A batch of `rows` rows from columns a decoder built for `schema` (a zero-column schema still

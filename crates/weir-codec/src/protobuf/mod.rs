@@ -6,11 +6,15 @@
 //!   (`mod.rs`: the plan's data; `types.rs`: the type mapping; `bind.rs`: binding columns to
 //!   fields; `direct.rs`: the two optimisation passes);
 //! - `decode.rs`: the per-message loop, and the commit of a row;
-//! - `wire.rs`: varints, tags, lengths, skipping.
+//! - `wire.rs`: varints, tags, lengths, skipping;
+//! - `encode.rs`: the other way, Arrow rows into messages.
 
 mod decode;
+mod encode;
 mod plan;
 mod wire;
+
+pub use encode::ProtoEncoder;
 
 use std::sync::Arc;
 

@@ -28,7 +28,7 @@ impl Encodings {
             "protobuf".to_string(),
             Encoding {
                 decoder: Some(Arc::new(ProtobufFactory)),
-                encoder: None,
+                encoder: Some(Arc::new(ProtobufFactory)),
             },
         );
         map.insert(

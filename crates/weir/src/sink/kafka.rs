@@ -48,7 +48,7 @@ const TOPIC: OptionSpec = OptionSpec::new(
 pub(crate) const ENCODING: OptionSpec = OptionSpec::new(
     "encoding",
     OptionKind::Text,
-    "kafka: each row's value in this encoding: `json`, `raw` (a Binary or Utf8 column's bytes), \
+    "kafka: each row's value in this encoding: `json`, `protobuf`, `raw` (a Binary or Utf8 column's bytes), \
      or any name registered with an encoder (required)",
 );
 const KEY: OptionSpec = OptionSpec::new(

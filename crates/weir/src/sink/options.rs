@@ -55,7 +55,7 @@ const IPC_FORMAT: OptionSpec = OptionSpec::new(
 const ENCODING: OptionSpec = OptionSpec::new(
     "encoding",
     OptionKind::Text,
-    "file: each row becomes one message of this encoding: `json`, `raw` (a Binary or Utf8 \
+    "file: each row becomes one message of this encoding: `json`, `protobuf`, `raw` (a Binary or Utf8 \
      column's bytes), or any name registered with an encoder (required)",
 );
 const FRAMING: OptionSpec = OptionSpec::new(

@@ -1,0 +1,909 @@
+//! The protobuf encoder: Arrow rows to protobuf messages, compiled once from the runtime schema.
+//!
+//! Columns bind to the message's fields by name (a STRUCT column to a message field, whose
+//! children bind to its fields the same way; a LIST column to a repeated field). A batch is
+//! encoded a column at a time, in two passes: the first adds each field's encoded size to its
+//! row's size, the second writes each field at its row's cursor in one buffer sized from the
+//! first. So the work per field is one typed loop over the column, with no lookup or dispatch
+//! per row, and a nested message's length prefix is known before its fields are written.
+//! Nulls are absent fields (proto3's default), fields are written in field-number order.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
+    UInt64Type, UInt8Type,
+};
+use arrow_array::{Array, ArrayRef, GenericByteArray, OffsetSizeTrait, RecordBatch};
+use arrow_buffer::NullBuffer;
+use arrow_schema::{DataType, Fields, TimeUnit};
+use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
+
+use crate::factory::Encoder;
+use crate::CodecError;
+
+/// Encodes rows of one schema as messages of one type.
+pub struct ProtoEncoder {
+    plan: MessagePlan,
+    /// Each row's size, then its write cursor.
+    sizes: Vec<usize>,
+}
+
+impl ProtoEncoder {
+    /// An encoder of rows with `fields` (a schema's) as messages of type `message`.
+    pub fn new(message: &MessageDescriptor, fields: &Fields) -> Result<Self, CodecError> {
+        Ok(Self {
+            plan: MessagePlan::new(message, fields, "")?,
+            sizes: Vec::new(),
+        })
+    }
+}
+
+impl Encoder for ProtoEncoder {
+    fn encode_batch(
+        &mut self,
+        batch: &RecordBatch,
+        out: &mut Vec<u8>,
+        ends: &mut Vec<usize>,
+    ) -> Result<(), CodecError> {
+        let rows = batch.num_rows();
+        self.sizes.clear();
+        self.sizes.resize(rows, 0);
+        self.plan.size(batch.columns(), None, &mut self.sizes)?;
+        // Sizes become cursors: where each row's message begins in `out`.
+        let base = out.len();
+        let mut at = base;
+        ends.reserve(rows);
+        for s in &mut self.sizes {
+            let start = at;
+            at += *s;
+            ends.push(at);
+            *s = start;
+        }
+        out.resize(at, 0);
+        self.plan.write(batch.columns(), None, out, &mut self.sizes);
+        Ok(())
+    }
+}
+
+/// One message type bound to a set of columns.
+struct MessagePlan {
+    /// By field number.
+    fields: Vec<FieldPlan>,
+}
+
+struct FieldPlan {
+    /// The column's index among its siblings.
+    column: usize,
+    /// The column's dotted name, for errors.
+    name: String,
+    /// The field's key (number and wire type) as a varint, for its kind's wire type.
+    key: Key,
+    kind: FieldKind,
+}
+
+/// A field key, encoded once.
+#[derive(Clone, Copy)]
+struct Key {
+    bytes: [u8; 5],
+    len: usize,
+}
+
+impl Key {
+    fn new(number: u32, wire_type: u32) -> Self {
+        let mut bytes = [0u8; 5];
+        let len = put_varint(&mut bytes, 0, u64::from(number << 3 | wire_type));
+        Self { bytes, len }
+    }
+}
+
+const VARINT: u32 = 0;
+const FIXED64: u32 = 1;
+const LEN: u32 = 2;
+const FIXED32: u32 = 5;
+
+/// How a value of a scalar field is written.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Scalar {
+    /// int32, int64, uint32, uint64, bool, enum: the value as a varint (negative int32 and
+    /// int64 as ten bytes, as protobuf writes them).
+    Varint,
+    /// sint32, sint64: zigzag, then varint.
+    ZigZag,
+    /// fixed32, sfixed32, float: four bytes.
+    Fixed32,
+    /// fixed64, sfixed64, double: eight bytes.
+    Fixed64,
+}
+
+enum FieldKind {
+    /// A numeric or bool column into a scalar field.
+    Scalar(Scalar),
+    /// A text or binary column into a string or bytes field.
+    Bytes,
+    /// A STRUCT column into a message field; the child sizes of the batch are kept between the
+    /// passes.
+    Message(Box<MessagePlan>, Vec<usize>),
+    /// A TIMESTAMP column into a `google.protobuf.Timestamp` field (seconds and nanos).
+    Timestamp(TimeUnit),
+    /// A LIST of numbers into a packed repeated scalar field; each row's payload size and
+    /// each element's bits (a null element as 0: a repeated field holds no nulls) are kept.
+    Packed(Scalar, Vec<usize>, Vec<u64>),
+    /// A LIST of text or binary into a repeated string or bytes field (the key is each
+    /// element's).
+    RepeatedBytes,
+    /// A text column into an enum field, by value name; the numbers of the batch are kept.
+    EnumName(EnumNames, Vec<u64>),
+    /// A LIST of text into a repeated enum field, packed; payload sizes and numbers are kept.
+    PackedEnumNames(EnumNames, Vec<usize>, Vec<u64>),
+    /// A scalar, text or binary column into a wrapper message (`google.protobuf.Int64Value`
+    /// and the like): a message of one field, `value`, bound to the same column.
+    Wrapper(Box<MessagePlan>, Vec<usize>),
+}
+
+/// An enum's value names and numbers, sorted by name.
+struct EnumNames {
+    enum_name: String,
+    values: Vec<(Vec<u8>, i32)>,
+}
+
+impl EnumNames {
+    fn new(e: &prost_reflect::EnumDescriptor) -> Self {
+        let mut values: Vec<(Vec<u8>, i32)> = e
+            .values()
+            .map(|v| (v.name().as_bytes().to_vec(), v.number()))
+            .collect();
+        values.sort();
+        Self {
+            enum_name: e.full_name().to_string(),
+            values,
+        }
+    }
+
+    /// The numbers of `array`'s names (a null as 0) into `bits`, as varint bits.
+    fn numbers(
+        &self,
+        array: &ArrayRef,
+        bits: &mut Vec<u64>,
+        column: &str,
+    ) -> Result<(), CodecError> {
+        bits.clear();
+        bits.resize(array.len(), 0);
+        let mut unknown = None;
+        let nulls = array.logical_nulls();
+        for_each_bytes(array, nulls.as_ref(), |row, name| {
+            // A binary search over a handful of names: no hashing per row.
+            match self
+                .values
+                .binary_search_by(|(n, _)| n.as_slice().cmp(name))
+            {
+                Ok(i) => bits[row] = self.values[i].1 as i64 as u64,
+                // A number the schema does not name (an open enum's unknown value, as the
+                // decoder writes it) is written as that number.
+                Err(_) => match std::str::from_utf8(name)
+                    .ok()
+                    .and_then(|t| t.parse::<i32>().ok())
+                {
+                    Some(n) => bits[row] = n as i64 as u64,
+                    None if unknown.is_none() => {
+                        unknown = Some((row, String::from_utf8_lossy(name).into_owned()));
+                    }
+                    None => {}
+                },
+            }
+        });
+        match unknown {
+            None => Ok(()),
+            Some((row, name)) => Err(CodecError::Other(format!(
+                "column '{column}', row {row}: '{name}' is neither a value of enum {} nor a number",
+                self.enum_name
+            ))),
+        }
+    }
+}
+
+impl MessagePlan {
+    fn new(message: &MessageDescriptor, columns: &Fields, path: &str) -> Result<Self, CodecError> {
+        let mut fields = Vec::with_capacity(columns.len());
+        for (i, column) in columns.iter().enumerate() {
+            let name = format!("{path}{}", column.name());
+            let field = message.get_field_by_name(column.name()).ok_or_else(|| {
+                CodecError::Other(format!(
+                    "column '{name}' has no field of that name in message {} (its fields: {})",
+                    message.full_name(),
+                    message
+                        .fields()
+                        .map(|f| f.name().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            let (kind, wire) = bind(&field, column.data_type(), &name)?;
+            fields.push((
+                field.number(),
+                FieldPlan {
+                    column: i,
+                    name,
+                    key: Key::new(field.number(), wire),
+                    kind,
+                },
+            ));
+        }
+        fields.sort_by_key(|(n, _)| *n);
+        Ok(Self {
+            fields: fields.into_iter().map(|(_, f)| f).collect(),
+        })
+    }
+
+    /// Adds each included row's encoded size to `sizes` (rows where `mask` is set, or all).
+    fn size(
+        &mut self,
+        columns: &[ArrayRef],
+        mask: Option<&NullBuffer>,
+        sizes: &mut [usize],
+    ) -> Result<(), CodecError> {
+        for f in &mut self.fields {
+            let array = &columns[f.column];
+            let valid = NullBuffer::union(mask, array.logical_nulls().as_ref());
+            let key = f.key.len;
+            match &mut f.kind {
+                FieldKind::Scalar(s) => scalar_sizes(array, *s, key, valid.as_ref(), sizes),
+                FieldKind::Bytes => {
+                    for_each_bytes(array, valid.as_ref(), |row, b| {
+                        sizes[row] += key + varint_len(b.len() as u64) + b.len();
+                    });
+                }
+                FieldKind::Timestamp(unit) => {
+                    for_each_timestamp(array, *unit, valid.as_ref(), |row, secs, nanos| {
+                        let inner = timestamp_size(secs, nanos);
+                        sizes[row] += key + varint_len(inner as u64) + inner;
+                    });
+                }
+                FieldKind::Message(plan, child) => {
+                    let s = array.as_struct();
+                    child.clear();
+                    child.resize(s.len(), 0);
+                    plan.size(s.columns(), valid.as_ref(), child)?;
+                    for (row, c) in child.iter().enumerate() {
+                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
+                            sizes[row] += key + varint_len(*c as u64) + c;
+                        }
+                    }
+                }
+                FieldKind::Packed(s, payload, bits) => {
+                    let list = array.as_list::<i32>();
+                    element_bits(list.values(), *s, bits);
+                    payload.clear();
+                    payload.resize(list.len(), 0);
+                    let offsets = list.value_offsets();
+                    for row in 0..list.len() {
+                        if valid.as_ref().is_some_and(|v| v.is_null(row)) {
+                            continue;
+                        }
+                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                        if a == b {
+                            continue;
+                        }
+                        let p: usize = match s {
+                            Scalar::Varint | Scalar::ZigZag => {
+                                bits[a..b].iter().map(|&v| varint_len(v)).sum()
+                            }
+                            Scalar::Fixed32 => 4 * (b - a),
+                            Scalar::Fixed64 => 8 * (b - a),
+                        };
+                        payload[row] = p;
+                        sizes[row] += key + varint_len(p as u64) + p;
+                    }
+                }
+                FieldKind::EnumName(names, bits) => {
+                    names.numbers(array, bits, &f.name)?;
+                    for (row, &v) in bits.iter().enumerate() {
+                        if valid.as_ref().is_none_or(|n| n.is_valid(row)) {
+                            sizes[row] += key + varint_len(v);
+                        }
+                    }
+                }
+                FieldKind::PackedEnumNames(names, payload, bits) => {
+                    let list = array.as_list::<i32>();
+                    names.numbers(list.values(), bits, &f.name)?;
+                    payload.clear();
+                    payload.resize(list.len(), 0);
+                    let offsets = list.value_offsets();
+                    for row in 0..list.len() {
+                        if valid.as_ref().is_some_and(|v| v.is_null(row)) {
+                            continue;
+                        }
+                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                        if a < b {
+                            let p: usize = bits[a..b].iter().map(|&v| varint_len(v)).sum();
+                            payload[row] = p;
+                            sizes[row] += key + varint_len(p as u64) + p;
+                        }
+                    }
+                }
+                FieldKind::Wrapper(plan, child) => {
+                    child.clear();
+                    child.resize(array.len(), 0);
+                    plan.size(std::slice::from_ref(array), valid.as_ref(), child)?;
+                    for (row, c) in child.iter().enumerate() {
+                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
+                            sizes[row] += key + varint_len(*c as u64) + c;
+                        }
+                    }
+                }
+                FieldKind::RepeatedBytes => {
+                    let list = array.as_list::<i32>();
+                    let offsets = list.value_offsets();
+                    let elements = element_bytes(list.values());
+                    for row in 0..list.len() {
+                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
+                            let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                            sizes[row] += elements[a..b]
+                                .iter()
+                                .map(|e| key + varint_len(e.len() as u64) + e.len())
+                                .sum::<usize>();
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes each included row's fields at `cursors[row]` in `out`, advancing the cursors.
+    fn write(
+        &self,
+        columns: &[ArrayRef],
+        mask: Option<&NullBuffer>,
+        out: &mut [u8],
+        cursors: &mut [usize],
+    ) {
+        for f in &self.fields {
+            let array = &columns[f.column];
+            let valid = NullBuffer::union(mask, array.logical_nulls().as_ref());
+            let key = &f.key.bytes[..f.key.len];
+            match &f.kind {
+                FieldKind::Scalar(s) => write_scalars(array, *s, key, valid.as_ref(), out, cursors),
+                FieldKind::Bytes => for_each_bytes(array, valid.as_ref(), |row, b| {
+                    let at = put(out, cursors[row], key);
+                    let at = put_varint(out, at, b.len() as u64);
+                    cursors[row] = put(out, at, b);
+                }),
+                FieldKind::Timestamp(unit) => {
+                    for_each_timestamp(array, *unit, valid.as_ref(), |row, secs, nanos| {
+                        let at = put(out, cursors[row], key);
+                        let at = put_varint(out, at, timestamp_size(secs, nanos) as u64);
+                        cursors[row] = put_timestamp(out, at, secs, nanos);
+                    })
+                }
+                FieldKind::Message(plan, child) => {
+                    let s = array.as_struct();
+                    for (row, c) in child.iter().enumerate() {
+                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
+                            let at = put(out, cursors[row], key);
+                            cursors[row] = put_varint(out, at, *c as u64);
+                        }
+                    }
+                    plan.write(s.columns(), valid.as_ref(), out, cursors);
+                }
+                FieldKind::Packed(s, payload, bits) => {
+                    let list = array.as_list::<i32>();
+                    let offsets = list.value_offsets();
+                    for row in 0..list.len() {
+                        if payload.get(row).is_none_or(|&p| p == 0)
+                            || valid.as_ref().is_some_and(|v| v.is_null(row))
+                        {
+                            continue;
+                        }
+                        let at = put(out, cursors[row], key);
+                        let mut at = put_varint(out, at, payload[row] as u64);
+                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                        for &v in &bits[a..b] {
+                            at = match s {
+                                Scalar::Varint | Scalar::ZigZag => put_varint(out, at, v),
+                                Scalar::Fixed32 => put(out, at, &(v as u32).to_le_bytes()),
+                                Scalar::Fixed64 => put(out, at, &v.to_le_bytes()),
+                            };
+                        }
+                        cursors[row] = at;
+                    }
+                }
+                FieldKind::EnumName(_, bits) => {
+                    for (row, &v) in bits.iter().enumerate() {
+                        if valid.as_ref().is_none_or(|n| n.is_valid(row)) {
+                            let at = put(out, cursors[row], key);
+                            cursors[row] = put_varint(out, at, v);
+                        }
+                    }
+                }
+                FieldKind::PackedEnumNames(_, payload, bits) => {
+                    let list = array.as_list::<i32>();
+                    let offsets = list.value_offsets();
+                    for row in 0..list.len() {
+                        if payload.get(row).is_none_or(|&p| p == 0)
+                            || valid.as_ref().is_some_and(|v| v.is_null(row))
+                        {
+                            continue;
+                        }
+                        let at = put(out, cursors[row], key);
+                        let mut at = put_varint(out, at, payload[row] as u64);
+                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                        for &v in &bits[a..b] {
+                            at = put_varint(out, at, v);
+                        }
+                        cursors[row] = at;
+                    }
+                }
+                FieldKind::Wrapper(plan, child) => {
+                    for (row, c) in child.iter().enumerate() {
+                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
+                            let at = put(out, cursors[row], key);
+                            cursors[row] = put_varint(out, at, *c as u64);
+                        }
+                    }
+                    plan.write(std::slice::from_ref(array), valid.as_ref(), out, cursors);
+                }
+                FieldKind::RepeatedBytes => {
+                    let list = array.as_list::<i32>();
+                    let offsets = list.value_offsets();
+                    let elements = element_bytes(list.values());
+                    for row in 0..list.len() {
+                        if valid.as_ref().is_some_and(|v| v.is_null(row)) {
+                            continue;
+                        }
+                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                        let mut at = cursors[row];
+                        for bytes in &elements[a..b] {
+                            at = put(out, at, key);
+                            at = put_varint(out, at, bytes.len() as u64);
+                            at = put(out, at, bytes);
+                        }
+                        cursors[row] = at;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How `column` of type `data_type` binds to `field`: its kind and wire type, or why not.
+fn bind(
+    field: &FieldDescriptor,
+    data_type: &DataType,
+    name: &str,
+) -> Result<(FieldKind, u32), CodecError> {
+    let refuse = |what: &str| {
+        CodecError::Other(format!(
+            "column '{name}' is {data_type}, which cannot be written to field {} ({}{:?}): {what}",
+            field.full_name(),
+            if field.is_list() { "repeated " } else { "" },
+            field.kind()
+        ))
+    };
+    if field.is_map() {
+        return Err(refuse("map fields are not written yet"));
+    }
+    if field.is_list() {
+        let DataType::List(element) = data_type else {
+            return Err(refuse("a repeated field takes a LIST column"));
+        };
+        let t = element.data_type();
+        return match scalar_of(field.kind(), t) {
+            Some(s) => Ok((FieldKind::Packed(s, Vec::new(), Vec::new()), LEN)),
+            None if is_bytes_type(t) && matches!(field.kind(), Kind::String | Kind::Bytes) => {
+                Ok((FieldKind::RepeatedBytes, LEN))
+            }
+            None if is_text_type(t) && matches!(field.kind(), Kind::Enum(_)) => {
+                let Kind::Enum(e) = field.kind() else {
+                    return Err(refuse("not an enum"));
+                };
+                Ok((
+                    FieldKind::PackedEnumNames(EnumNames::new(&e), Vec::new(), Vec::new()),
+                    LEN,
+                ))
+            }
+            None => Err(refuse(
+                "a repeated field of numbers takes a LIST of numbers, one of text or bytes a \
+                 LIST of VARCHAR or BYTEA (repeated messages are not written yet)",
+            )),
+        };
+    }
+    if let Some(s) = scalar_of(field.kind(), data_type) {
+        let wire = match s {
+            Scalar::Varint | Scalar::ZigZag => VARINT,
+            Scalar::Fixed32 => FIXED32,
+            Scalar::Fixed64 => FIXED64,
+        };
+        return Ok((FieldKind::Scalar(s), wire));
+    }
+    match (field.kind(), data_type) {
+        (Kind::String | Kind::Bytes, t) if is_bytes_type(t) => Ok((FieldKind::Bytes, LEN)),
+        (Kind::Enum(e), t) if is_text_type(t) => {
+            Ok((FieldKind::EnumName(EnumNames::new(&e), Vec::new()), VARINT))
+        }
+        (Kind::Message(m), t) if is_wrapper(&m) => {
+            let Some(value) = m.get_field(1) else {
+                return Err(refuse("the wrapper has no field 1"));
+            };
+            let (kind, wire) = bind(&value, t, name)?;
+            let plan = MessagePlan {
+                fields: vec![FieldPlan {
+                    column: 0,
+                    name: name.to_string(),
+                    key: Key::new(1, wire),
+                    kind,
+                }],
+            };
+            Ok((FieldKind::Wrapper(Box::new(plan), Vec::new()), LEN))
+        }
+        (Kind::Message(m), DataType::Timestamp(unit, _))
+            if m.full_name() == "google.protobuf.Timestamp" =>
+        {
+            Ok((FieldKind::Timestamp(*unit), LEN))
+        }
+        (Kind::Message(m), DataType::Struct(children)) => Ok((
+            FieldKind::Message(
+                Box::new(MessagePlan::new(&m, children, &format!("{name}."))?),
+                Vec::new(),
+            ),
+            LEN,
+        )),
+        _ => Err(refuse(
+            "numbers go to numeric fields (integers also to enums), VARCHAR to string fields and \
+             enums (by value name), BYTEA to bytes fields, STRUCT to message fields, TIMESTAMP \
+             to int64 or google.protobuf.Timestamp fields, and each of these to its wrapper type",
+        )),
+    }
+}
+
+/// The scalar encoding of a `kind` field from a column of type `t`, if it is one: integer
+/// fields from integer (or TIMESTAMP, its raw value) columns, float fields from float columns.
+fn scalar_of(kind: Kind, t: &DataType) -> Option<Scalar> {
+    let int = t.is_integer() || matches!(t, DataType::Timestamp(_, _));
+    let float = matches!(t, DataType::Float32 | DataType::Float64);
+    match kind {
+        Kind::Int32 | Kind::Int64 | Kind::Uint32 | Kind::Uint64 | Kind::Enum(_) if int => {
+            Some(Scalar::Varint)
+        }
+        Kind::Bool if matches!(t, DataType::Boolean) => Some(Scalar::Varint),
+        Kind::Sint32 | Kind::Sint64 if int => Some(Scalar::ZigZag),
+        Kind::Fixed32 | Kind::Sfixed32 if int => Some(Scalar::Fixed32),
+        Kind::Fixed64 | Kind::Sfixed64 if int => Some(Scalar::Fixed64),
+        Kind::Float if float => Some(Scalar::Fixed32),
+        Kind::Double if float => Some(Scalar::Fixed64),
+        _ => None,
+    }
+}
+
+/// `google.protobuf.Int64Value` and the other wrappers of one scalar, text or bytes.
+fn is_wrapper(m: &MessageDescriptor) -> bool {
+    matches!(
+        m.full_name(),
+        "google.protobuf.DoubleValue"
+            | "google.protobuf.FloatValue"
+            | "google.protobuf.Int64Value"
+            | "google.protobuf.UInt64Value"
+            | "google.protobuf.Int32Value"
+            | "google.protobuf.UInt32Value"
+            | "google.protobuf.BoolValue"
+            | "google.protobuf.StringValue"
+            | "google.protobuf.BytesValue"
+    )
+}
+
+fn is_text_type(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+fn is_bytes_type(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+    )
+}
+
+/// Calls `each(row, value)` with the value of every included row of a numeric or bool column,
+/// as the bits the field's encoding takes: for varints the two's-complement value (signed
+/// values sign-extended, as protobuf writes negative int32), for zigzag the zigzagged value,
+/// for fixed fields the little-endian bits (floats' IEEE bits, converted to the field's width).
+macro_rules! each_value {
+    ($array:expr, $scalar:expr, $valid:expr, $each:expr) => {{
+        let array: &ArrayRef = $array;
+        let scalar: Scalar = $scalar;
+        let valid: Option<&NullBuffer> = $valid;
+        let mut each = $each;
+        macro_rules! ints {
+            ($t:ty, $signed:expr) => {{
+                let values = array.as_primitive::<$t>().values();
+                for (row, &v) in values.iter().enumerate() {
+                    if valid.is_some_and(|n| n.is_null(row)) {
+                        continue;
+                    }
+                    let wide = if $signed { v as i64 } else { v as u64 as i64 };
+                    let bits = match scalar {
+                        Scalar::ZigZag => ((wide << 1) ^ (wide >> 63)) as u64,
+                        _ => wide as u64,
+                    };
+                    each(row, bits);
+                }
+            }};
+        }
+        match array.data_type() {
+            DataType::Int8 => ints!(Int8Type, true),
+            DataType::Int16 => ints!(Int16Type, true),
+            DataType::Int32 => ints!(Int32Type, true),
+            DataType::Int64 => ints!(Int64Type, true),
+            DataType::UInt8 => ints!(UInt8Type, false),
+            DataType::UInt16 => ints!(UInt16Type, false),
+            DataType::UInt32 => ints!(UInt32Type, false),
+            DataType::UInt64 => ints!(UInt64Type, false),
+            DataType::Timestamp(TimeUnit::Second, _) => ints!(TimestampSecondType, true),
+            DataType::Timestamp(TimeUnit::Millisecond, _) => ints!(TimestampMillisecondType, true),
+            DataType::Timestamp(TimeUnit::Microsecond, _) => ints!(TimestampMicrosecondType, true),
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => ints!(TimestampNanosecondType, true),
+            DataType::Float32 => {
+                for (row, &v) in array
+                    .as_primitive::<Float32Type>()
+                    .values()
+                    .iter()
+                    .enumerate()
+                {
+                    if valid.is_some_and(|n| n.is_null(row)) {
+                        continue;
+                    }
+                    let bits = match scalar {
+                        Scalar::Fixed64 => f64::from(v).to_bits(),
+                        _ => u64::from(v.to_bits()),
+                    };
+                    each(row, bits);
+                }
+            }
+            DataType::Float64 => {
+                for (row, &v) in array
+                    .as_primitive::<Float64Type>()
+                    .values()
+                    .iter()
+                    .enumerate()
+                {
+                    if valid.is_some_and(|n| n.is_null(row)) {
+                        continue;
+                    }
+                    let bits = match scalar {
+                        Scalar::Fixed32 => u64::from((v as f32).to_bits()),
+                        _ => v.to_bits(),
+                    };
+                    each(row, bits);
+                }
+            }
+            DataType::Boolean => {
+                let b = array.as_boolean();
+                for row in 0..b.len() {
+                    if valid.is_some_and(|n| n.is_null(row)) {
+                        continue;
+                    }
+                    each(row, u64::from(b.value(row)));
+                }
+            }
+            _ => {}
+        }
+    }};
+}
+
+/// Adds `key` plus each included value's size to `sizes[row]`.
+fn scalar_sizes(
+    array: &ArrayRef,
+    scalar: Scalar,
+    key: usize,
+    valid: Option<&NullBuffer>,
+    sizes: &mut [usize],
+) {
+    match scalar {
+        Scalar::Varint | Scalar::ZigZag => {
+            each_value!(array, scalar, valid, |row: usize, bits: u64| {
+                sizes[row] += key + varint_len(bits);
+            })
+        }
+        Scalar::Fixed32 => each_value!(array, scalar, valid, |row: usize, _| {
+            sizes[row] += key + 4;
+        }),
+        Scalar::Fixed64 => each_value!(array, scalar, valid, |row: usize, _| {
+            sizes[row] += key + 8;
+        }),
+    }
+}
+
+/// Writes each included value, after `key`, at `cursors[row]`, advancing it.
+fn write_scalars(
+    array: &ArrayRef,
+    scalar: Scalar,
+    key: &[u8],
+    valid: Option<&NullBuffer>,
+    out: &mut [u8],
+    cursors: &mut [usize],
+) {
+    each_value!(array, scalar, valid, |row: usize, bits: u64| {
+        let at = put(out, cursors[row], key);
+        cursors[row] = match scalar {
+            Scalar::Varint | Scalar::ZigZag => put_varint(out, at, bits),
+            Scalar::Fixed32 => put(out, at, &(bits as u32).to_le_bytes()),
+            Scalar::Fixed64 => put(out, at, &bits.to_le_bytes()),
+        };
+    });
+}
+
+/// Each element's bits of a list's values (a null element as 0), into `bits`.
+fn element_bits(values: &ArrayRef, scalar: Scalar, bits: &mut Vec<u64>) {
+    bits.clear();
+    bits.resize(values.len(), 0);
+    let nulls = values.logical_nulls();
+    each_value!(values, scalar, nulls.as_ref(), |e: usize, v: u64| {
+        bits[e] = v;
+    });
+}
+
+/// Each element's bytes of a list's text or binary values (a null element as empty).
+fn element_bytes(values: &ArrayRef) -> Vec<&[u8]> {
+    let nulls = values.logical_nulls();
+    let null = |i: usize| nulls.as_ref().is_some_and(|n| n.is_null(i));
+    let n = values.len();
+    fn all<'a>(
+        n: usize,
+        null: impl Fn(usize) -> bool,
+        value: impl Fn(usize) -> &'a [u8],
+    ) -> Vec<&'a [u8]> {
+        (0..n)
+            .map(|i| if null(i) { &[][..] } else { value(i) })
+            .collect()
+    }
+    match values.data_type() {
+        DataType::Utf8 => {
+            let a = values.as_string::<i32>();
+            all(n, null, |i| a.value(i).as_bytes())
+        }
+        DataType::LargeUtf8 => {
+            let a = values.as_string::<i64>();
+            all(n, null, |i| a.value(i).as_bytes())
+        }
+        DataType::Utf8View => {
+            let a = values.as_string_view();
+            all(n, null, |i| a.value(i).as_bytes())
+        }
+        DataType::Binary => {
+            let a = values.as_binary::<i32>();
+            all(n, null, |i| a.value(i))
+        }
+        DataType::LargeBinary => {
+            let a = values.as_binary::<i64>();
+            all(n, null, |i| a.value(i))
+        }
+        DataType::BinaryView => {
+            let a = values.as_binary_view();
+            all(n, null, |i| a.value(i))
+        }
+        _ => vec![&[][..]; n],
+    }
+}
+
+/// Calls `each(row, bytes)` for every included row of a text or binary column.
+fn for_each_bytes(
+    array: &ArrayRef,
+    valid: Option<&NullBuffer>,
+    mut each: impl FnMut(usize, &[u8]),
+) {
+    fn offsets<O: OffsetSizeTrait, T: arrow_array::types::ByteArrayType<Offset = O>>(
+        a: &GenericByteArray<T>,
+        valid: Option<&NullBuffer>,
+        each: &mut impl FnMut(usize, &[u8]),
+    ) {
+        let offsets = a.value_offsets();
+        let data = a.value_data();
+        for row in 0..a.len() {
+            if valid.is_some_and(|n| n.is_null(row)) {
+                continue;
+            }
+            let (s, e) = (offsets[row].as_usize(), offsets[row + 1].as_usize());
+            each(row, &data[s..e]);
+        }
+    }
+    match array.data_type() {
+        DataType::Utf8 => offsets(array.as_string::<i32>(), valid, &mut each),
+        DataType::LargeUtf8 => offsets(array.as_string::<i64>(), valid, &mut each),
+        DataType::Binary => offsets(array.as_binary::<i32>(), valid, &mut each),
+        DataType::LargeBinary => offsets(array.as_binary::<i64>(), valid, &mut each),
+        DataType::Utf8View => {
+            let a = array.as_string_view();
+            for row in 0..a.len() {
+                if !valid.is_some_and(|n| n.is_null(row)) {
+                    each(row, a.value(row).as_bytes());
+                }
+            }
+        }
+        DataType::BinaryView => {
+            let a = array.as_binary_view();
+            for row in 0..a.len() {
+                if !valid.is_some_and(|n| n.is_null(row)) {
+                    each(row, a.value(row));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Calls `each(row, seconds, nanos)` for every included row of a TIMESTAMP column.
+fn for_each_timestamp(
+    array: &ArrayRef,
+    unit: TimeUnit,
+    valid: Option<&NullBuffer>,
+    mut each: impl FnMut(usize, i64, i32),
+) {
+    let per_second: i64 = match unit {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+        TimeUnit::Nanosecond => 1_000_000_000,
+    };
+    let nanos_per_unit = 1_000_000_000 / per_second;
+    each_value!(array, Scalar::Varint, valid, |row: usize, bits: u64| {
+        let v = bits as i64;
+        let secs = v.div_euclid(per_second);
+        let nanos = (v.rem_euclid(per_second) * nanos_per_unit) as i32;
+        each(row, secs, nanos);
+    });
+}
+
+/// The size of a `google.protobuf.Timestamp` message (zero fields are absent).
+fn timestamp_size(secs: i64, nanos: i32) -> usize {
+    let mut n = 0;
+    if secs != 0 {
+        n += 1 + varint_len(secs as u64);
+    }
+    if nanos != 0 {
+        n += 1 + varint_len(nanos as i64 as u64);
+    }
+    n
+}
+
+fn put_timestamp(out: &mut [u8], mut at: usize, secs: i64, nanos: i32) -> usize {
+    if secs != 0 {
+        at = put(out, at, &[0x08]);
+        at = put_varint(out, at, secs as u64);
+    }
+    if nanos != 0 {
+        at = put(out, at, &[0x10]);
+        at = put_varint(out, at, nanos as i64 as u64);
+    }
+    at
+}
+
+/// Bytes of `v` as a varint.
+#[inline]
+fn varint_len(v: u64) -> usize {
+    // 1 + floor(log128(v)), with 0 taking one byte.
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Writes `bytes` at `at`; returns the end.
+#[inline]
+fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> usize {
+    let end = at + bytes.len();
+    out[at..end].copy_from_slice(bytes);
+    end
+}
+
+/// Writes `v` as a varint at `at`; returns the end.
+#[inline]
+fn put_varint(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        out[at] = (v as u8) | 0x80;
+        v >>= 7;
+        at += 1;
+    }
+    out[at] = v as u8;
+    at + 1
+}
