@@ -6,7 +6,8 @@
 //! row's size, the second writes each field at its row's cursor in one buffer sized from the
 //! first. So the work per field is one typed loop over the column, with no lookup or dispatch
 //! per row, and a nested message's length prefix is known before its fields are written.
-//! Nulls are absent fields (proto3's default), fields are written in field-number order.
+//! Nulls are absent fields, as are the default values of fields without presence (proto3's
+//! plain scalars), and fields are written in field-number order.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -77,6 +78,9 @@ struct FieldPlan {
     column: usize,
     /// The column's dotted name, for errors.
     name: String,
+    /// A proto3 field without presence: its default value (0, empty) is left out, as every
+    /// protobuf encoder does, since a reader cannot tell it from an absent field.
+    implicit: bool,
     /// The field's key (number and wire type) as a varint, for its kind's wire type.
     key: Key,
     kind: FieldKind,
@@ -224,6 +228,7 @@ impl MessagePlan {
                 FieldPlan {
                     column: i,
                     name,
+                    implicit: !field.supports_presence() && !field.is_list(),
                     key: Key::new(field.number(), wire),
                     kind,
                 },
@@ -246,11 +251,16 @@ impl MessagePlan {
             let array = &columns[f.column];
             let valid = NullBuffer::union(mask, array.logical_nulls().as_ref());
             let key = f.key.len;
+            let implicit = f.implicit;
             match &mut f.kind {
-                FieldKind::Scalar(s) => scalar_sizes(array, *s, key, valid.as_ref(), sizes),
+                FieldKind::Scalar(s) => {
+                    scalar_sizes(array, *s, key, implicit, valid.as_ref(), sizes)
+                }
                 FieldKind::Bytes => {
                     for_each_bytes(array, valid.as_ref(), |row, b| {
-                        sizes[row] += key + varint_len(b.len() as u64) + b.len();
+                        if !(implicit && b.is_empty()) {
+                            sizes[row] += key + varint_len(b.len() as u64) + b.len();
+                        }
                     });
                 }
                 FieldKind::Timestamp(unit) => {
@@ -298,7 +308,7 @@ impl MessagePlan {
                 FieldKind::EnumName(names, bits) => {
                     names.numbers(array, bits, &f.name)?;
                     for (row, &v) in bits.iter().enumerate() {
-                        if valid.as_ref().is_none_or(|n| n.is_valid(row)) {
+                        if valid.as_ref().is_none_or(|n| n.is_valid(row)) && !(implicit && v == 0) {
                             sizes[row] += key + varint_len(v);
                         }
                     }
@@ -362,12 +372,17 @@ impl MessagePlan {
             let array = &columns[f.column];
             let valid = NullBuffer::union(mask, array.logical_nulls().as_ref());
             let key = &f.key.bytes[..f.key.len];
+            let implicit = f.implicit;
             match &f.kind {
-                FieldKind::Scalar(s) => write_scalars(array, *s, key, valid.as_ref(), out, cursors),
+                FieldKind::Scalar(s) => {
+                    write_scalars(array, *s, key, implicit, valid.as_ref(), out, cursors)
+                }
                 FieldKind::Bytes => for_each_bytes(array, valid.as_ref(), |row, b| {
-                    let at = put(out, cursors[row], key);
-                    let at = put_varint(out, at, b.len() as u64);
-                    cursors[row] = put(out, at, b);
+                    if !(implicit && b.is_empty()) {
+                        let at = put(out, cursors[row], key);
+                        let at = put_varint(out, at, b.len() as u64);
+                        cursors[row] = put(out, at, b);
+                    }
                 }),
                 FieldKind::Timestamp(unit) => {
                     for_each_timestamp(array, *unit, valid.as_ref(), |row, secs, nanos| {
@@ -410,7 +425,7 @@ impl MessagePlan {
                 }
                 FieldKind::EnumName(_, bits) => {
                     for (row, &v) in bits.iter().enumerate() {
-                        if valid.as_ref().is_none_or(|n| n.is_valid(row)) {
+                        if valid.as_ref().is_none_or(|n| n.is_valid(row)) && !(implicit && v == 0) {
                             let at = put(out, cursors[row], key);
                             cursors[row] = put_varint(out, at, v);
                         }
@@ -530,6 +545,7 @@ fn bind(
                 fields: vec![FieldPlan {
                     column: 0,
                     name: name.to_string(),
+                    implicit: !value.supports_presence(),
                     key: Key::new(1, wire),
                     kind,
                 }],
@@ -699,20 +715,28 @@ fn scalar_sizes(
     array: &ArrayRef,
     scalar: Scalar,
     key: usize,
+    implicit: bool,
     valid: Option<&NullBuffer>,
     sizes: &mut [usize],
 ) {
+    // Zero bits are 0, false, +0.0: the default a field without presence leaves out.
     match scalar {
         Scalar::Varint | Scalar::ZigZag => {
             each_value!(array, scalar, valid, |row: usize, bits: u64| {
-                sizes[row] += key + varint_len(bits);
+                if !(implicit && bits == 0) {
+                    sizes[row] += key + varint_len(bits);
+                }
             })
         }
-        Scalar::Fixed32 => each_value!(array, scalar, valid, |row: usize, _| {
-            sizes[row] += key + 4;
+        Scalar::Fixed32 => each_value!(array, scalar, valid, |row: usize, bits: u64| {
+            if !(implicit && bits == 0) {
+                sizes[row] += key + 4;
+            }
         }),
-        Scalar::Fixed64 => each_value!(array, scalar, valid, |row: usize, _| {
-            sizes[row] += key + 8;
+        Scalar::Fixed64 => each_value!(array, scalar, valid, |row: usize, bits: u64| {
+            if !(implicit && bits == 0) {
+                sizes[row] += key + 8;
+            }
         }),
     }
 }
@@ -722,11 +746,15 @@ fn write_scalars(
     array: &ArrayRef,
     scalar: Scalar,
     key: &[u8],
+    implicit: bool,
     valid: Option<&NullBuffer>,
     out: &mut [u8],
     cursors: &mut [usize],
 ) {
     each_value!(array, scalar, valid, |row: usize, bits: u64| {
+        if implicit && bits == 0 {
+            return;
+        }
         let at = put(out, cursors[row], key);
         cursors[row] = match scalar {
             Scalar::Varint | Scalar::ZigZag => put_varint(out, at, bits),

@@ -642,14 +642,14 @@ CREATE SINK lines FROM (SELECT ticker, bid_price FROM q) WITH ('connector' = 'fi
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(got_lines, want_lines);
-    // No encoder for protobuf: a clear error.
+    // An encoding without an encoder: a clear error naming those there are.
     let err = run(
         &e2,
-        "CREATE SINK p WITH ('connector' = 'file', 'path' = '/tmp/x', 'encoding' = 'protobuf');",
+        "CREATE SINK p WITH ('connector' = 'file', 'path' = '/tmp/x', 'encoding' = 'avro');",
     )
     .await
     .unwrap_err();
-    assert!(err.contains("no encoder is registered for encoding 'protobuf'; encodings with an encoder: json, raw"), "{err}");
+    assert!(err.contains("no encoder is registered for encoding 'avro'; encodings with an encoder: json, protobuf, raw"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
