@@ -173,6 +173,23 @@ fn same_figures(scrape: &[Sample], summary: &str, state_dir: &Path, source: &str
         ("keys held (estimate):", "weir_dedup_keys"),
     ] {
         let m = sum(scrape, series, &q) as u64;
+        if series == "weir_dedup_keys" {
+            // RocksDB's estimate moves as memtables flush and files compact, and the scrape,
+            // the summary and `weir stats` read it at different moments: they agree roughly
+            // (an unset gauge reads 0, far outside this).
+            let written = figure(&stats, "keys written:");
+            for (what, v) in [
+                ("scrape", m),
+                ("summary", figure(summary, label)),
+                ("weir stats", figure(&stats, label)),
+            ] {
+                assert!(
+                    v * 10 >= written * 7 && v * 10 <= written * 13,
+                    "{what}: {v} keys held against {written} written\n{stats}"
+                );
+            }
+            continue;
+        }
         assert_eq!(figure(&stats, label), m, "weir stats, {label}\n{stats}");
         assert_eq!(figure(summary, label), m, "summary, {label}\n{summary}");
     }
