@@ -521,13 +521,6 @@ fn step_loop(
             Next::Idle => transform.idle(&mut out)?,
             Next::End => transform.end(!source.follow, &mut out)?,
         }
-        if unpublished && !out.is_empty() && files.publishes_before_writing() {
-            // One transaction at a time: the last step's is committed (once its state commit
-            // is durable) before this step's first rows.
-            store.sync(source)?;
-            files.publish(store.checkpoint()).map_err(sink)?;
-            unpublished = false;
-        }
         for b in out.drain(..) {
             moved = true;
             files.write(store.checkpoint().step + 1, &b).map_err(sink)?;

@@ -4,7 +4,8 @@
 //! end they are all acknowledged (`seal`), and the state commit records the transaction's
 //! producer id and epoch with the step's positions and state. Once that commit is durable the
 //! transaction is committed (`publish`), and the producer starts a new epoch before the next
-//! step's transaction, so that each transaction has an epoch of its own.
+//! step's transaction, so that each transaction has an epoch of its own. Rows of the next step
+//! that come before that commit are held and written into the next transaction after it.
 //!
 //! A stop at any moment is settled at the next start from the state's last step:
 //! * before its state commit: the transaction is open and unrecorded; the new producer's epoch
@@ -34,6 +35,10 @@ pub(crate) struct KafkaSteps {
     metrics: std::sync::Arc<crate::metrics::SinkMetrics>,
     /// The step whose transaction is open, if any.
     open: Option<u64>,
+    /// Rows of the next step that came while the last step's transaction waited for its state
+    /// commit to be durable (one producer has one transaction at a time): written into the
+    /// next transaction once that one is committed, so the pipeline reads on meanwhile.
+    held: Vec<(u64, RecordBatch)>,
 }
 
 impl KafkaSteps {
@@ -46,6 +51,7 @@ impl KafkaSteps {
             sink,
             metrics,
             open: None,
+            held: Vec::new(),
         }
     }
 
@@ -100,11 +106,17 @@ impl super::StepSink for KafkaSteps {
     fn write(&mut self, step: u64, batch: &RecordBatch) -> Result<(), SinkError> {
         if self.open != Some(step) {
             if let Some(open) = self.open {
-                return Err(SinkError::Options(format!(
-                    "sink {}: step {step} began while the transaction of step {open} is open; \
-                     this is a bug in weir",
-                    self.sink.name()
-                )));
+                if step < open {
+                    return Err(SinkError::Options(format!(
+                        "sink {}: rows of step {step} came after step {open} began; this is a \
+                         bug in weir",
+                        self.sink.name()
+                    )));
+                }
+                // The last step is sealed and waits for its commit: hold these rows (the
+                // batch's columns are shared, not copied).
+                self.held.push((step, batch.clone()));
+                return Ok(());
             }
             self.sink.begin_transaction()?;
             self.open = Some(step);
@@ -133,10 +145,6 @@ impl super::StepSink for KafkaSteps {
         true
     }
 
-    fn publishes_before_writing(&self) -> bool {
-        true
-    }
-
     fn publish(&mut self, checkpoint: &weir_dedup::Checkpoint) -> Result<(), SinkError> {
         if self.open.is_none() {
             return Ok(());
@@ -150,6 +158,9 @@ impl super::StepSink for KafkaSteps {
             micros = started.elapsed().as_micros() as u64,
             "Kafka transaction committed"
         );
+        for (step, batch) in std::mem::take(&mut self.held) {
+            self.write(step, &batch)?;
+        }
         Ok(())
     }
 }

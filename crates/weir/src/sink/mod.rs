@@ -168,13 +168,6 @@ pub(crate) trait StepSink: Send {
         false
     }
 
-    /// True when a step must be published before the next step writes anything (one
-    /// transaction at a time); otherwise the next step writes while the last waits for its
-    /// state commit to be durable.
-    fn publishes_before_writing(&self) -> bool {
-        false
-    }
-
     /// Publishes the step `checkpoint` records, once that commit is durable.
     fn publish(&mut self, _checkpoint: &weir_dedup::Checkpoint) -> Result<(), SinkError> {
         Ok(())
