@@ -121,8 +121,9 @@ enum Scalar {
 }
 
 enum FieldKind {
-    /// A numeric or bool column into a scalar field.
-    Scalar(Scalar),
+    /// A numeric or bool column into a scalar field; each row's bits (0 for a null), made once
+    /// in the first pass, are kept for the second.
+    Scalar(Scalar, Vec<u64>),
     /// A text or binary column into a string or bytes field.
     Bytes,
     /// A STRUCT column into a message field; the child sizes of the batch are kept between the
@@ -253,8 +254,9 @@ impl MessagePlan {
             let key = f.key.len;
             let implicit = f.implicit;
             match &mut f.kind {
-                FieldKind::Scalar(s) => {
-                    scalar_sizes(array, *s, key, implicit, valid.as_ref(), sizes)
+                FieldKind::Scalar(s, bits) => {
+                    element_bits(array, *s, bits);
+                    scalar_sizes(bits, *s, key, implicit, valid.as_ref(), sizes)
                 }
                 FieldKind::Bytes => {
                     for_each_bytes(array, valid.as_ref(), |row, b| {
@@ -374,8 +376,8 @@ impl MessagePlan {
             let key = &f.key.bytes[..f.key.len];
             let implicit = f.implicit;
             match &f.kind {
-                FieldKind::Scalar(s) => {
-                    write_scalars(array, *s, key, implicit, valid.as_ref(), out, cursors)
+                FieldKind::Scalar(s, bits) => {
+                    write_scalars(bits, *s, key, implicit, valid.as_ref(), out, cursors)
                 }
                 FieldKind::Bytes => for_each_bytes(array, valid.as_ref(), |row, b| {
                     if !(implicit && b.is_empty()) {
@@ -529,7 +531,7 @@ fn bind(
             Scalar::Fixed32 => FIXED32,
             Scalar::Fixed64 => FIXED64,
         };
-        return Ok((FieldKind::Scalar(s), wire));
+        return Ok((FieldKind::Scalar(s, Vec::new()), wire));
     }
     match (field.kind(), data_type) {
         (Kind::String | Kind::Bytes, t) if is_bytes_type(t) => Ok((FieldKind::Bytes, LEN)),
@@ -712,7 +714,7 @@ macro_rules! each_value {
 
 /// Adds `key` plus each included value's size to `sizes[row]`.
 fn scalar_sizes(
-    array: &ArrayRef,
+    bits: &[u64],
     scalar: Scalar,
     key: usize,
     implicit: bool,
@@ -720,30 +722,22 @@ fn scalar_sizes(
     sizes: &mut [usize],
 ) {
     // Zero bits are 0, false, +0.0: the default a field without presence leaves out.
-    match scalar {
-        Scalar::Varint | Scalar::ZigZag => {
-            each_value!(array, scalar, valid, |row: usize, bits: u64| {
-                if !(implicit && bits == 0) {
-                    sizes[row] += key + varint_len(bits);
-                }
-            })
+    let width = match scalar {
+        Scalar::Fixed32 => 4,
+        Scalar::Fixed64 => 8,
+        Scalar::Varint | Scalar::ZigZag => 0,
+    };
+    for (row, (&v, size)) in bits.iter().zip(sizes.iter_mut()).enumerate() {
+        if (implicit && v == 0) || valid.is_some_and(|n| n.is_null(row)) {
+            continue;
         }
-        Scalar::Fixed32 => each_value!(array, scalar, valid, |row: usize, bits: u64| {
-            if !(implicit && bits == 0) {
-                sizes[row] += key + 4;
-            }
-        }),
-        Scalar::Fixed64 => each_value!(array, scalar, valid, |row: usize, bits: u64| {
-            if !(implicit && bits == 0) {
-                sizes[row] += key + 8;
-            }
-        }),
+        *size += key + if width == 0 { varint_len(v) } else { width };
     }
 }
 
 /// Writes each included value, after `key`, at `cursors[row]`, advancing it.
 fn write_scalars(
-    array: &ArrayRef,
+    bits: &[u64],
     scalar: Scalar,
     key: &[u8],
     implicit: bool,
@@ -751,17 +745,35 @@ fn write_scalars(
     out: &mut [u8],
     cursors: &mut [usize],
 ) {
-    each_value!(array, scalar, valid, |row: usize, bits: u64| {
-        if implicit && bits == 0 {
-            return;
+    // One loop per encoding, so the branch on it is taken once a column, not once a value.
+    let rows = bits.iter().zip(cursors.iter_mut()).enumerate();
+    let skip = |row: usize, v: u64| (implicit && v == 0) || valid.is_some_and(|n| n.is_null(row));
+    match scalar {
+        Scalar::Varint | Scalar::ZigZag => {
+            for (row, (&v, cursor)) in rows {
+                if !skip(row, v) {
+                    let at = put(out, *cursor, key);
+                    *cursor = put_varint(out, at, v);
+                }
+            }
         }
-        let at = put(out, cursors[row], key);
-        cursors[row] = match scalar {
-            Scalar::Varint | Scalar::ZigZag => put_varint(out, at, bits),
-            Scalar::Fixed32 => put(out, at, &(bits as u32).to_le_bytes()),
-            Scalar::Fixed64 => put(out, at, &bits.to_le_bytes()),
-        };
-    });
+        Scalar::Fixed32 => {
+            for (row, (&v, cursor)) in rows {
+                if !skip(row, v) {
+                    let at = put(out, *cursor, key);
+                    *cursor = put(out, at, &(v as u32).to_le_bytes());
+                }
+            }
+        }
+        Scalar::Fixed64 => {
+            for (row, (&v, cursor)) in rows {
+                if !skip(row, v) {
+                    let at = put(out, *cursor, key);
+                    *cursor = put(out, at, &v.to_le_bytes());
+                }
+            }
+        }
+    }
 }
 
 /// Each element's bits of a list's values (a null element as 0), into `bits`.
@@ -917,15 +929,24 @@ fn varint_len(v: u64) -> usize {
 }
 
 /// Writes `bytes` at `at`; returns the end.
-#[inline]
+#[inline(always)]
 fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> usize {
     let end = at + bytes.len();
-    out[at..end].copy_from_slice(bytes);
+    let dst = &mut out[at..end];
+    // Keys are a byte or two and most strings short: a loop beats a call to memcpy, which a
+    // copy of unknown length becomes (measured: 200 against 125 ns a quote for prost before).
+    if bytes.len() <= 16 {
+        for (d, b) in dst.iter_mut().zip(bytes) {
+            *d = *b;
+        }
+    } else {
+        dst.copy_from_slice(bytes);
+    }
     end
 }
 
 /// Writes `v` as a varint at `at`; returns the end.
-#[inline]
+#[inline(always)]
 fn put_varint(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
     while v >= 0x80 {
         out[at] = (v as u8) | 0x80;
