@@ -5,7 +5,7 @@
 //! consumer sees whole or not at all (see [`Producer::begin_transaction`]).
 
 use std::collections::VecDeque;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
@@ -91,6 +91,8 @@ pub struct Producer {
     version: i16,
     /// One open batch per partition id.
     open: Vec<RecordsWriter>,
+    /// When each open batch got its first record (`None` while empty), for `linger`.
+    opened: Vec<Option<Instant>>,
     compressed: Vec<u8>,
     sticky: usize,
     sent: u64,
@@ -161,7 +163,7 @@ pub fn murmur2(data: &[u8]) -> i32 {
 /// coordinator state (COORDINATOR_LOAD_IN_PROGRESS and similar).
 fn init_producer_id(conn: &mut Connection, cfg: &ProducerConfig) -> Result<(i64, i16)> {
     let v = conn.version(ApiKey::InitProducerId, "InitProducerId", 0, 4)?;
-    let deadline = std::time::Instant::now() + cfg.request_timeout;
+    let deadline = Instant::now() + cfg.request_timeout;
     loop {
         let resp: InitProducerIdResponse = conn.request(
             ApiKey::InitProducerId,
@@ -177,7 +179,7 @@ fn init_producer_id(conn: &mut Connection, cfg: &ProducerConfig) -> Result<(i64,
         if code == 0 {
             return Ok((resp.producer_id.0, resp.producer_epoch));
         }
-        if !is_retriable(code) || std::time::Instant::now() >= deadline {
+        if !is_retriable(code) || Instant::now() >= deadline {
             return Err(Error::Produce {
                 topic: cfg.topic.clone(),
                 partition: -1,
@@ -231,6 +233,7 @@ impl Producer {
             producer_id,
             producer_epoch,
             open: vec![RecordsWriter::default(); layout.leaders.len()],
+            opened: vec![None; layout.leaders.len()],
             cfg,
             connector,
             layout,
@@ -289,12 +292,26 @@ impl Producer {
                 None => self.sticky % count,
             },
         };
+        if self.open[p].count == 0 {
+            self.opened[p] = Some(Instant::now());
+        }
         self.open[p].push(timestamp.unwrap_or_else(now_ms), key, value, headers);
         if self.open[p].buf.len() >= self.cfg.batch_bytes {
             if partition.is_none() && key.is_none() {
                 self.sticky = self.sticky.wrapping_add(1);
             }
             self.ship(p as i32)?;
+        }
+        Ok(())
+    }
+
+    /// Sends the open batches whose first record has waited `linger` or longer, without waiting
+    /// for their acknowledgement (librdkafka's `linger.ms`, checked when called).
+    pub fn send_lingering(&mut self, linger: Duration) -> Result<()> {
+        for p in 0..self.open.len() {
+            if self.open[p].count > 0 && self.opened[p].is_some_and(|t| t.elapsed() >= linger) {
+                self.ship(p as i32)?;
+            }
         }
         Ok(())
     }

@@ -550,9 +550,25 @@ impl Engine {
             };
             let mut st = state.lock().await;
             let st = &mut *st;
-            st.writer(&name, &schema, follow).map_err(fail)?;
+            let linger = st.writer(&name, &schema, follow).map_err(fail)?.linger();
             *st.metrics.path.lock().unwrap_or_else(|e| e.into_inner()) = st.settings.path.clone();
-            while let Some(batch) = stream.next().await {
+            loop {
+                // A writer that holds rows (a kafka sink's batches) sends them when no more
+                // come for its linger time, so a quiet stream does not keep them back.
+                let next = match linger {
+                    Some(wait) => match tokio::time::timeout(wait, stream.next()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            st.writer(&name, &schema, follow)
+                                .map_err(fail)?
+                                .idle()
+                                .map_err(fail)?;
+                            continue;
+                        }
+                    },
+                    None => stream.next().await,
+                };
+                let Some(batch) = next else { break };
                 let batch = batch?;
                 let writer = st.writer(&name, &schema, follow).map_err(fail)?;
                 writer.write(&batch).map_err(fail)?;

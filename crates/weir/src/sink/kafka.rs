@@ -31,6 +31,7 @@ pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] = &[
     COMPRESSION,
     ACKS,
     BATCH_SIZE,
+    LINGER_MS,
     TRANSACTIONAL_ID,
     TRANSACTION_TIMEOUT,
 ];
@@ -117,6 +118,14 @@ const TRANSACTION_TIMEOUT: OptionSpec = OptionSpec::new(
 )
 .default_value("900000");
 
+const LINGER_MS: OptionSpec = OptionSpec::new(
+    "linger.ms",
+    OptionKind::Count,
+    "kafka: a partition's batch is sent once its first record has waited this long, even if \
+     not full (checked as rows come, and when none came for this long)",
+)
+.default_value("5");
+
 /// A `kafka` sink's settings.
 #[derive(Debug, Clone)]
 pub(crate) struct KafkaSinkSettings {
@@ -130,6 +139,8 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) timestamp: Option<String>,
     /// The headers column, if any.
     pub(crate) headers: Option<String>,
+    /// How long a record waits in a batch that is not full.
+    pub(crate) linger: Duration,
     /// `'transactional.id'` as given (the exactly-once sink defaults it).
     pub(crate) transactional_id: Option<String>,
 }
@@ -202,6 +213,7 @@ impl KafkaSinkSettings {
             },
             timestamp: options.text(&TIMESTAMP_COLUMN).map(str::to_string),
             headers: options.text(&HEADERS_COLUMN).map(str::to_string),
+            linger: Duration::from_millis(options.count(&LINGER_MS)?.unwrap_or(5)),
         })
     }
 }
@@ -219,6 +231,7 @@ pub(crate) struct KafkaSink {
     partitioner: Partitioner,
     /// The headers column's index.
     headers: Option<usize>,
+    linger: Duration,
     /// The topic's partition count, and the next partition for round robin.
     partitions: u32,
     next: u32,
@@ -325,6 +338,7 @@ impl KafkaSink {
             timestamp,
             partitioner: settings.partitioner,
             headers,
+            linger: settings.linger,
             partitions,
             next: 0,
             messages: Vec::new(),
@@ -497,7 +511,19 @@ impl super::BatchWriter for KafkaSink {
             }
             start = end;
         }
-        Ok(())
+        self.producer
+            .send_lingering(self.linger)
+            .map_err(|e| self.kafka_error(e))
+    }
+
+    fn linger(&self) -> Option<Duration> {
+        Some(self.linger.max(Duration::from_millis(1)))
+    }
+
+    fn idle(&mut self) -> Result<(), SinkError> {
+        self.producer
+            .send_lingering(Duration::ZERO)
+            .map_err(|e| self.kafka_error(e))
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {

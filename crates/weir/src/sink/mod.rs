@@ -232,6 +232,16 @@ impl FromStr for SinkFormat {
 pub trait BatchWriter: Send {
     /// Writes one batch.
     fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError>;
+    /// How long the writer may hold rows it has not sent when no more come, if it holds any
+    /// (a kafka sink's `linger.ms`): [`BatchWriter::idle`] is called after that long without
+    /// rows.
+    fn linger(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// No rows came for [`BatchWriter::linger`]: send what is held.
+    fn idle(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
     /// Completes the output (file footers, a buffered table).
     fn finish(&mut self) -> Result<(), SinkError>;
 }

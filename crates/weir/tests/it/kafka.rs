@@ -963,3 +963,66 @@ fn a_kafka_sink_writes_headers_from_a_map_column() {
     };
     assert!(e.contains("headers column 'ticker'"), "{e}");
 }
+
+/// In follow mode a kafka sink sends its batches after `'linger.ms'` even when they are far
+/// from full and no more rows come: a reader sees every record while the run goes on.
+#[test]
+fn a_kafka_sink_in_follow_mode_sends_after_linger_without_more_rows() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let input = topic("weir-linger-in");
+    let output = topic("weir-linger-out");
+    for t in [&input, &output] {
+        create_topic(std::slice::from_ref(&broker), t, 2, 1, &[], false).unwrap();
+    }
+    let mut producer = Producer::connect(&ProducerConfig {
+        brokers: vec![broker.clone()],
+        topic: input.clone(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    for i in 0..100u32 {
+        producer
+            .send(None, Some(&i.to_be_bytes()), format!("m{i}").as_bytes())
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    let engine = Engine::new(EngineOptions {
+        follow: true,
+        partitions: 2,
+        ..EngineOptions::default()
+    });
+    rt.block_on(engine.query(&format!(
+        "CREATE SOURCE r WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{input}', 'encoding' = 'raw');
+         CREATE SINK relay FROM r WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{output}',
+           'encoding' = 'raw', 'linger.ms' = '20');"
+    )))
+    .unwrap();
+    let relayed = || -> i64 {
+        let reader = Engine::new(EngineOptions::default());
+        let got = rt
+            .block_on(reader.query(&format!(
+                "CREATE SOURCE o WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+                 'topic' = '{output}', 'encoding' = 'raw');\nSELECT count(*) FROM o;"
+            )))
+            .unwrap();
+        got[0].column(0).as_primitive::<Int64Type>().value(0)
+    };
+    let mut seen = 0;
+    for _ in 0..200 {
+        seen = relayed();
+        if seen == 100 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(seen, 100, "the relay's records while it runs");
+    engine.stop();
+    rt.block_on(engine.wait()).unwrap();
+    rt.block_on(engine.finish()).unwrap();
+    assert_eq!(relayed(), 100, "and no record again at the stop");
+}
