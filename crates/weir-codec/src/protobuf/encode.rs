@@ -15,7 +15,7 @@ use arrow_array::types::{
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
     UInt64Type, UInt8Type,
 };
-use arrow_array::{Array, ArrayRef, GenericByteArray, OffsetSizeTrait, RecordBatch};
+use arrow_array::{Array, ArrayRef, GenericByteArray, ListArray, OffsetSizeTrait, RecordBatch};
 use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Fields, TimeUnit};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
@@ -285,27 +285,7 @@ impl MessagePlan {
                 FieldKind::Packed(s, payload, bits) => {
                     let list = array.as_list::<i32>();
                     element_bits(list.values(), *s, bits);
-                    payload.clear();
-                    payload.resize(list.len(), 0);
-                    let offsets = list.value_offsets();
-                    for row in 0..list.len() {
-                        if valid.as_ref().is_some_and(|v| v.is_null(row)) {
-                            continue;
-                        }
-                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
-                        if a == b {
-                            continue;
-                        }
-                        let p: usize = match s {
-                            Scalar::Varint | Scalar::ZigZag => {
-                                bits[a..b].iter().map(|&v| varint_len(v)).sum()
-                            }
-                            Scalar::Fixed32 => 4 * (b - a),
-                            Scalar::Fixed64 => 8 * (b - a),
-                        };
-                        payload[row] = p;
-                        sizes[row] += key + varint_len(p as u64) + p;
-                    }
+                    packed_sizes(list, *s, bits, key, valid.as_ref(), payload, sizes);
                 }
                 FieldKind::EnumName(names, bits) => {
                     names.numbers(array, bits, &f.name)?;
@@ -318,20 +298,8 @@ impl MessagePlan {
                 FieldKind::PackedEnumNames(names, payload, bits) => {
                     let list = array.as_list::<i32>();
                     names.numbers(list.values(), bits, &f.name)?;
-                    payload.clear();
-                    payload.resize(list.len(), 0);
-                    let offsets = list.value_offsets();
-                    for row in 0..list.len() {
-                        if valid.as_ref().is_some_and(|v| v.is_null(row)) {
-                            continue;
-                        }
-                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
-                        if a < b {
-                            let p: usize = bits[a..b].iter().map(|&v| varint_len(v)).sum();
-                            payload[row] = p;
-                            sizes[row] += key + varint_len(p as u64) + p;
-                        }
-                    }
+                    let s = Scalar::Varint;
+                    packed_sizes(list, s, bits, key, valid.as_ref(), payload, sizes);
                 }
                 FieldKind::Wrapper(plan, child) => {
                     child.clear();
@@ -405,25 +373,7 @@ impl MessagePlan {
                 }
                 FieldKind::Packed(s, payload, bits) => {
                     let list = array.as_list::<i32>();
-                    let offsets = list.value_offsets();
-                    for row in 0..list.len() {
-                        if payload.get(row).is_none_or(|&p| p == 0)
-                            || valid.as_ref().is_some_and(|v| v.is_null(row))
-                        {
-                            continue;
-                        }
-                        let at = put(out, cursors[row], key);
-                        let mut at = put_varint(out, at, payload[row] as u64);
-                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
-                        for &v in &bits[a..b] {
-                            at = match s {
-                                Scalar::Varint | Scalar::ZigZag => put_varint(out, at, v),
-                                Scalar::Fixed32 => put(out, at, &(v as u32).to_le_bytes()),
-                                Scalar::Fixed64 => put(out, at, &v.to_le_bytes()),
-                            };
-                        }
-                        cursors[row] = at;
-                    }
+                    write_packed(list, *s, bits, payload, key, valid.as_ref(), out, cursors);
                 }
                 FieldKind::EnumName(_, bits) => {
                     for (row, &v) in bits.iter().enumerate() {
@@ -435,21 +385,8 @@ impl MessagePlan {
                 }
                 FieldKind::PackedEnumNames(_, payload, bits) => {
                     let list = array.as_list::<i32>();
-                    let offsets = list.value_offsets();
-                    for row in 0..list.len() {
-                        if payload.get(row).is_none_or(|&p| p == 0)
-                            || valid.as_ref().is_some_and(|v| v.is_null(row))
-                        {
-                            continue;
-                        }
-                        let at = put(out, cursors[row], key);
-                        let mut at = put_varint(out, at, payload[row] as u64);
-                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
-                        for &v in &bits[a..b] {
-                            at = put_varint(out, at, v);
-                        }
-                        cursors[row] = at;
-                    }
+                    let s = Scalar::Varint;
+                    write_packed(list, s, bits, payload, key, valid.as_ref(), out, cursors);
                 }
                 FieldKind::Wrapper(plan, child) => {
                     for (row, c) in child.iter().enumerate() {
@@ -710,6 +647,71 @@ macro_rules! each_value {
             _ => {}
         }
     }};
+}
+
+/// A packed repeated field's sizes: each row's payload (kept in `payload` for the write) from
+/// its elements' `bits`, and the field's whole size added to `sizes[row]` (nothing for an empty
+/// list or a null row).
+fn packed_sizes(
+    list: &ListArray,
+    scalar: Scalar,
+    bits: &[u64],
+    key: usize,
+    valid: Option<&NullBuffer>,
+    payload: &mut Vec<usize>,
+    sizes: &mut [usize],
+) {
+    payload.clear();
+    payload.resize(list.len(), 0);
+    let offsets = list.value_offsets();
+    for row in 0..list.len() {
+        if valid.is_some_and(|v| v.is_null(row)) {
+            continue;
+        }
+        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+        if a == b {
+            continue;
+        }
+        let p: usize = match scalar {
+            Scalar::Varint | Scalar::ZigZag => bits[a..b].iter().map(|&v| varint_len(v)).sum(),
+            Scalar::Fixed32 => 4 * (b - a),
+            Scalar::Fixed64 => 8 * (b - a),
+        };
+        payload[row] = p;
+        sizes[row] += key + varint_len(p as u64) + p;
+    }
+}
+
+/// Writes a packed repeated field sized by [`packed_sizes`]: the key, the payload's length and
+/// each element, at `cursors[row]`.
+#[allow(clippy::too_many_arguments)]
+fn write_packed(
+    list: &ListArray,
+    scalar: Scalar,
+    bits: &[u64],
+    payload: &[usize],
+    key: &[u8],
+    valid: Option<&NullBuffer>,
+    out: &mut [u8],
+    cursors: &mut [usize],
+) {
+    let offsets = list.value_offsets();
+    for row in 0..list.len() {
+        if payload.get(row).is_none_or(|&p| p == 0) || valid.is_some_and(|v| v.is_null(row)) {
+            continue;
+        }
+        let at = put(out, cursors[row], key);
+        let mut at = put_varint(out, at, payload[row] as u64);
+        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+        for &v in &bits[a..b] {
+            at = match scalar {
+                Scalar::Varint | Scalar::ZigZag => put_varint(out, at, v),
+                Scalar::Fixed32 => put(out, at, &(v as u32).to_le_bytes()),
+                Scalar::Fixed64 => put(out, at, &v.to_le_bytes()),
+            };
+        }
+        cursors[row] = at;
+    }
 }
 
 /// Adds `key` plus each included value's size to `sizes[row]`.
