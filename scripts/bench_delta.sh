@@ -14,6 +14,10 @@
 # from the sink's debug lines.
 #
 #   scripts/bench_delta.sh [N] [RUNS] [COMMIT_INTERVAL]
+#
+# WEIR_BENCH_KINDS picks the sinks (`parquet` always runs: it is the reference). With
+# WEIR_BIN_BEFORE set, a kind written `KIND:before` runs that other build of weir, in the same
+# alternation (an A/B of a change: WEIR_BENCH_KINDS="delta-s3 delta-s3:before").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-20000000}"
@@ -33,6 +37,9 @@ trap 'rm -rf "$WORK"' EXIT
 KINDS="parquet delta"
 if [ -n "${WEIR_S3_ENDPOINT:-}" ]; then
   KINDS="$KINDS delta-s3 parquet-s3"
+fi
+if [ -n "${WEIR_BENCH_KINDS:-}" ]; then
+  KINDS="parquet ${WEIR_BENCH_KINDS/parquet/}"
 fi
 "$WEIR" gen quotes --count "$N" --seed 11 --duplicates 0.1 --out "$WORK/q.bin" \
   --schema-dir "$WORK/schema" 2>/dev/null
@@ -59,16 +66,18 @@ SQL
 printf "%-10s %4s %9s %9s %10s %12s\n" sink run wall_s cpu_s rss_mib rows_per_s
 for r in $(seq 1 "$RUNS"); do
   for kind in $KINDS; do
-    pipeline "$kind" "$r" > "$WORK/$kind.sql"
+    bin="$WEIR" tag="$r"
+    case "$kind" in *:before) bin="${WEIR_BIN_BEFORE:?a kind KIND:before needs WEIR_BIN_BEFORE}" tag="${r}b" ;; esac
+    pipeline "${kind%:before}" "$tag" > "$WORK/$kind.sql"
     /usr/bin/time -f "%e %U %S %M" -o "$WORK/time" env RUST_LOG=weir::sink::delta=debug \
-      "$WEIR" run --quiet --log-format json "$WORK/$kind.sql" 2> "$WORK/log-$kind-$r" >/dev/null \
+      "$bin" run --quiet --log-format json "$WORK/$kind.sql" 2> "$WORK/log-$kind-$r" >/dev/null \
       || { echo "bench_delta.sh: weir failed on $kind run $r:" >&2; grep -v "Delta commit" "$WORK/log-$kind-$r" | tail -5 >&2; exit 1; }
     read -r wall user sys rss < "$WORK/time"
     cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
     printf "%-10s %4s %9s %9s %10s %12s\n" "$kind" "$r" "$wall" "$cpu" "$((rss / 1024))" \
       "$(awk -v n="$N" -v w="$wall" 'BEGIN { printf "%.0f", n / w }')"
     echo "$kind $wall $cpu $rss" >> "$WORK/results"
-    rm -rf "$WORK/out-$kind-$r" "$WORK/state-$kind-$r"
+    rm -rf "$WORK/out-${kind%:before}-$tag" "$WORK/state-${kind%:before}-$tag"
   done
 done
 python3 - "$WORK" <<'PY'
@@ -86,7 +95,7 @@ for k, rows in res.items():
     print(f"{k}/parquet: throughput (fastest wall) {best(p, 0) / best(rows, 0):.3f}x, "
           f"CPU (least) {best(rows, 1) / best(p, 1):.3f}x, "
           f"peak RSS (largest) {max(r[2] for r in rows) / max(r[2] for r in p):.3f}x")
-for kind in ("delta", "delta-s3"):
+for kind in [k for k in res if k.startswith("delta")]:
     plain, with_checkpoint = [], []
     for f in glob.glob(f"{work}/log-{kind}-[0-9]*"):
         for line in open(f):

@@ -383,7 +383,7 @@ impl Engine {
         let mut resumed = None;
         let mut files: Box<dyn StepSink> = if settings.delta {
             let delta = DeltaSettings::parse(sink, &options).map_err(fail)?;
-            let mut table = DeltaSink::open(sink, delta, &options, &schema)
+            let (mut table, data_files) = DeltaSink::open(sink, delta, &options, &schema)
                 .await
                 .map_err(fail)?;
             match &store {
@@ -414,11 +414,15 @@ impl Engine {
                     resumed = Some(TableLedger::new(from));
                 }
             }
-            Box::new(DeltaSteps::new(
-                table,
-                tokio::runtime::Handle::current(),
-                metrics,
-            ))
+            Box::new(
+                DeltaSteps::new(
+                    table,
+                    data_files,
+                    tokio::runtime::Handle::current(),
+                    metrics,
+                )
+                .map_err(fail)?,
+            )
         } else if let (Some(mut kafka), Some(factory)) = (kafka, encoder) {
             let Some(store) = &store else {
                 return Err(StatementError::Invalid(format!(

@@ -1,7 +1,7 @@
 //! The `delta` sink: rows land in a Delta Lake table, on the local disk or object storage,
 //! exactly once. delta-rs writes the data files (its `RecordBatchWriter`, streamed as multipart
-//! uploads, rolled at `'target.file.size'`) and commits them (its `CommitBuilder`); weir writes
-//! none of Delta's protocol itself.
+//! uploads, rolled at `'target.file.size'`, on a thread of their own: [`data_files`]) and commits
+//! them (its `CommitBuilder`); weir writes none of Delta's protocol itself.
 //!
 //! Each step of an exactly-once pipeline ends in this order:
 //! 1. the step's data files are completed in the table's directory (not yet part of the table),
@@ -26,10 +26,14 @@
 //! stale view fails with an error and adds nothing.
 
 mod compact;
+mod data_files;
 mod options;
 
 pub use self::compact::{compact_delta_table, Compaction};
+pub(crate) use self::data_files::DataFiles;
 pub(crate) use self::options::{DeltaSettings, DELTA_OPTIONS};
+
+use self::data_files::DataFileThread;
 
 use std::sync::{Arc, Once};
 
@@ -42,7 +46,7 @@ use deltalake_core::logstore::{
     default_logstore, logstore_factories, LogStore, LogStoreFactory, ObjectStoreRef, StorageConfig,
 };
 use deltalake_core::protocol::{DeltaOperation, OutputMode};
-use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
+use deltalake_core::writer::RecordBatchWriter;
 use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError, TableProperty};
 use futures::StreamExt as _;
 use object_store::path::Path as ObjectPath;
@@ -65,16 +69,12 @@ pub(crate) struct DeltaSink {
     url: Url,
     settings: DeltaSettings,
     table: DeltaTable,
-    writer: RecordBatchWriter,
     /// How data files are written (the writer's and compaction's).
     props: WriterProperties,
     /// The table version after this writer's last commit (or as opened): compaction runs when
     /// a commit takes the version across a multiple of `'compaction.interval'`, so restarts do
     /// not reset the count.
     last_version: u64,
-    /// The table's Arrow schema, which every batch is cast to (Delta's types, the table's
-    /// column order).
-    schema: SchemaRef,
 }
 
 impl std::fmt::Debug for DeltaSink {
@@ -95,13 +95,13 @@ pub(crate) struct TableProgress {
 impl DeltaSink {
     /// Opens the table of `settings` for rows of `schema`, creating it when the path holds
     /// nothing, and checking (or, with `'schema.evolution' = 'add_columns'`, widening) the
-    /// schema of an existing one.
+    /// schema of an existing one. Returns the table and the writer of its data files.
     pub(crate) async fn open(
         sink: &str,
         settings: DeltaSettings,
         options: &Options,
         schema: &SchemaRef,
-    ) -> Result<Self, SinkError> {
+    ) -> Result<(Self, DataFiles), SinkError> {
         let location = open_location(&settings.path, options)?;
         register_log_store();
         let url = location.url.clone();
@@ -152,19 +152,25 @@ impl DeltaSink {
             .map_err(&err)?
             .with_writer_properties(props.clone())
             .with_target_file_size(settings.target_file_size);
-        let schema = writer.arrow_schema();
+        let files = DataFiles {
+            sink: sink.to_string(),
+            url: url.clone(),
+            schema: writer.arrow_schema(),
+            writer,
+        };
         let last_version = table.version().unwrap_or(0);
         drop(err);
-        Ok(Self {
-            sink: sink.to_string(),
-            url,
-            settings,
-            table,
-            writer,
-            props,
-            last_version,
-            schema,
-        })
+        Ok((
+            Self {
+                sink: sink.to_string(),
+                url,
+                settings,
+                table,
+                props,
+                last_version,
+            },
+            files,
+        ))
     }
 
     /// After the commit that made table version `version`: every `'compaction.interval'`
@@ -200,29 +206,6 @@ impl DeltaSink {
 
     fn err(&self) -> impl Fn(DeltaTableError) -> SinkError + '_ {
         delta_error(&self.sink, &self.url)
-    }
-
-    /// Streams `batch` into the step's data files.
-    pub(crate) async fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
-        let batch = if batch.schema().fields() == self.schema.fields() {
-            batch.clone()
-        } else {
-            cast_to(batch, &self.schema).map_err(|e| {
-                SinkError::Options(format!(
-                    "sink {}: the rows cannot be written as the table's columns: {e}",
-                    self.sink
-                ))
-            })?
-        };
-        let err = delta_error(&self.sink, &self.url);
-        self.writer.write(batch).await.map_err(err)
-    }
-
-    /// Completes the step's data files; returns their `add` actions (none when the step wrote
-    /// no rows). The files are durable, but not in the table until [`DeltaSink::commit`].
-    pub(crate) async fn seal(&mut self) -> Result<Vec<Add>, SinkError> {
-        let err = delta_error(&self.sink, &self.url);
-        self.writer.flush().await.map_err(err)
     }
 
     /// How far the table says this writer is.
@@ -371,25 +354,6 @@ fn delta_error<'a>(sink: &'a str, url: &'a Url) -> impl Fn(DeltaTableError) -> S
     }
 }
 
-/// Casts `batch` to `schema` (same column names; Delta's types), by name.
-fn cast_to(
-    batch: &RecordBatch,
-    schema: &SchemaRef,
-) -> Result<RecordBatch, arrow::error::ArrowError> {
-    let mut columns = Vec::with_capacity(schema.fields().len());
-    for field in schema.fields() {
-        let column = batch.column_by_name(field.name()).ok_or_else(|| {
-            arrow::error::ArrowError::SchemaError(format!("no column '{}'", field.name()))
-        })?;
-        columns.push(if column.data_type() == field.data_type() {
-            Arc::clone(column)
-        } else {
-            arrow::compute::cast(column, field.data_type())?
-        });
-    }
-    RecordBatch::try_new(Arc::clone(schema), columns)
-}
-
 /// A path that holds files but no Delta log is not a table weir may take over.
 async fn refuse_foreign_files(sink: &str, location: &Location) -> Result<(), SinkError> {
     let prefix =
@@ -527,10 +491,12 @@ impl LogStoreFactory for ConditionalPutLogStore {
     }
 }
 
-/// The `delta` sink as an exactly-once pipeline drives it: on the pipeline's own thread, each
-/// call waits for delta-rs's futures on the engine's runtime.
+/// The `delta` sink as an exactly-once pipeline drives it: the data files are written on a
+/// thread of their own; the commits on the pipeline's thread, waiting for delta-rs's futures on
+/// the engine's runtime.
 pub(crate) struct DeltaSteps {
     table: DeltaSink,
+    files: DataFileThread,
     runtime: tokio::runtime::Handle,
     metrics: Arc<crate::metrics::SinkMetrics>,
     /// The `add` actions of the step last sealed, kept for its publication.
@@ -538,18 +504,21 @@ pub(crate) struct DeltaSteps {
 }
 
 impl DeltaSteps {
-    /// Drives `table` from a blocking thread, waiting on `runtime`.
+    /// Drives `table` from a blocking thread, waiting on `runtime`, and starts the thread that
+    /// writes its data `files`.
     pub(crate) fn new(
         table: DeltaSink,
+        files: DataFiles,
         runtime: tokio::runtime::Handle,
         metrics: Arc<crate::metrics::SinkMetrics>,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, SinkError> {
+        Ok(Self {
             table,
+            files: DataFileThread::start(files, runtime.clone())?,
             runtime,
             metrics,
             sealed: None,
-        }
+        })
     }
 }
 
@@ -563,11 +532,11 @@ impl super::StepSink for DeltaSteps {
     }
 
     fn write(&mut self, _step: u64, batch: &RecordBatch) -> Result<(), SinkError> {
-        self.runtime.block_on(self.table.write(batch))
+        self.files.write(batch)
     }
 
     fn seal(&mut self, step: u64) -> Result<Vec<String>, SinkError> {
-        let adds = self.runtime.block_on(self.table.seal())?;
+        let adds = self.files.seal()?;
         let bytes: i64 = adds.iter().map(|a| a.size).sum();
         self.metrics.bytes.fetch_add(
             u64::try_from(bytes).unwrap_or(0),

@@ -1,0 +1,265 @@
+//! A step's Delta data files, written on a thread of their own.
+//!
+//! delta-rs's `RecordBatchWriter` encodes Parquet and streams each file's parts to storage from
+//! inside `write`, so its caller waits for every part's upload. On the pipeline's thread that
+//! wait stopped the reading: on an S3-compatible store the table sink reached 0.86x the
+//! throughput of step files, which upload beside the reading. Here one thread drives the
+//! writer, fed through a short queue, and the pipeline decodes the next rows while the parts go
+//! up. [`DataFileThread::seal`] waits for the queue to drain and the files to complete, so a
+//! step's order (files, state commit, table commit) is unchanged.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use deltalake_core::kernel::Add;
+use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
+use url::Url;
+
+use super::delta_error;
+use crate::sink::SinkError;
+
+/// Batches queued for the writer: enough to keep it busy while the pipeline decodes the next
+/// one, few enough that memory stays bounded (a batch is at most the pipeline's batch size).
+const QUEUED_BATCHES: usize = 4;
+
+/// delta-rs's writer of one table's data files, with what its messages name.
+pub(crate) struct DataFiles {
+    /// The sink's name, for messages.
+    pub(super) sink: String,
+    /// The table's URL, for messages (it carries no credentials).
+    pub(super) url: Url,
+    pub(super) writer: RecordBatchWriter,
+    /// The table's Arrow schema, which every batch is cast to (Delta's types, the table's
+    /// column order).
+    pub(super) schema: SchemaRef,
+}
+
+impl DataFiles {
+    /// Streams `batch` into the step's data files.
+    pub(crate) async fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        let batch = if batch.schema().fields() == self.schema.fields() {
+            batch.clone()
+        } else {
+            cast_to(batch, &self.schema).map_err(|e| {
+                SinkError::Options(format!(
+                    "sink {}: the rows cannot be written as the table's columns: {e}",
+                    self.sink
+                ))
+            })?
+        };
+        let err = delta_error(&self.sink, &self.url);
+        self.writer.write(batch).await.map_err(err)
+    }
+
+    /// Completes the step's data files; returns their `add` actions (none when the step wrote
+    /// no rows). The files are durable, but not in the table until it commits them.
+    pub(crate) async fn seal(&mut self) -> Result<Vec<Add>, SinkError> {
+        let err = delta_error(&self.sink, &self.url);
+        self.writer.flush().await.map_err(err)
+    }
+}
+
+/// What the pipeline asks of the writer's thread.
+enum Request {
+    Write(RecordBatch),
+    /// Complete the files written so far and answer with their `add` actions.
+    Seal(SyncSender<Result<Vec<Add>, SinkError>>),
+}
+
+/// [`DataFiles`] driven by a thread of their own, waiting on the engine's runtime.
+pub(crate) struct DataFileThread {
+    sink: String,
+    /// `None` once the thread is known to have stopped.
+    requests: Option<SyncSender<Request>>,
+    thread: Option<JoinHandle<Result<(), SinkError>>>,
+}
+
+impl DataFileThread {
+    /// Starts the thread that writes `files`, waiting for delta-rs's futures on `runtime`.
+    pub(crate) fn start(
+        files: DataFiles,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Self, SinkError> {
+        let sink = files.sink.clone();
+        let (requests, queue) = sync_channel(QUEUED_BATCHES);
+        let thread = std::thread::Builder::new()
+            .name(format!("delta-{sink}"))
+            .spawn(move || serve(files, &queue, &runtime))
+            .map_err(|source| SinkError::Io {
+                path: format!("the Delta writer thread of sink {sink}"),
+                source,
+            })?;
+        Ok(Self {
+            sink,
+            requests: Some(requests),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `batch` for the step's data files; waits only while the queue is full. An error
+    /// of an earlier batch is returned here (or by [`DataFileThread::seal`]).
+    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        let sent = self
+            .requests
+            .as_ref()
+            .map(|r| r.send(Request::Write(batch.clone())));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            _ => Err(self.stopped()),
+        }
+    }
+
+    /// Waits until every queued batch is written and the step's files are complete; returns
+    /// their `add` actions.
+    pub(crate) fn seal(&mut self) -> Result<Vec<Add>, SinkError> {
+        let (reply, answer) = sync_channel(1);
+        let sent = self.requests.as_ref().map(|r| r.send(Request::Seal(reply)));
+        if !matches!(sent, Some(Ok(()))) {
+            return Err(self.stopped());
+        }
+        answer.recv().unwrap_or_else(|_| Err(self.stopped()))
+    }
+
+    /// The thread has stopped: why.
+    fn stopped(&mut self) -> SinkError {
+        self.requests = None;
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(Err(e))) => e,
+            Some(Err(_)) => SinkError::Options(format!(
+                "sink {}: the thread writing the Delta data files panicked",
+                self.sink
+            )),
+            Some(Ok(Ok(()))) | None => SinkError::Options(format!(
+                "sink {}: the Delta data files cannot be written after an earlier error",
+                self.sink
+            )),
+        }
+    }
+}
+
+/// The writer's thread: serves requests in order until the pipeline drops its end, or a write
+/// fails (its error is the thread's result). A failed seal is answered, then ends the thread:
+/// the step's files are unusable.
+fn serve(
+    mut files: DataFiles,
+    queue: &Receiver<Request>,
+    runtime: &tokio::runtime::Handle,
+) -> Result<(), SinkError> {
+    while let Ok(request) = queue.recv() {
+        match request {
+            Request::Write(batch) => runtime.block_on(files.write(&batch))?,
+            Request::Seal(reply) => {
+                let sealed = runtime.block_on(files.seal());
+                let failed = sealed.is_err();
+                // The pipeline waits for this answer; when it has gone, nobody is left to tell.
+                let _ = reply.send(sealed);
+                if failed {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Casts `batch` to `schema` (same column names; Delta's types), by name.
+fn cast_to(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let column = batch.column_by_name(field.name()).ok_or_else(|| {
+            arrow::error::ArrowError::SchemaError(format!("no column '{}'", field.name()))
+        })?;
+        columns.push(if column.data_type() == field.data_type() {
+            Arc::clone(column)
+        } else {
+            arrow::compute::cast(column, field.data_type())?
+        });
+    }
+    RecordBatch::try_new(Arc::clone(schema), columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::delta::{DeltaSettings, DeltaSink};
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use weir_codec::Options;
+
+    fn rows(schema: &SchemaRef, from: i64, n: i64) -> RecordBatch {
+        let ids = Int64Array::from_iter_values(from..from + n);
+        let names = StringArray::from_iter_values((from..from + n).map(|i| format!("n{i}")));
+        RecordBatch::try_new(Arc::clone(schema), vec![Arc::new(ids), Arc::new(names)])
+            .expect("a batch of the schema")
+    }
+
+    #[test]
+    fn the_thread_writes_every_queued_batch_and_returns_a_failed_batchs_error() {
+        let dir = std::env::temp_dir().join(format!("weir-data-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let options = Options::new([("path".to_string(), dir.display().to_string())]);
+        let settings = DeltaSettings::parse("t", &options).expect("the options");
+        let (_table, files) = runtime
+            .block_on(DeltaSink::open("t", settings, &options, &schema))
+            .expect("a new table");
+        let mut thread = DataFileThread::start(files, runtime.handle().clone()).expect("a thread");
+
+        // More batches than the queue holds, over two steps: each step's files hold its rows.
+        for step in 0..2 {
+            for b in 0..10 {
+                thread
+                    .write(&rows(&schema, step * 1000 + b * 10, 10))
+                    .expect("queued");
+            }
+            let adds = thread.seal().expect("the step's files");
+            let written: i64 = adds
+                .iter()
+                .map(|a| {
+                    let stats: serde_json::Value =
+                        serde_json::from_str(a.stats.as_deref().expect("stats")).expect("json");
+                    stats["numRecords"].as_i64().expect("a row count")
+                })
+                .sum();
+            assert_eq!(written, 100, "step {step}");
+        }
+
+        // A batch without the table's column fails on the thread; the pipeline hears of it at
+        // its next write or at the seal, with the sink's name and the cause.
+        let short = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from_iter_values(0..3))],
+        )
+        .expect("a batch");
+        thread.write(&short).expect("queued before it fails");
+        let mut failed = None;
+        for _ in 0..QUEUED_BATCHES + 2 {
+            if let Err(e) = thread.write(&rows(&schema, 0, 1)) {
+                failed = Some(e);
+                break;
+            }
+        }
+        let failed = match failed {
+            Some(e) => e,
+            None => thread.seal().expect_err("the seal after a failed batch"),
+        };
+        let text = failed.to_string();
+        assert!(
+            text.contains("sink t") && text.contains("no column 'name'"),
+            "{text}"
+        );
+        // And stays failed.
+        assert!(thread.seal().is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
