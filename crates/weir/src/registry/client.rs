@@ -333,7 +333,9 @@ impl RegistryClient {
 
     /// `GET /schemas/ids/{id}`.
     pub(crate) fn schema_by_id(&self, id: u32) -> Result<RegisteredSchema, RegistryError> {
-        let mut s = self.get(&format!("/schemas/ids/{id}"), &format!("schema id {id}"))?;
+        let what = format!("schema id {id}");
+        let json = self.get(&format!("/schemas/ids/{id}"), &what)?;
+        let mut s = self.schema_of(&json, &what)?;
         s.id = Some(id);
         Ok(s)
     }
@@ -349,10 +351,35 @@ impl RegistryClient {
         } else {
             version.to_string()
         };
-        self.get(
+        let what = format!("subject '{subject}' version {v}");
+        let json = self.get(
             &format!("/subjects/{}/versions/{v}", path_escape(subject)),
-            &format!("subject '{subject}' version {v}"),
-        )
+            &what,
+        )?;
+        self.schema_of(&json, &what)
+    }
+
+    /// `GET /subjects/{subject}/versions`: the subject's version numbers, newest first.
+    pub(crate) fn versions(&self, subject: &str) -> Result<Vec<i64>, RegistryError> {
+        let what = format!("the versions of subject '{subject}'");
+        let json = self.get(
+            &format!("/subjects/{}/versions", path_escape(subject)),
+            &what,
+        )?;
+        let mut versions = json
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .map(serde_json::Value::as_i64)
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| RegistryError::BadAnswer {
+                url: display_url(self.url()),
+                what,
+                reason: "not a list of version numbers".into(),
+            })?;
+        versions.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(versions)
     }
 
     /// The schema and every schema it references, recursively, as (import name, text) pairs,
@@ -384,7 +411,7 @@ impl RegistryClient {
     }
 
     /// One GET on each URL in turn, with retries for a registry that cannot be reached.
-    fn get(&self, path: &str, what: &str) -> Result<RegisteredSchema, RegistryError> {
+    fn get(&self, path: &str, what: &str) -> Result<serde_json::Value, RegistryError> {
         let mut wait = self.settings.backoff;
         let mut attempts = 0;
         loop {
@@ -424,7 +451,7 @@ impl RegistryClient {
         authorization: Option<&Secret>,
         path: &str,
         what: &str,
-    ) -> Result<RegisteredSchema, RegistryError> {
+    ) -> Result<serde_json::Value, RegistryError> {
         let url = format!("{}{path}", base.trim_end_matches('/'));
         let shown = display_url(base);
         let mut req = self.agent.get(&url).header(
@@ -481,12 +508,24 @@ impl RegistryClient {
                 })
             }
         }
+        json.ok_or_else(|| RegistryError::BadAnswer {
+            url: shown,
+            what: what.to_string(),
+            reason: "not JSON".into(),
+        })
+    }
+
+    /// The schema in a registry answer (`what` it answered, for messages).
+    fn schema_of(
+        &self,
+        json: &serde_json::Value,
+        what: &str,
+    ) -> Result<RegisteredSchema, RegistryError> {
         let bad = |reason: &str| RegistryError::BadAnswer {
-            url: shown.clone(),
+            url: display_url(self.url()),
             what: what.to_string(),
             reason: reason.to_string(),
         };
-        let json = json.ok_or_else(|| bad("not JSON"))?;
         let schema = json
             .get("schema")
             .and_then(|s| s.as_str())

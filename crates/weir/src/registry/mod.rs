@@ -8,7 +8,9 @@
 //! message's schema id changes, so the hot path makes no request and no lookup. The columns may
 //! be left out: they come from the latest schema of the subject (`'<topic>-value'`, or as
 //! `'schema.registry.subject'` and the subject name strategy say), fetched when the source is
-//! created (an unreachable registry is an error then).
+//! created (an unreachable registry is an error then). Declared columns the latest schema lacks
+//! follow `'on.error'`: `fail` refuses the source, `skip` and `dead_letter` bind them to the
+//! newest version that has them, and messages of the latest schema fail one by one.
 //!
 //! With the `json` encoding (or a local `'location'`), the registry framing is stripped and the
 //! registry is not asked anything: the JSON decoder needs no schema.
@@ -164,6 +166,9 @@ pub(crate) struct Registry {
     latest_message: String,
     latest: Arc<Compiled>,
     schemas: Mutex<HashMap<u32, Arc<Compiled>>>,
+    /// The older schema (id, version) the declared columns were bound to because the latest
+    /// lacks them, under an `'on.error'` that tolerates messages that do not fit.
+    bound: Mutex<Option<(u32, i64)>>,
     /// Ids that could not be fetched, when, and why.
     failures: Mutex<HashMap<u32, (Instant, String)>>,
     /// Every schema id met (fetched or not), for the run summary.
@@ -343,6 +348,7 @@ impl Use {
             latest_message,
             latest: Arc::clone(&compiled),
             schemas: Mutex::new(HashMap::from([(latest_id, compiled)])),
+            bound: Mutex::default(),
             failures: Mutex::default(),
             seen: Mutex::new(HashSet::from([latest_id])),
             stats: Arc::clone(stats),
@@ -545,56 +551,35 @@ impl DecoderFactory for RegistryFactory {
             batch_size: request.batch_size.max(1),
             max_depth: r.max_depth,
         };
-        let on = |message: &str| {
-            TargetColumns::new(
-                request.columns,
-                r.latest_id,
-                &r.latest.schema,
-                message,
-                options,
-            )
-        };
-        // Without 'message', the columns are read from the first top-level message of the
-        // latest schema that has them all (a schema file often holds other messages first).
-        let mut target = on(&r.latest_message);
-        if target.is_err() && r.message.is_none() {
-            let others: Vec<String> = r
-                .latest
-                .schema
-                .pool()
-                .get_file_by_name(&r.latest.file)
-                .map(|f| f.messages().map(|m| m.full_name().to_string()).collect())
-                .unwrap_or_default();
-            if let Some(t) = others.iter().find_map(|m| on(m).ok()) {
-                target = Ok(t);
-            } else if let Some(best) = others.iter().max_by_key(|m| {
-                // For the error: the message with the most fields named like the columns.
-                r.latest
-                    .schema
-                    .pool()
-                    .get_message_by_name(m)
-                    .map_or(0, |d| {
-                        request
-                            .columns
-                            .iter()
-                            .filter(|c| d.get_field_by_name(&c.name).is_some())
-                            .count()
-                    })
-            }) {
-                target = on(best);
-            }
-        }
-        let target = target.map_err(|e| {
-            CodecError::Other(format!(
-                "subject '{}' (latest schema): {e}{}",
-                r.subject,
-                if r.message.is_none() {
-                    "; no message of the schema has these columns (name one with 'message')"
-                } else {
-                    ""
+        let latest = target_in(
+            request,
+            r.latest_id,
+            &r.latest,
+            &r.latest_message,
+            r,
+            options,
+        );
+        let target = match latest {
+            Ok(target) => target,
+            Err(e) if tolerates_misfits(request.options) => {
+                match self.newest_fitting(request, options)? {
+                    Some(target) => target,
+                    None => {
+                        return Err(CodecError::Other(format!(
+                            "{e}; no earlier version of subject '{}' has them either",
+                            r.subject
+                        )))
+                    }
                 }
-            ))
-        })?;
+            }
+            Err(e) => {
+                return Err(CodecError::Other(format!(
+                    "{e} (with 'on.error' = 'skip' or 'dead_letter' the source reads by the \
+                     newest version of the subject that has them, and sets aside the messages \
+                     that do not fit)"
+                )))
+            }
+        };
         Ok(Arc::new(RegistryPrepared::new(
             Arc::clone(r),
             target,
@@ -614,6 +599,153 @@ impl DecoderFactory for RegistryFactory {
     fn confluent_message_indexes(&self) -> bool {
         true
     }
+}
+
+impl RegistryFactory {
+    /// The declared columns bound to the newest version of the subject that has them, when the
+    /// latest does not (a producer registered an incompatible schema). Messages of the latest
+    /// schema then fail one by one under `'on.error'`, as they would mid-stream, instead of the
+    /// source refusing to start. Logged once per version chosen.
+    fn newest_fitting(
+        &self,
+        request: &DecoderRequest<'_>,
+        options: ProtoDecoderOptions,
+    ) -> Result<Option<TargetColumns>, CodecError> {
+        let r = &self.0;
+        let remembered = *r.bound.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((id, _)) = remembered {
+            if let Some(t) = r.cached(id).and_then(|c| r.fit(request, id, &c, options)) {
+                return Ok(Some(t));
+            }
+        }
+        let fail = |e: Error| CodecError::Other(format!("subject '{}': {e}", r.subject));
+        for version in r.client.versions(&r.subject).map_err(fail)? {
+            let registered = r.client.version(&r.subject, version).map_err(fail)?;
+            let Some(id) = registered.id.filter(|&id| id != r.latest_id) else {
+                continue;
+            };
+            let compiled = match r.cached(id) {
+                Some(c) => c,
+                // A version that does not compile cannot be read by: try the one before.
+                None => match compile(&r.client, &registered, id, &r.subject) {
+                    Ok(c) => {
+                        let c = Arc::new(c);
+                        r.schemas
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(id, Arc::clone(&c));
+                        c
+                    }
+                    Err(_) => continue,
+                },
+            };
+            if let Some(t) = r.fit(request, id, &compiled, options) {
+                let mut bound = r.bound.lock().unwrap_or_else(|e| e.into_inner());
+                if *bound != Some((id, version)) {
+                    tracing::warn!(
+                        source = request.source,
+                        subject = %r.subject,
+                        latest_id = r.latest_id,
+                        schema_id = id,
+                        version,
+                        "the latest schema of subject '{}' (id {}) does not have the declared columns; reading by version {version} (schema id {id}), the newest that has them. Messages whose schema does not fit follow 'on.error'",
+                        r.subject,
+                        r.latest_id
+                    );
+                    *bound = Some((id, version));
+                }
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Registry {
+    /// Schema `id`, when compiled already.
+    fn cached(&self, id: u32) -> Option<Arc<Compiled>> {
+        self.schemas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// The request's columns read from schema `id`, if it has them.
+    fn fit(
+        &self,
+        request: &DecoderRequest<'_>,
+        id: u32,
+        compiled: &Compiled,
+        options: ProtoDecoderOptions,
+    ) -> Option<TargetColumns> {
+        let first = match &self.message {
+            Some(m) => m.clone(),
+            None => message_for_indexes(&compiled.schema, &compiled.file, &[0]).ok()?,
+        };
+        target_in(request, id, compiled, &first, self, options).ok()
+    }
+}
+
+/// `'on.error'` sets aside messages that do not fit the columns (`skip`, `dead_letter`).
+fn tolerates_misfits(options: &Options) -> bool {
+    options
+        .iter()
+        .any(|(k, v)| k == "on.error" && matches!(v, "skip" | "dead_letter"))
+}
+
+/// The request's columns read from schema `id` (`compiled`): from `first`, its message of
+/// index 0 or the `'message'` named; without `'message'`, from the first top-level message of
+/// the schema's file that has them all (a schema file often holds other messages first). The
+/// error names the subject and the message closest to the columns.
+fn target_in(
+    request: &DecoderRequest<'_>,
+    id: u32,
+    compiled: &Compiled,
+    first: &str,
+    r: &Registry,
+    options: ProtoDecoderOptions,
+) -> Result<TargetColumns, String> {
+    let on =
+        |message: &str| TargetColumns::new(request.columns, id, &compiled.schema, message, options);
+    let mut target = on(first);
+    if target.is_err() && r.message.is_none() {
+        let others: Vec<String> = compiled
+            .schema
+            .pool()
+            .get_file_by_name(&compiled.file)
+            .map(|f| f.messages().map(|m| m.full_name().to_string()).collect())
+            .unwrap_or_default();
+        if let Some(t) = others.iter().find_map(|m| on(m).ok()) {
+            target = Ok(t);
+        } else if let Some(best) = others.iter().max_by_key(|m| {
+            // For the error: the message with the most fields named like the columns.
+            compiled
+                .schema
+                .pool()
+                .get_message_by_name(m)
+                .map_or(0, |d| {
+                    request
+                        .columns
+                        .iter()
+                        .filter(|c| d.get_field_by_name(&c.name).is_some())
+                        .count()
+                })
+        }) {
+            target = on(best);
+        }
+    }
+    target.map_err(|e| {
+        format!(
+            "subject '{}' (schema id {id}): {e}{}",
+            r.subject,
+            if r.message.is_none() {
+                "; no message of the schema has these columns (name one with 'message')"
+            } else {
+                ""
+            }
+        )
+    })
 }
 
 /// The registry's protobuf decoding prepared for some columns.

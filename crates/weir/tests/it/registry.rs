@@ -352,6 +352,80 @@ fn registry_errors_name_the_schema_ids_the_subject_and_the_message() {
 }
 
 #[test]
+fn a_latest_schema_without_the_declared_columns_follows_on_error_at_create_source_too() {
+    let Some(url) = registry() else { return };
+    let Some(broker) = broker() else { return };
+    let topic = unique("weir-registry-latest-bad");
+    let subject = format!("{topic}-value");
+    let base_subject = format!("{topic}/wt/base.proto");
+    register(&url, &base_subject, BASE, &[]);
+    let refs = [("wt/base.proto", base_subject.as_str(), 1)];
+    let v1 = register(&url, &subject, V1, &refs);
+    let v2 = register(&url, &subject, V2, &refs);
+    // A bad producer registered a schema where `size` is a string, as the subject's latest.
+    let bad = register(&url, &subject, BAD, &refs);
+    assert!(v1 != v2 && v2 != bad);
+    produce(
+        &broker,
+        &topic,
+        &[
+            framed(v2, &[1], &quote("AAA", 1, Some(1.0), None, false)),
+            framed(bad, &[0], &quote("BAD", 2, Some(2.0), None, false)),
+            framed(v1, &[0], &quote("CCC", 3, Some(3.0), Some("XNAS"), false)),
+        ],
+    );
+    let rt = runtime();
+    let source = |extra: &str| {
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, size BIGINT) WITH ('connector' = 'kafka', \
+             'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'protobuf', \
+             'schema.registry.url' = '{url}'{extra});\n\
+             SELECT ticker, size FROM q ORDER BY ticker;"
+        )
+    };
+    // fail: the source is refused, as a message of that schema would stop the query; the
+    // error says what the other policies do.
+    let err = rt
+        .block_on(engine().query(&source("")))
+        .unwrap_err()
+        .to_string();
+    for needle in ["column 'size'", &subject, "'on.error' = 'skip'"] {
+        assert!(err.contains(needle), "{needle} not in: {err}");
+    }
+    // skip: the columns bind to v2, the newest version that has them; the bad schema's message
+    // is skipped, v1's and v2's decode.
+    let e = engine();
+    let got = rt
+        .block_on(e.query(&source(", 'on.error' = 'skip'")))
+        .unwrap();
+    let b = arrow::compute::concat_batches(&got[0].schema(), &got).unwrap();
+    let tickers: Vec<&str> = (0..b.num_rows())
+        .map(|i| b.column(0).as_string::<i32>().value(i))
+        .collect();
+    assert_eq!(tickers, ["AAA", "CCC"]);
+    assert_eq!(
+        b.column(1).as_primitive::<Int64Type>().values().to_vec(),
+        vec![1, 3]
+    );
+    assert_eq!(b.schema().field(1).data_type(), &DataType::Int64);
+    let report = &e.source_reports()[0];
+    assert_eq!((report.decoded, report.skipped), (2, 1), "{report:?}");
+    // A column no version has is still a mistake at CREATE SOURCE, whatever 'on.error' says.
+    let err = rt
+        .block_on(engine().query(&format!(
+            "CREATE SOURCE q (ticker VARCHAR, nowhere BIGINT) WITH ('connector' = 'kafka', \
+             'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'protobuf', \
+             'schema.registry.url' = '{url}', 'on.error' = 'skip');"
+        )))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("nowhere") && err.contains("no earlier version"),
+        "{err}"
+    );
+}
+
+#[test]
 fn json_topics_have_the_registry_framing_stripped() {
     let Some(url) = registry() else { return };
     let dir = tempfile::tempdir().unwrap();
