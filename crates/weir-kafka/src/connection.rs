@@ -75,7 +75,12 @@ impl Connector {
             protocol: security.protocol,
             tls,
             tls13,
-            tls12_only: Arc::new(AtomicBool::new(false)),
+            // WEIR_KAFKA_TLS_STREAM=rustls: TLS 1.3 through rustls's buffered stream instead
+            // of the in-place record reader, for the benchmark that compares the two
+            // (scripts/bench_tls.sh).
+            tls12_only: Arc::new(AtomicBool::new(
+                std::env::var("WEIR_KAFKA_TLS_STREAM").is_ok_and(|v| v == "rustls"),
+            )),
             sasl: security.sasl.as_ref().map(sasl::mechanism),
             timeout,
             reauthentications: Arc::new(AtomicU64::new(0)),
@@ -114,21 +119,25 @@ impl Stream {
 
 /// The socket under TLS, read through a buffer of its own: rustls asks for at most a few KiB
 /// per read (its receive buffer grows 4 KiB at a time), which would cost a system call each;
-/// here one call takes up to 128 KiB and rustls's reads are served from memory.
+/// here one call takes up to 256 KiB and rustls's reads are served from memory. A read after
+/// a short one lingers first, as `tls13.rs` does (see [`tls13::SHORT_READ`]).
 struct TlsSocket {
     tcp: TcpStream,
     buf: Box<[u8]>,
     start: usize,
     end: usize,
+    /// The last socket read returned less than [`tls13::SHORT_READ`].
+    last_short: bool,
 }
 
 impl TlsSocket {
     fn new(tcp: TcpStream) -> Self {
         Self {
             tcp,
-            buf: vec![0; 128 << 10].into_boxed_slice(),
+            buf: vec![0; tls13::RECEIVE_BUFFER].into_boxed_slice(),
             start: 0,
             end: 0,
+            last_short: false,
         }
     }
 }
@@ -136,12 +145,18 @@ impl TlsSocket {
 impl Read for TlsSocket {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if self.start == self.end {
+            if self.last_short {
+                std::thread::sleep(tls13::LINGER);
+            }
             if out.len() >= self.buf.len() {
-                return self.tcp.read(out);
+                let n = self.tcp.read(out)?;
+                self.last_short = n < tls13::SHORT_READ;
+                return Ok(n);
             }
             self.start = 0;
             self.end = 0;
             self.end = self.tcp.read(&mut self.buf)?;
+            self.last_short = self.end < tls13::SHORT_READ;
         }
         let n = out.len().min(self.end - self.start);
         out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);

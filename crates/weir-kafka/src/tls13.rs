@@ -228,14 +228,14 @@ fn encrypter(
 }
 
 /// Bytes of the receive buffer: many records per system call.
-const RECEIVE_BUFFER: usize = 256 << 10;
+pub(crate) const RECEIVE_BUFFER: usize = 256 << 10;
 /// A read shorter than this means the broker is sending slower than the consumer reads (it
 /// encrypts in Java; plaintext goes out with sendfile)...
-const SHORT_READ: usize = 32 << 10;
+pub(crate) const SHORT_READ: usize = 32 << 10;
 /// ...so the next read waits this long first and takes many records at once, instead of
 /// waking for each record the broker writes: a fourth of the system calls and a tenth of the
 /// context switches, at most this much latency.
-const LINGER: Duration = Duration::from_micros(100);
+pub(crate) const LINGER: Duration = Duration::from_micros(100);
 
 /// A TLS 1.3 connection whose records this module reads and writes.
 pub(crate) struct Tls13Stream {
