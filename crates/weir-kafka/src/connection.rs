@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,6 @@ use crate::error::{error_name, Error, Result};
 use crate::responses;
 use crate::security::sasl::{self, SaslMechanism};
 use crate::security::{tls, SecurityConfig, SecurityProtocol};
-use crate::tls13::{self, HandshakeError, Tls13Stream};
 
 /// The largest response frame accepted: a guard against a corrupt size prefix.
 const MAX_FRAME: usize = 1 << 30;
@@ -35,13 +34,8 @@ pub(crate) const CLIENT_ID: &str = "weir";
 #[derive(Clone)]
 pub(crate) struct Connector {
     protocol: SecurityProtocol,
-    /// TLS 1.2 and 1.3, for rustls's buffered stream.
+    /// TLS 1.2 and 1.3, through rustls's buffered stream.
     tls: Option<Arc<rustls::ClientConfig>>,
-    /// TLS 1.3 only, with the traffic secrets handed over: records read in place
-    /// (`tls13.rs`).
-    tls13: Option<Arc<rustls::ClientConfig>>,
-    /// A broker refused TLS 1.3: later connections go straight to TLS 1.2.
-    tls12_only: Arc<AtomicBool>,
     sasl: Option<Arc<dyn SaslMechanism>>,
     /// Connect, handshake and request timeout.
     pub timeout: Duration,
@@ -63,24 +57,14 @@ impl Connector {
     /// password fail here, naming the option).
     pub fn new(security: &SecurityConfig, timeout: Duration) -> Result<Self> {
         security.validate()?;
-        let (tls, tls13) = if security.protocol.tls() {
-            (
-                Some(tls::client_config(&security.tls)?),
-                Some(tls::client_config_tls13(&security.tls)?),
-            )
+        let tls = if security.protocol.tls() {
+            Some(tls::client_config(&security.tls)?)
         } else {
-            (None, None)
+            None
         };
         Ok(Self {
             protocol: security.protocol,
             tls,
-            tls13,
-            // WEIR_KAFKA_TLS_STREAM=rustls: TLS 1.3 through rustls's buffered stream instead
-            // of the in-place record reader, for the benchmark that compares the two
-            // (scripts/bench_tls.sh).
-            tls12_only: Arc::new(AtomicBool::new(
-                std::env::var("WEIR_KAFKA_TLS_STREAM").is_ok_and(|v| v == "rustls"),
-            )),
             sasl: security.sasl.as_ref().map(sasl::mechanism),
             timeout,
             reauthentications: Arc::new(AtomicU64::new(0)),
@@ -101,9 +85,7 @@ impl Connector {
 /// A TCP stream, or TLS over one.
 enum Stream {
     Plain(TcpStream),
-    /// TLS 1.3, records read in place.
-    Tls13(Box<Tls13Stream>),
-    /// TLS 1.2 (or 1.3 when asked), through rustls's buffered stream.
+    /// TLS 1.2 or 1.3, through rustls's buffered stream.
     Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TlsSocket>>),
 }
 
@@ -111,22 +93,37 @@ impl Stream {
     fn tcp(&self) -> &TcpStream {
         match self {
             Self::Plain(s) => s,
-            Self::Tls13(s) => s.tcp(),
             Self::Tls(s) => &s.get_ref().tcp,
         }
     }
 }
 
+/// Bytes of the TLS socket's receive buffer: many records per system call.
+const RECEIVE_BUFFER: usize = 256 << 10;
+/// A read shorter than this means the broker is sending slower than the consumer reads (it
+/// encrypts in Java; plaintext goes out with sendfile)...
+const SHORT_READ: usize = 32 << 10;
+/// ...so the next read waits this long first and takes many records at once, instead of
+/// waking for each record the broker writes: fewer system calls and context switches, at
+/// most this much latency.
+const LINGER: Duration = Duration::from_micros(100);
+
+/// A TLS handshake that did not complete: the rustls error if there was one.
+enum HandshakeError {
+    Tls(rustls::Error),
+    Io(std::io::Error),
+}
+
 /// The socket under TLS, read through a buffer of its own: rustls asks for at most a few KiB
 /// per read (its receive buffer grows 4 KiB at a time), which would cost a system call each;
 /// here one call takes up to 256 KiB and rustls's reads are served from memory. A read after
-/// a short one lingers first, as `tls13.rs` does (see [`tls13::SHORT_READ`]).
+/// a short one lingers first (see [`SHORT_READ`]).
 struct TlsSocket {
     tcp: TcpStream,
     buf: Box<[u8]>,
     start: usize,
     end: usize,
-    /// The last socket read returned less than [`tls13::SHORT_READ`].
+    /// The last socket read returned less than [`SHORT_READ`].
     last_short: bool,
 }
 
@@ -134,7 +131,7 @@ impl TlsSocket {
     fn new(tcp: TcpStream) -> Self {
         Self {
             tcp,
-            buf: vec![0; tls13::RECEIVE_BUFFER].into_boxed_slice(),
+            buf: vec![0; RECEIVE_BUFFER].into_boxed_slice(),
             start: 0,
             end: 0,
             last_short: false,
@@ -146,17 +143,17 @@ impl Read for TlsSocket {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if self.start == self.end {
             if self.last_short {
-                std::thread::sleep(tls13::LINGER);
+                std::thread::sleep(LINGER);
             }
             if out.len() >= self.buf.len() {
                 let n = self.tcp.read(out)?;
-                self.last_short = n < tls13::SHORT_READ;
+                self.last_short = n < SHORT_READ;
                 return Ok(n);
             }
             self.start = 0;
             self.end = 0;
             self.end = self.tcp.read(&mut self.buf)?;
-            self.last_short = self.end < tls13::SHORT_READ;
+            self.last_short = self.end < SHORT_READ;
         }
         let n = out.len().min(self.end - self.start);
         out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
@@ -178,7 +175,6 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Self::Plain(s) => s.read(buf),
-            Self::Tls13(s) => s.read(buf),
             Self::Tls(s) => s.read(buf),
         }
     }
@@ -188,14 +184,12 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Self::Plain(s) => s.write(buf),
-            Self::Tls13(s) => s.write(buf),
             Self::Tls(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Self::Plain(s) => s.flush(),
-            Self::Tls13(s) => s.flush(),
             Self::Tls(s) => s.flush(),
         }
     }
@@ -246,39 +240,15 @@ impl Connection {
     /// versions and authenticates when the protocol has SASL.
     fn open(connector: &Connector, addr: &str) -> Result<Self> {
         let timeout = connector.timeout;
-        let stream = match (&connector.tls, &connector.tls13) {
-            (Some(config), Some(config13)) => {
-                let mut tls13 = None;
-                if !connector.tls12_only.load(Ordering::Relaxed) {
-                    let name = tls::server_name(addr)?;
-                    match tls13::connect(
-                        config13.clone(),
-                        name,
-                        tcp_connect(addr, timeout)?,
-                        timeout,
-                    ) {
-                        Ok(s) => tls13 = Some(s),
-                        Err(e) if needs_tls12(&e) => {
-                            log::info!("kafka broker {addr}: no TLS 1.3; using TLS 1.2");
-                            connector.tls12_only.store(true, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            return Err(handshake_failure(addr, connector.protocol, timeout, e))
-                        }
-                    }
-                }
-                match tls13 {
-                    Some(s) => Stream::Tls13(Box::new(s)),
-                    None => Stream::Tls(Box::new(tls_handshake(
-                        config,
-                        tcp_connect(addr, timeout)?,
-                        addr,
-                        connector.protocol,
-                        timeout,
-                    )?)),
-                }
-            }
-            _ => Stream::Plain(tcp_connect(addr, timeout)?),
+        let stream = match &connector.tls {
+            Some(config) => Stream::Tls(Box::new(tls_handshake(
+                config,
+                tcp_connect(addr, timeout)?,
+                addr,
+                connector.protocol,
+                timeout,
+            )?)),
+            None => Stream::Plain(tcp_connect(addr, timeout)?),
         };
         let mut conn = Self {
             stream,
@@ -770,21 +740,6 @@ fn handshake_failure(
                 },
             },
         },
-    }
-}
-
-/// True when a TLS-1.3-only handshake failed because the broker does not speak TLS 1.3.
-fn needs_tls12(e: &HandshakeError) -> bool {
-    use rustls::{AlertDescription as A, PeerIncompatible as P};
-    match e {
-        HandshakeError::Tls(
-            rustls::Error::AlertReceived(A::ProtocolVersion | A::HandshakeFailure)
-            | rustls::Error::PeerIncompatible(
-                P::ServerDoesNotSupportTls12Or13 | P::Tls12NotOfferedOrEnabled,
-            ),
-        ) => true,
-        HandshakeError::Tls(rustls::Error::General(m)) => m.contains("did not negotiate TLS 1.3"),
-        _ => false,
     }
 }
 

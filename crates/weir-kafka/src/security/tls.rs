@@ -198,14 +198,6 @@ pub fn client_config(cfg: &TlsConfig) -> Result<Arc<ClientConfig>, TlsLoadError>
     build(cfg, rustls::DEFAULT_VERSIONS).map(Arc::new)
 }
 
-/// The same configuration for TLS 1.3 only, with the traffic secrets extractable: the
-/// consumer's connections read TLS 1.3 records in place (see `tls13.rs`).
-pub(crate) fn client_config_tls13(cfg: &TlsConfig) -> Result<Arc<ClientConfig>, TlsLoadError> {
-    let mut config = build(cfg, &[&rustls::version::TLS13])?;
-    config.enable_secret_extraction = true;
-    Ok(Arc::new(config))
-}
-
 fn build(
     cfg: &TlsConfig,
     versions: &[&'static rustls::SupportedProtocolVersion],
