@@ -17,6 +17,7 @@
 mod columns;
 mod error;
 mod factory;
+pub mod framing;
 mod json;
 mod options;
 mod protobuf;
@@ -31,6 +32,7 @@ pub use factory::{
     Encoder, EncoderFactory, EncoderRequest, JsonFactory, PreparedDecoder, ProtobufFactory,
     RawFactory, JSON_OPTIONS, PROTOBUF_OPTIONS, RAW_ENCODER_OPTIONS,
 };
+pub use framing::{Frame, FrameError, Framing};
 pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
 pub use options::{
     markdown_table, parse_bytes, parse_duration, resolve_references, unknown_keys, OptionError,

@@ -34,7 +34,7 @@ use crate::Decoder;
 
 /// The registry framing of one message, read by [`parse_framing`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Framing<'a> {
+pub struct RegistryFraming<'a> {
     /// The schema id.
     pub schema_id: u32,
     /// The message-index list as it is on the wire (count first), for comparing and parsing.
@@ -43,7 +43,7 @@ pub struct Framing<'a> {
     pub payload_at: usize,
 }
 
-impl Framing<'_> {
+impl RegistryFraming<'_> {
     /// The message-index list as numbers; `[0]` when the wire says 0 (the first message).
     pub fn index_path(&self) -> Vec<i64> {
         let mut pos = 0;
@@ -59,7 +59,10 @@ impl Framing<'_> {
 
 /// Reads the registry framing of `message`: the magic byte, the schema id and (for protobuf,
 /// `message_indexes`) the message-index list.
-pub fn parse_framing(message: &[u8], message_indexes: bool) -> Result<Framing<'_>, DecodeError> {
+pub fn parse_framing(
+    message: &[u8],
+    message_indexes: bool,
+) -> Result<RegistryFraming<'_>, DecodeError> {
     if message.len() < 5 {
         return Err(DecodeError::new(
             0,
@@ -92,7 +95,7 @@ pub fn parse_framing(message: &[u8], message_indexes: bool) -> Result<Framing<'_
             read_zigzag(message, &mut pos)?;
         }
     }
-    Ok(Framing {
+    Ok(RegistryFraming {
         schema_id,
         indexes: &message[5..pos],
         payload_at: pos,

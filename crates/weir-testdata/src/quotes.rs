@@ -4,8 +4,8 @@
 
 use std::io::{self, Write};
 
-use crate::framing::{put_varint, Framing};
 use crate::rng::Rng;
+use weir_codec::framing::{put_varint, Framing};
 
 /// The schema of the quotes (`stocks.proto`).
 pub const STOCKS_PROTO: &str = include_str!("stocks.proto");

@@ -397,7 +397,7 @@ fn main() -> anyhow::Result<()> {
                 &mut out,
                 count,
                 weir_testdata::QuoteFormat::Protobuf,
-                weir_testdata::Framing::Varint,
+                weir_codec::Framing::Varint,
             )?;
             (
                 path.display().to_string(),

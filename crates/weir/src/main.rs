@@ -7,7 +7,8 @@ mod cli;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use weir_testdata::{Framing, DEFAULT_SEED};
+use weir_codec::Framing;
+use weir_testdata::DEFAULT_SEED;
 
 #[derive(Parser)]
 #[command(

@@ -6,7 +6,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use weir::{Engine, EngineOptions};
-use weir_testdata::{Framing, QuoteFormat, QuoteGenerator, STOCKS_PROTO};
+use weir_codec::Framing;
+use weir_testdata::{QuoteFormat, QuoteGenerator, STOCKS_PROTO};
 
 struct Counting;
 

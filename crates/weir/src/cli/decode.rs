@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use weir::{Engine, EngineOptions, ResultWriter, StdoutFormat};
-use weir_testdata::Framing;
+use weir_codec::Framing;
 
 use super::progress::count;
 

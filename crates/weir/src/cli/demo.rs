@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use weir::{Engine, EngineOptions, ResultWriter, StdoutFormat};
-use weir_testdata::{Framing, QuoteFormat, QuoteGenerator, DEFAULT_SEED, QUOTE_MESSAGE};
+use weir_codec::Framing;
+use weir_testdata::{QuoteFormat, QuoteGenerator, DEFAULT_SEED, QUOTE_MESSAGE};
 
 use super::progress::{bytes, count};
 

@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use weir_testdata::{Framing, QuoteFormat, QuoteGenerator, STOCKS_PROTO};
+use weir_codec::Framing;
+use weir_testdata::{QuoteFormat, QuoteGenerator, STOCKS_PROTO};
 
 use super::progress::{bytes, count};
 

@@ -1,7 +1,7 @@
 //! `weir produce`: sends the messages of a file to a Kafka topic.
 
 use anyhow::Result;
-use weir_testdata::Framing;
+use weir_codec::Framing;
 
 use super::progress::{bytes, count};
 

@@ -17,7 +17,7 @@ use crate::error::{SourceError, SourceErrorKind};
 use crate::metrics::PartitionMetrics;
 use crate::source::file::{BlockStatus, FileFeed};
 use crate::source::meta::Position;
-use weir_testdata::Frame;
+use weir_codec::Frame;
 
 /// What a reader has next.
 pub(crate) enum Next {

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use weir_codec::registry::{
-    message_for_indexes, FramedProtoDecoder, Framing, PlanSource, SchemaPlan, TargetColumns,
+    message_for_indexes, FramedProtoDecoder, PlanSource, RegistryFraming, SchemaPlan, TargetColumns,
 };
 use weir_codec::{
     default_columns, CodecError, ColumnSpec, Decoder, DecoderFactory, DecoderRequest, OptionError,
@@ -487,7 +487,7 @@ impl Registry {
         if let Some(m) = &self.message {
             return Ok(m.clone());
         }
-        let path = Framing {
+        let path = RegistryFraming {
             schema_id: id,
             indexes,
             payload_at: 0,

@@ -30,8 +30,8 @@ use arrow::json::writer::LineDelimited;
 use arrow::json::Writer as JsonWriter;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
+use weir_codec::Framing;
 use weir_codec::{CodecError, Encoder, OptionError, Options};
-use weir_testdata::Framing;
 
 /// A sink could not be opened or written.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +134,7 @@ pub enum SinkError {
         path: String,
         /// The cause.
         #[source]
-        source: weir_testdata::FrameError,
+        source: weir_codec::FrameError,
     },
 }
 

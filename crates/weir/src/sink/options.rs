@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use weir_codec::Framing;
 use weir_codec::{OptionError, OptionKind, OptionSpec, Options};
-use weir_testdata::Framing;
 
 use super::{SinkError, SinkFormat};
 

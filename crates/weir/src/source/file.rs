@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use object_store::ObjectStore;
+use weir_codec::{Frame, Framing};
 use weir_codec::{OptionKind, OptionSpec, Options};
-use weir_testdata::{Frame, Framing};
 
 use super::file_ranges::{FilePlace, RangeFile, Ranges};
 use crate::error::{SourceError, SourceErrorKind};

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use weir_testdata::{Frame, Framing};
+use weir_codec::{Frame, Framing};
 
 use super::file::{BlockStatus, FileError};
 use super::walk_ahead::{self, Ahead, Step};

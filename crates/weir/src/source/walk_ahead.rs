@@ -119,7 +119,8 @@ pub(super) fn u32be_step(buf: &[u8], at: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_testdata::{Framing, QuoteGenerator, Rng};
+    use weir_codec::Framing;
+    use weir_testdata::{QuoteGenerator, Rng};
 
     /// Frames of generated options quotes.
     fn quotes(n: usize, framing: Framing) -> (Vec<u8>, Vec<usize>) {

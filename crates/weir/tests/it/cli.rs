@@ -140,11 +140,7 @@ fn decode_prints_the_rows_before_a_bad_message_and_names_its_own_flag() {
     // then two more good ones.
     let mut g = QuoteGenerator::new(5);
     let mut bytes = Vec::new();
-    let mut frame = |msg: &[u8]| {
-        weir_testdata::Framing::Varint
-            .write(&mut bytes, msg)
-            .unwrap()
-    };
+    let mut frame = |msg: &[u8]| weir_codec::Framing::Varint.write(&mut bytes, msg).unwrap();
     let mut msg = Vec::new();
     for _ in 0..3 {
         msg.clear();
@@ -207,9 +203,7 @@ fn infinities_and_nan_survive_json_output_and_read_back() {
         q.bid_price = price;
         msg.clear();
         q.encode_protobuf(&mut msg);
-        weir_testdata::Framing::Varint
-            .write(&mut bytes, &msg)
-            .unwrap();
+        weir_codec::Framing::Varint.write(&mut bytes, &msg).unwrap();
     }
     let data = dir.path().join("special.bin");
     std::fs::write(&data, &bytes).unwrap();

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use weir::{Engine, EngineOptions, ResultOutput, SinkError};
-use weir_testdata::{Framing, QuoteFormat, QuoteGenerator, STOCKS_PROTO};
+use weir_codec::Framing;
+use weir_testdata::{QuoteFormat, QuoteGenerator, STOCKS_PROTO};
 
 /// Collects the rows of every `SELECT`, and counts the statements that printed.
 #[derive(Default)]

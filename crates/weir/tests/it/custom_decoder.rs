@@ -6,7 +6,8 @@
 #[path = "../../examples/custom_decoder.rs"]
 mod example;
 
-use weir_testdata::{Framing, QuoteFormat, STOCKS_PROTO};
+use weir_codec::Framing;
+use weir_testdata::{QuoteFormat, STOCKS_PROTO};
 
 use crate::common::{write_quotes, Collect};
 

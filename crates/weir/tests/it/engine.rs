@@ -9,7 +9,8 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float64Type, Int64Type, TimeUnit};
 use weir::{Engine, EngineOptions};
-use weir_testdata::{Framing, QuoteFormat, QuoteGenerator};
+use weir_codec::Framing;
+use weir_testdata::{QuoteFormat, QuoteGenerator};
 
 use crate::common::{rows, write_schema, Collect};
 

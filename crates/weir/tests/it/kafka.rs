@@ -691,7 +691,7 @@ fn a_kafka_sink_writes_each_row_once_keyed_as_the_java_client_places_keys() {
         2_000,
         5,
         weir_testdata::QuoteFormat::Json,
-        weir_testdata::Framing::Lines,
+        weir_codec::Framing::Lines,
     );
     let topic = topic("weir-sink-quotes");
     create_topic(std::slice::from_ref(&broker), &topic, 3, 1, &[], false).unwrap();
@@ -826,7 +826,7 @@ fn a_kafka_sink_fed_by_a_source_with_state_writes_one_transaction_a_step() {
         3_000,
         9,
         weir_testdata::QuoteFormat::Json,
-        weir_testdata::Framing::Lines,
+        weir_codec::Framing::Lines,
     );
     let topic = topic("weir-sink-txn");
     create_topic(std::slice::from_ref(&broker), &topic, 3, 1, &[], false).unwrap();
@@ -910,7 +910,7 @@ fn a_kafka_sink_writes_headers_from_a_map_column() {
         500,
         3,
         weir_testdata::QuoteFormat::Json,
-        weir_testdata::Framing::Lines,
+        weir_codec::Framing::Lines,
     );
     let topic = topic("weir-sink-headers");
     create_topic(std::slice::from_ref(&broker), &topic, 2, 1, &[], false).unwrap();

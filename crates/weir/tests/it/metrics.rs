@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use weir_testdata::{Framing, QuoteFormat};
+use weir_codec::Framing;
+use weir_testdata::QuoteFormat;
 
 use crate::common::{write_quotes, write_schema};
 

@@ -9,7 +9,8 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type};
 use weir::{Engine, EngineOptions};
-use weir_testdata::{Framing, QuoteFormat, QuoteGenerator};
+use weir_codec::Framing;
+use weir_testdata::{QuoteFormat, QuoteGenerator};
 
 use crate::common::write_schema;
 

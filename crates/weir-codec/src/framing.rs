@@ -184,7 +184,7 @@ impl Framing {
 }
 
 /// Appends `v` as a protobuf base-128 varint.
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8 & 0x7f) | 0x80);
         v >>= 7;
