@@ -74,7 +74,7 @@ pub(crate) fn topic_layout(conn: &mut Connection, topic: &str) -> Result<TopicLa
         .with_allow_auto_topic_creation(false);
     let body = conn.request_body(ApiKey::Metadata, v, &req)?;
     let (brokers, topic_md) =
-        responses::metadata(&body, v, topic).map_err(|e| conn.protocol("Metadata", e))?;
+        responses::metadata(&body, v, topic).map_err(|e| conn.malformed("Metadata", e))?;
     let Some(t) = topic_md else {
         return Err(Error::Topic {
             topic: topic.to_string(),
@@ -142,7 +142,7 @@ pub(crate) fn list_offsets(
             )]);
     let body = conn.request_body(ApiKey::ListOffsets, v, &req)?;
     let out =
-        responses::list_offsets(&body, v, topic).map_err(|e| conn.protocol("ListOffsets", e))?;
+        responses::list_offsets(&body, v, topic).map_err(|e| conn.malformed("ListOffsets", e))?;
     for &p in partitions {
         if !out.iter().any(|o| o.partition == p) {
             return Err(conn.protocol("ListOffsets", format!("no answer for partition {p}")));

@@ -18,10 +18,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, StrBytes};
 
-use crate::error::{error_name, Error, Result};
+use crate::error::{error_name, AuthFailure, Error, Result};
 use crate::responses;
 use crate::security::sasl::{self, SaslMechanism};
 use crate::security::{tls, SecurityConfig, SecurityProtocol};
+use crate::wire::WireError;
 
 /// The largest response frame accepted: a guard against a corrupt size prefix.
 const MAX_FRAME: usize = 1 << 30;
@@ -275,7 +276,7 @@ impl Connection {
                 .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION"))),
         )?;
         let (error_code, keys) =
-            responses::api_versions(&body).map_err(|e| conn.protocol("ApiVersions", e))?;
+            responses::api_versions(&body).map_err(|e| conn.malformed("ApiVersions", e))?;
         if error_code != 0 {
             return Err(conn.protocol("ApiVersions", format!("error code {error_code}")));
         }
@@ -309,7 +310,7 @@ impl Connection {
             &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(name.clone())),
         )?;
         let (code, offered) =
-            responses::sasl_handshake(&body).map_err(|e| self.protocol("SaslHandshake", e))?;
+            responses::sasl_handshake(&body).map_err(|e| self.malformed("SaslHandshake", e))?;
         match code {
             0 => {}
             33 => {
@@ -331,19 +332,22 @@ impl Connection {
                     broker: self.addr.clone(),
                     mechanism: name,
                     user: mechanism.principal(),
-                    reason: format!("SaslHandshake failed with {} ({code})", error_name(code)),
+                    cause: Box::new(AuthFailure::Refused(format!(
+                        "SaslHandshake failed with {} ({code})",
+                        error_name(code)
+                    ))),
                 })
             }
         }
-        let auth_error = |conn: &Self, reason: String| Error::Authentication {
+        let auth_error = |conn: &Self, cause: AuthFailure| Error::Authentication {
             broker: conn.addr.clone(),
             mechanism: name.clone(),
             user: mechanism.principal(),
-            reason,
+            cause: Box::new(cause),
         };
         let mut exchange = mechanism.begin(&self.addr)?;
         let v = self.version(ApiKey::SaslAuthenticate, "SaslAuthenticate", 0, 2)?;
-        let mut message = exchange.first().map_err(|e| auth_error(self, e))?;
+        let mut message = exchange.first().map_err(|e| auth_error(self, e.into()))?;
         let lifetime_ms = loop {
             let body = self.request_body(
                 ApiKey::SaslAuthenticate,
@@ -354,26 +358,21 @@ impl Connection {
                 Ok(b) => b,
                 // A broker that refuses credentials may close the connection at once.
                 Err(Error::Io { source, .. }) => {
-                    return Err(auth_error(
-                        self,
-                        format!(
-                            "the broker closed the connection during authentication ({source})"
-                        ),
-                    ))
+                    return Err(auth_error(self, AuthFailure::Closed(source)))
                 }
                 Err(e) => return Err(e),
             };
             let answer = responses::sasl_authenticate(&body, v)
-                .map_err(|e| self.protocol("SaslAuthenticate", e))?;
+                .map_err(|e| self.malformed("SaslAuthenticate", e))?;
             if answer.error_code != 0 {
                 let message = answer
                     .error_message
                     .unwrap_or_else(|| error_name(answer.error_code).to_string());
-                return Err(auth_error(self, message));
+                return Err(auth_error(self, AuthFailure::Refused(message)));
             }
             match exchange
                 .next(&answer.auth_bytes)
-                .map_err(|e| auth_error(self, e))?
+                .map_err(|e| auth_error(self, e.into()))?
             {
                 Some(next) => message = next,
                 None => break answer.session_lifetime_ms,
@@ -461,6 +460,15 @@ impl Connection {
             broker: self.addr.clone(),
             api,
             reason: reason.into(),
+        }
+    }
+
+    /// The error for a response body of `api` that does not decode.
+    pub(crate) fn malformed(&self, api: &'static str, source: WireError) -> Error {
+        Error::Malformed {
+            broker: self.addr.clone(),
+            api,
+            source,
         }
     }
 

@@ -2,6 +2,8 @@
 //! offset, so that a failed query says where to look.
 
 use crate::record_batch::BatchError;
+use crate::security::SaslError;
+use crate::wire::WireError;
 
 /// A Kafka client error.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +22,7 @@ pub enum Error {
     },
     /// The broker refused the SASL credentials (a wrong password, an unknown user, an expired
     /// or refused token).
-    #[error("kafka broker {broker}: SASL {mechanism} authentication failed for {user}: {reason}")]
+    #[error("kafka broker {broker}: SASL {mechanism} authentication failed for {user}: {cause}")]
     Authentication {
         /// `host:port`.
         broker: String,
@@ -28,8 +30,9 @@ pub enum Error {
         mechanism: String,
         /// `user 'NAME'` or `principal 'NAME'` (never a secret).
         user: String,
-        /// The broker's message, or what the client found wrong.
-        reason: String,
+        /// The broker's refusal, or what the client found wrong (boxed: the error stays small).
+        #[source]
+        cause: Box<AuthFailure>,
     },
     /// The broker does not enable the configured SASL mechanism.
     #[error("kafka broker {broker} does not enable SASL mechanism {mechanism}; it offers {}: set 'sasl.mechanism' to one of them", offered_list(.offered))]
@@ -102,6 +105,17 @@ pub enum Error {
         api: &'static str,
         /// What is wrong.
         reason: String,
+    },
+    /// A broker's response body does not decode: a field out of its bounds.
+    #[error("kafka broker {broker}: malformed {api} response: {source}")]
+    Malformed {
+        /// `host:port`.
+        broker: String,
+        /// The API (Fetch, Metadata, ...).
+        api: &'static str,
+        /// What is wrong, and where.
+        #[source]
+        source: WireError,
     },
     /// The broker does not support a version of an API this client needs.
     #[error("kafka broker {broker} does not support {api} v{min}..v{max} (it offers v{offered_min}..v{offered_max})")]
@@ -229,6 +243,21 @@ pub enum Error {
     },
 }
 
+/// Why a SASL authentication failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthFailure {
+    /// The broker refused, with its message (a wrong password, an unknown user, a refused
+    /// token) or, without one, its error code's name.
+    #[error("{0}")]
+    Refused(String),
+    /// The broker closed the connection during the exchange (some refuse credentials so).
+    #[error("the broker closed the connection during authentication ({0})")]
+    Closed(#[source] std::io::Error),
+    /// The client found the broker's side of the exchange wrong.
+    #[error(transparent)]
+    Exchange(#[from] SaslError),
+}
+
 impl Error {
     /// True for failures worth retrying after a metadata refresh (sockets, protocol hiccups).
     pub fn is_transient(&self) -> bool {
@@ -237,6 +266,7 @@ impl Error {
             Self::Io { .. }
                 | Self::NoBroker { .. }
                 | Self::Protocol { .. }
+                | Self::Malformed { .. }
                 | Self::TlsStream { .. }
         )
     }

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::wire::{Cursor, Parse};
+use crate::wire::{Cursor, Parse, WireError};
 
 /// One partition of a Fetch response (positions are into the response body).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +34,10 @@ pub(crate) fn parse_fetch(
     out: &mut Vec<PartitionView>,
 ) -> Parse<i16> {
     if !(4..=12).contains(&version) {
-        return Err(format!("Fetch v{version} is not read by this client"));
+        return Err(WireError::Version {
+            api: "Fetch",
+            version,
+        });
     }
     let flexible = version >= 12;
     let mut c = Cursor { b: body, pos: 0 };
@@ -51,7 +54,7 @@ pub(crate) fn parse_fetch(
     for _ in 0..topics {
         let name = c
             .bytes(flexible, false, "topic name")?
-            .ok_or("null topic name")?;
+            .ok_or(WireError::Null("topic name"))?;
         let ours = &body[name] == topic.as_bytes();
         let partitions = c.array_len(flexible, 30, "partitions")?.unwrap_or(0);
         for _ in 0..partitions {

@@ -106,12 +106,13 @@ pub use consumer::{
     Consumer, ConsumerConfig, Isolation, OffsetReset, PartitionSelection, PollStatus, Record,
     StartupMode,
 };
-pub use error::{Error, Result};
+pub use error::{AuthFailure, Error, Result};
 pub use producer::{murmur2, settle_transaction, Producer, ProducerConfig, Settled};
 pub use record_batch::{Compression, Headers};
 pub use security::{
-    parse_properties, tls, OAuthBearerConfig, OidcConfig, PemSource, SaslConfig, SaslExchange,
-    SaslMechanism, ScramHash, Secret, SecurityConfig, SecurityOption, SecurityProtocol,
-    SecurityValues, TlsConfig, TokenSource, SECURITY_OPTIONS,
+    parse_properties, tls, OAuthBearerConfig, OidcConfig, PemSource, SaslConfig, SaslError,
+    SaslExchange, SaslMechanism, ScramHash, Secret, SecurityConfig, SecurityOption,
+    SecurityProtocol, SecurityValues, TlsConfig, TokenSource, SECURITY_OPTIONS,
 };
 pub use stats::{Histogram, PartitionStats, DURATION_BUCKETS};
+pub use wire::WireError;

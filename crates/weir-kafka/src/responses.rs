@@ -3,7 +3,7 @@
 //! array length the wire claims, so a broken broker could make the process abort. Here every
 //! count is checked against the bytes that remain before anything is reserved.
 
-use crate::wire::{Cursor, Parse};
+use crate::wire::{Cursor, Parse, WireError};
 
 /// A broker of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +59,10 @@ pub(crate) fn metadata(
     topic: &str,
 ) -> Parse<(Vec<BrokerAddr>, Option<TopicMetadata>)> {
     if !(4..=12).contains(&version) {
-        return Err(format!("Metadata v{version} is not read by this client"));
+        return Err(WireError::Version {
+            api: "Metadata",
+            version,
+        });
     }
     let flexible = version >= 9;
     let mut c = Cursor { b: body, pos: 0 };
@@ -71,13 +74,15 @@ pub(crate) fn metadata(
     let mut brokers = Vec::with_capacity(n);
     for _ in 0..n {
         let node_id = c.i32("node_id")?;
-        let host = c.bytes(flexible, false, "host")?.ok_or("null host")?;
+        let host = c
+            .bytes(flexible, false, "host")?
+            .ok_or(WireError::Null("host"))?;
         let port = c.i32("port")?;
         c.bytes(flexible, false, "rack")?;
         if flexible {
             c.tagged("broker")?;
         }
-        let host = std::str::from_utf8(&body[host]).map_err(|_| "host is not UTF-8")?;
+        let host = std::str::from_utf8(&body[host]).map_err(|_| WireError::NotUtf8("host"))?;
         brokers.push(BrokerAddr {
             node_id,
             addr: format!("{host}:{port}"),
@@ -141,7 +146,10 @@ pub(crate) fn metadata(
 /// The partitions of `topic` in a ListOffsets response body (v2..=7, after the correlation id).
 pub(crate) fn list_offsets(body: &[u8], version: i16, topic: &str) -> Parse<Vec<ListedOffset>> {
     if !(2..=7).contains(&version) {
-        return Err(format!("ListOffsets v{version} is not read by this client"));
+        return Err(WireError::Version {
+            api: "ListOffsets",
+            version,
+        });
     }
     let flexible = version >= 6;
     let mut c = Cursor { b: body, pos: 0 };
@@ -154,7 +162,7 @@ pub(crate) fn list_offsets(body: &[u8], version: i16, topic: &str) -> Parse<Vec<
     for _ in 0..n {
         let name = c
             .bytes(flexible, false, "topic name")?
-            .ok_or("null topic")?;
+            .ok_or(WireError::Null("topic"))?;
         let ours = &body[name] == topic.as_bytes();
         let pn = c.array_len(flexible, 22, "partitions")?.unwrap_or(0);
         for _ in 0..pn {
@@ -195,7 +203,7 @@ pub(crate) fn sasl_handshake(body: &[u8]) -> Parse<(i16, Vec<String>)> {
     for _ in 0..n {
         let m = c
             .bytes(false, false, "mechanism")?
-            .ok_or("null mechanism")?;
+            .ok_or(WireError::Null("mechanism"))?;
         out.push(String::from_utf8_lossy(&body[m]).into_owned());
     }
     Ok((error_code, out))
@@ -214,9 +222,10 @@ pub(crate) struct SaslAnswer {
 /// A SaslAuthenticate response body (v0..=2, after the correlation id).
 pub(crate) fn sasl_authenticate(body: &[u8], version: i16) -> Parse<SaslAnswer> {
     if !(0..=2).contains(&version) {
-        return Err(format!(
-            "SaslAuthenticate v{version} is not read by this client"
-        ));
+        return Err(WireError::Version {
+            api: "SaslAuthenticate",
+            version,
+        });
     }
     let flexible = version >= 2;
     let mut c = Cursor { b: body, pos: 0 };
@@ -229,7 +238,7 @@ pub(crate) fn sasl_authenticate(body: &[u8], version: i16) -> Parse<SaslAnswer> 
         .map(|r| String::from_utf8_lossy(&body[r]).into_owned());
     let auth = c
         .bytes(flexible, true, "auth_bytes")?
-        .ok_or("null auth_bytes")?;
+        .ok_or(WireError::Null("auth_bytes"))?;
     let session_lifetime_ms = if version >= 1 {
         c.i64("session_lifetime_ms")?
     } else {

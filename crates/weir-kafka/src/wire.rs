@@ -9,34 +9,85 @@ pub(crate) struct Cursor<'a> {
     pub(crate) pos: usize,
 }
 
-pub(crate) type Parse<T> = Result<T, String>;
+/// What is wrong with a response body; `what` names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The body ends inside a field.
+    #[error("truncated {what} at byte {at}")]
+    Truncated {
+        /// The field.
+        what: &'static str,
+        /// Where it starts.
+        at: usize,
+    },
+    /// A varint runs over five bytes.
+    #[error("malformed varint in {what}")]
+    Varint {
+        /// The field.
+        what: &'static str,
+    },
+    /// An array count that is negative or larger than the bytes left could hold.
+    #[error("impossible {what} count {count} at byte {at}")]
+    Count {
+        /// The array.
+        what: &'static str,
+        /// The count read.
+        count: i64,
+        /// Where the array's elements start.
+        at: usize,
+    },
+    /// A negative length other than null's -1.
+    #[error("negative {what} length {len}")]
+    NegativeLength {
+        /// The field.
+        what: &'static str,
+        /// The length read.
+        len: i64,
+    },
+    /// Null where the protocol allows none.
+    #[error("null {0}")]
+    Null(&'static str),
+    /// Text that is not UTF-8.
+    #[error("{0} is not UTF-8")]
+    NotUtf8(&'static str),
+    /// A response version this client does not read (it asked for another).
+    #[error("{api} v{version} is not read by this client")]
+    Version {
+        /// The API.
+        api: &'static str,
+        /// The version.
+        version: i16,
+    },
+}
+
+pub(crate) type Parse<T> = Result<T, WireError>;
 
 impl<'a> Cursor<'a> {
-    pub(crate) fn take(&mut self, n: usize, what: &str) -> Parse<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Parse<&'a [u8]> {
         let end = self
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.b.len())
-            .ok_or_else(|| format!("truncated {what} at byte {}", self.pos))?;
+            .ok_or(WireError::Truncated { what, at: self.pos })?;
         let s = &self.b[self.pos..end];
         self.pos = end;
         Ok(s)
     }
-    pub(crate) fn i16(&mut self, what: &str) -> Parse<i16> {
+    pub(crate) fn i16(&mut self, what: &'static str) -> Parse<i16> {
         let s = self.take(2, what)?;
         Ok(i16::from_be_bytes([s[0], s[1]]))
     }
-    pub(crate) fn i32(&mut self, what: &str) -> Parse<i32> {
+    pub(crate) fn i32(&mut self, what: &'static str) -> Parse<i32> {
         let s = self.take(4, what)?;
         Ok(i32::from_be_bytes([s[0], s[1], s[2], s[3]]))
     }
-    pub(crate) fn i64(&mut self, what: &str) -> Parse<i64> {
+    pub(crate) fn i64(&mut self, what: &'static str) -> Parse<i64> {
         let s = self.take(8, what)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(s);
         Ok(i64::from_be_bytes(a))
     }
-    pub(crate) fn uvarint(&mut self, what: &str) -> Parse<u32> {
+    pub(crate) fn uvarint(&mut self, what: &'static str) -> Parse<u32> {
         let mut v = 0u32;
         for shift in (0..35).step_by(7) {
             let byte = self.take(1, what)?[0];
@@ -45,7 +96,7 @@ impl<'a> Cursor<'a> {
                 return Ok(v);
             }
         }
-        Err(format!("malformed varint in {what}"))
+        Err(WireError::Varint { what })
     }
     /// An array length: INT32 (-1 null) or, flexible, UNSIGNED_VARINT n+1 (0 null). `None` is
     /// null. The count is checked against the bytes left at `min_size` bytes per element.
@@ -53,7 +104,7 @@ impl<'a> Cursor<'a> {
         &mut self,
         flexible: bool,
         min_size: usize,
-        what: &str,
+        what: &'static str,
     ) -> Parse<Option<usize>> {
         let n: i64 = if flexible {
             i64::from(self.uvarint(what)?) - 1
@@ -64,7 +115,11 @@ impl<'a> Cursor<'a> {
             return Ok(None);
         }
         if n < 0 || (n as u64).saturating_mul(min_size as u64) > (self.b.len() - self.pos) as u64 {
-            return Err(format!("impossible {what} count {n} at byte {}", self.pos));
+            return Err(WireError::Count {
+                what,
+                count: n,
+                at: self.pos,
+            });
         }
         Ok(Some(n as usize))
     }
@@ -73,7 +128,7 @@ impl<'a> Cursor<'a> {
         &mut self,
         flexible: bool,
         wide: bool,
-        what: &str,
+        what: &'static str,
     ) -> Parse<Option<Range<usize>>> {
         let n: i64 = if flexible {
             i64::from(self.uvarint(what)?) - 1
@@ -86,14 +141,14 @@ impl<'a> Cursor<'a> {
             return Ok(None);
         }
         if n < 0 {
-            return Err(format!("negative {what} length {n}"));
+            return Err(WireError::NegativeLength { what, len: n });
         }
         let start = self.pos;
         self.take(n as usize, what)?;
         Ok(Some(start..self.pos))
     }
     /// Skips a tagged-field section (flexible versions).
-    pub(crate) fn tagged(&mut self, what: &str) -> Parse<()> {
+    pub(crate) fn tagged(&mut self, what: &'static str) -> Parse<()> {
         let n = self.uvarint(what)?;
         for _ in 0..n {
             self.uvarint(what)?;

@@ -315,7 +315,7 @@ impl Consumer {
         let mut views = std::mem::take(&mut self.views);
         views.clear();
         let top = parse_fetch(&body, version, &self.cfg.topic, &mut views)
-            .map_err(|e| f.conn.protocol("Fetch", e))?;
+            .map_err(|e| f.conn.malformed("Fetch", e))?;
         for pr in &views {
             if let Some(st) = usize::try_from(pr.partition)
                 .ok()

@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use options::{parse_properties, SecurityOption, SecurityValues, SECURITY_OPTIONS};
-pub use sasl::{SaslExchange, SaslMechanism};
+pub use sasl::{SaslError, SaslExchange, SaslMechanism};
 
 /// A password, token or key: compared and cloned like a string, never shown, and zeroed in
 /// memory when dropped.

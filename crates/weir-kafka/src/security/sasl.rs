@@ -27,6 +27,44 @@ use super::oauth::TokenCache;
 use super::{OAuthBearerConfig, SaslConfig, ScramHash, Secret};
 use crate::error::{Error, Result};
 
+/// What the client found wrong in a SASL exchange (the broker's own refusals are not these:
+/// they come back as its error message).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SaslError {
+    /// [`SaslExchange::first`] was called twice.
+    #[error("the exchange was already started")]
+    AlreadyStarted,
+    /// A message of the broker's does not follow the mechanism's grammar.
+    #[error("the broker's message is malformed: {0}")]
+    Malformed(&'static str),
+    /// The broker reported an error inside the exchange (SCRAM's `e=` attribute).
+    #[error("the server reports '{0}'")]
+    Reported(String),
+    /// SCRAM: the broker's nonce does not begin with the client's.
+    #[error("the server's nonce does not extend the client's")]
+    ForeignNonce,
+    /// SCRAM: the iteration count is outside Kafka's bounds (a man in the middle asking for a
+    /// cheap proof, or a hostile broker burning CPU).
+    #[error(
+        "the server asks for {0} iterations, outside the {min} to {max} Kafka allows; refused (a man in the middle or a misconfigured broker)",
+        min = SCRAM_ITERATIONS.start(),
+        max = SCRAM_ITERATIONS.end()
+    )]
+    Iterations(u32),
+    /// SCRAM: the broker's signature proves it does not know the password.
+    #[error(
+        "the server's signature is wrong: it does not know the password (a man in the middle?)"
+    )]
+    ServerSignature,
+    /// OAUTHBEARER: the broker refused the token, with its JSON challenge.
+    #[error("the broker refused the token: {0}")]
+    TokenRefused(String),
+    /// A mechanism of the user's own failed.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// A SASL mechanism: its name and how to start an exchange.
 pub trait SaslMechanism: Send + Sync {
     /// The name SaslHandshake sends (`PLAIN`, `SCRAM-SHA-256`, `AWS_MSK_IAM`, ...).
@@ -44,11 +82,11 @@ pub trait SaslMechanism: Send + Sync {
 /// One authentication in progress.
 pub trait SaslExchange: Send {
     /// The client's first message.
-    fn first(&mut self) -> Result<Vec<u8>, String>;
+    fn first(&mut self) -> Result<Vec<u8>, SaslError>;
 
     /// The next client message given the server's answer to the last one; `None` when the
     /// client has nothing more to send (the exchange is complete on the client's side).
-    fn next(&mut self, server: &[u8]) -> Result<Option<Vec<u8>>, String>;
+    fn next(&mut self, server: &[u8]) -> Result<Option<Vec<u8>>, SaslError>;
 
     /// When the credentials used expire (ms since the epoch), if known: a session must be
     /// renewed before then.
@@ -105,12 +143,10 @@ impl SaslMechanism for Plain {
 struct OneMessage(Option<Vec<u8>>);
 
 impl SaslExchange for OneMessage {
-    fn first(&mut self) -> Result<Vec<u8>, String> {
-        self.0
-            .take()
-            .ok_or_else(|| "exchange already started".into())
+    fn first(&mut self) -> Result<Vec<u8>, SaslError> {
+        self.0.take().ok_or(SaslError::AlreadyStarted)
     }
-    fn next(&mut self, _server: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    fn next(&mut self, _server: &[u8]) -> Result<Option<Vec<u8>>, SaslError> {
         Ok(None)
     }
 }
@@ -217,28 +253,29 @@ impl ScramExchange {
 }
 
 impl SaslExchange for ScramExchange {
-    fn first(&mut self) -> Result<Vec<u8>, String> {
+    fn first(&mut self) -> Result<Vec<u8>, SaslError> {
         Ok(format!("n,,{}", self.client_first_bare).into_bytes())
     }
 
-    fn next(&mut self, server: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        let text = std::str::from_utf8(server).map_err(|_| "server message is not UTF-8")?;
+    fn next(&mut self, server: &[u8]) -> Result<Option<Vec<u8>>, SaslError> {
+        use SaslError::Malformed;
+        let text = std::str::from_utf8(server).map_err(|_| Malformed("not UTF-8"))?;
         if let Some(expected) = self.server_signature.take() {
             // server-final-message: v=signature, or e=error.
             if let Some(e) = text.strip_prefix("e=") {
-                return Err(format!("the server reports '{e}'"));
+                return Err(SaslError::Reported(e.to_string()));
             }
             let v = text
                 .split(',')
                 .find_map(|a| a.strip_prefix("v="))
-                .ok_or("the server's final message has no signature")?;
+                .ok_or(Malformed("the final message has no signature"))?;
             let got = base64::engine::general_purpose::STANDARD
                 .decode(v)
-                .map_err(|_| "the server signature is not base64")?;
+                .map_err(|_| Malformed("the signature is not base64"))?;
             // Constant time: a comparison that stops at the first differing byte tells a man in
             // the middle how much of a forged signature was right.
             if !bool::from(got.as_slice().ct_eq(expected.as_slice())) {
-                return Err("the server's signature is wrong: it does not know the password (a man in the middle?)".into());
+                return Err(SaslError::ServerSignature);
             }
             return Ok(None);
         }
@@ -254,25 +291,21 @@ impl SaslExchange for ScramExchange {
             } else if let Some(v) = attr.strip_prefix("i=") {
                 iterations = v.parse::<u32>().ok();
             } else if let Some(e) = attr.strip_prefix("e=") {
-                return Err(format!("the server reports '{e}'"));
+                return Err(SaslError::Reported(e.to_string()));
             }
         }
-        let nonce = nonce.ok_or("the server's first message has no nonce")?;
+        let nonce = nonce.ok_or(Malformed("the first message has no nonce"))?;
         if !nonce.starts_with(&self.nonce) || nonce.len() <= self.nonce.len() {
-            return Err("the server's nonce does not extend the client's".into());
+            return Err(SaslError::ForeignNonce);
         }
         let salt = base64::engine::general_purpose::STANDARD
-            .decode(salt.ok_or("the server's first message has no salt")?)
-            .map_err(|_| "the salt is not base64")?;
-        let iterations = iterations.ok_or("the server's first message has no iteration count")?;
+            .decode(salt.ok_or(Malformed("the first message has no salt"))?)
+            .map_err(|_| Malformed("the salt is not base64"))?;
+        let iterations = iterations.ok_or(Malformed("the first message has no iteration count"))?;
         if !SCRAM_ITERATIONS.contains(&iterations) {
             // Few iterations make the proof cheap to crack for whoever asked for them (a man in
             // the middle over SASL_PLAINTEXT); very many burn the client's CPU.
-            return Err(format!(
-                "the server asks for {iterations} iterations, outside the {} to {} Kafka allows; refused (a man in the middle or a misconfigured broker)",
-                SCRAM_ITERATIONS.start(),
-                SCRAM_ITERATIONS.end()
-            ));
+            return Err(SaslError::Iterations(iterations));
         }
         let h = self.hash;
         let salted = salted_password(h, self.password.expose().as_bytes(), &salt, iterations);
@@ -341,28 +374,24 @@ impl SaslMechanism for OAuthBearer {
 struct OAuthExchange {
     first: Option<Vec<u8>>,
     expires_at_ms: Option<i64>,
+    /// The broker's JSON challenge, once it refused the token.
     refused: Option<String>,
 }
 
 impl SaslExchange for OAuthExchange {
-    fn first(&mut self) -> Result<Vec<u8>, String> {
-        self.first
-            .take()
-            .ok_or_else(|| "exchange already started".into())
+    fn first(&mut self) -> Result<Vec<u8>, SaslError> {
+        self.first.take().ok_or(SaslError::AlreadyStarted)
     }
-    fn next(&mut self, server: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    fn next(&mut self, server: &[u8]) -> Result<Option<Vec<u8>>, SaslError> {
         if server.is_empty() {
             return Ok(None);
         }
-        if let Some(first) = self.refused.take() {
-            return Err(first);
+        if let Some(challenge) = self.refused.take() {
+            return Err(SaslError::TokenRefused(challenge));
         }
         // A JSON error such as {"status":"invalid_token"}: acknowledge so the broker fails the
         // exchange with its own message.
-        self.refused = Some(format!(
-            "the broker refused the token: {}",
-            String::from_utf8_lossy(server)
-        ));
+        self.refused = Some(String::from_utf8_lossy(server).into_owned());
         Ok(Some(vec![0x01]))
     }
     fn expires_at_ms(&self) -> Option<i64> {
@@ -410,13 +439,20 @@ mod tests {
         let server_first =
             b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
         x.next(server_first).unwrap();
-        assert!(x
-            .next(b"v=AAAATRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
-            .is_err());
+        assert!(matches!(
+            x.next(b"v=AAAATRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="),
+            Err(SaslError::ServerSignature)
+        ));
         let mut y = ScramExchange::new(ScramHash::Sha512, "a=b,c", Secret::new("p"), "abc".into());
         assert_eq!(y.first().unwrap(), b"n,,n=a=3Db=2Cc,r=abc");
-        assert!(y.next(b"r=xyz123,s=AAAA,i=4096").is_err());
-        assert!(y.next(b"r=abc123,s=AAAA,i=0").is_err());
+        assert!(matches!(
+            y.next(b"r=xyz123,s=AAAA,i=4096"),
+            Err(SaslError::ForeignNonce)
+        ));
+        assert!(matches!(
+            y.next(b"r=abc123,s=AAAA,i=0"),
+            Err(SaslError::Iterations(0))
+        ));
     }
 
     /// A man in the middle asking for one iteration (a cheap proof to crack) or a hostile
@@ -462,6 +498,9 @@ mod tests {
             x.next(b"{\"status\":\"invalid_token\"}").unwrap(),
             Some(vec![1])
         );
-        assert!(x.next(b"x").unwrap_err().contains("invalid_token"));
+        assert!(matches!(
+            x.next(b"x"),
+            Err(SaslError::TokenRefused(challenge)) if challenge.contains("invalid_token")
+        ));
     }
 }
