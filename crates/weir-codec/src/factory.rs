@@ -37,6 +37,15 @@ pub enum CodecError {
     /// The encoding cannot do what was asked (for example infer columns).
     #[error("{0}")]
     Unsupported(String),
+    /// An encoder cannot write one row of a batch (a value its format cannot hold); the other
+    /// rows may be fine. The sink's `'on.error'` decides what becomes of it.
+    #[error("row {row}: {reason}")]
+    Row {
+        /// The row's index in the batch.
+        row: usize,
+        /// What is wrong with it, naming the column.
+        reason: String,
+    },
     /// Anything else a user encoding reports.
     #[error("{0}")]
     Other(String),
@@ -209,7 +218,9 @@ impl Decoder for ProjectingDecoder {
 pub trait Encoder: Send {
     /// Appends one message per row of `batch` to `out`, and the end offset of each message in
     /// `out` to `ends` (so row `i` is `out[ends[i - 1]..ends[i]]`, starting from `out`'s length
-    /// before the call).
+    /// before the call). A row that cannot be encoded is a [`CodecError::Row`] naming it (the
+    /// first such row the encoder finds, not necessarily the first in the batch); `out` and
+    /// `ends` then hold nothing usable of this call.
     fn encode_batch(
         &mut self,
         batch: &RecordBatch,

@@ -165,12 +165,15 @@ impl EnumNames {
         }
     }
 
-    /// The numbers of `array`'s names (a null as 0) into `bits`, as varint bits.
+    /// The numbers of `array`'s names (a null as 0) into `bits`, as varint bits. A name that
+    /// is neither a value nor a number is an error at its index, if that index is in `rows`
+    /// (a sliced list's values hold elements of rows outside the batch).
     fn numbers(
         &self,
         array: &ArrayRef,
         bits: &mut Vec<u64>,
         column: &str,
+        rows: std::ops::Range<usize>,
     ) -> Result<(), CodecError> {
         bits.clear();
         bits.resize(array.len(), 0);
@@ -190,7 +193,7 @@ impl EnumNames {
                     .and_then(|t| t.parse::<i32>().ok())
                 {
                     Some(n) => bits[row] = n as i64 as u64,
-                    None if unknown.is_none() => {
+                    None if unknown.is_none() && rows.contains(&row) => {
                         unknown = Some((row, String::from_utf8_lossy(name).into_owned()));
                     }
                     None => {}
@@ -199,10 +202,13 @@ impl EnumNames {
         });
         match unknown {
             None => Ok(()),
-            Some((row, name)) => Err(CodecError::Other(format!(
-                "column '{column}', row {row}: '{name}' is neither a value of enum {} nor a number",
-                self.enum_name
-            ))),
+            Some((row, name)) => Err(CodecError::Row {
+                row,
+                reason: format!(
+                    "column '{column}': '{name}' is neither a value of enum {} nor a number",
+                    self.enum_name
+                ),
+            }),
         }
     }
 }
@@ -288,7 +294,7 @@ impl MessagePlan {
                     packed_sizes(list, *s, bits, key, valid.as_ref(), payload, sizes);
                 }
                 FieldKind::EnumName(names, bits) => {
-                    names.numbers(array, bits, &f.name)?;
+                    names.numbers(array, bits, &f.name, 0..array.len())?;
                     for (row, &v) in bits.iter().enumerate() {
                         if valid.as_ref().is_none_or(|n| n.is_valid(row)) && !(implicit && v == 0) {
                             sizes[row] += key + varint_len(v);
@@ -297,7 +303,25 @@ impl MessagePlan {
                 }
                 FieldKind::PackedEnumNames(names, payload, bits) => {
                     let list = array.as_list::<i32>();
-                    names.numbers(list.values(), bits, &f.name)?;
+                    let offsets = list.value_offsets();
+                    let elements = offsets.first().map_or(0, |&o| o as usize)
+                        ..offsets.last().map_or(0, |&o| o as usize);
+                    // A bad element is reported at its row: the last row starting at or
+                    // before it.
+                    names
+                        .numbers(list.values(), bits, &f.name, elements)
+                        .map_err(|e| match e {
+                            CodecError::Row {
+                                row: element,
+                                reason,
+                            } => CodecError::Row {
+                                row: offsets
+                                    .partition_point(|&o| o as usize <= element)
+                                    .saturating_sub(1),
+                                reason,
+                            },
+                            e => e,
+                        })?;
                     let s = Scalar::Varint;
                     packed_sizes(list, s, bits, key, valid.as_ref(), payload, sizes);
                 }

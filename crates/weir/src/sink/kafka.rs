@@ -13,7 +13,7 @@ use std::time::Duration;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
-use weir_codec::{Encoder, OptionError, OptionKind, OptionSpec, Options};
+use weir_codec::{CodecError, Encoder, OptionError, OptionKind, OptionSpec, Options};
 use weir_kafka::{Compression, Producer, ProducerConfig};
 
 use super::SinkError;
@@ -34,6 +34,8 @@ pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] = &[
     LINGER_MS,
     TRANSACTIONAL_ID,
     TRANSACTION_TIMEOUT,
+    ON_ERROR,
+    DEAD_LETTER_PATH,
 ];
 
 const BROKERS: OptionSpec = OptionSpec::new(
@@ -126,6 +128,32 @@ const LINGER_MS: OptionSpec = OptionSpec::new(
 )
 .default_value("5");
 
+const ON_ERROR: OptionSpec = OptionSpec::new(
+    "on.error",
+    OptionKind::Choice(&["fail", "skip", "dead_letter"]),
+    "kafka: a row the encoder cannot write (a name that is no value of its enum) stops the run, \
+     naming the row and the column, is skipped, or is appended to the dead-letter file; the \
+     other rows are written either way",
+)
+.default_value("fail");
+const DEAD_LETTER_PATH: OptionSpec = OptionSpec::new(
+    "dead_letter.path",
+    OptionKind::Path,
+    "kafka: with `dead_letter`: a JSON-lines file of `sink`, `topic`, `error` and `row` (the \
+     row's columns as a JSON object)",
+);
+
+/// What a `kafka` sink does with a row its encoder cannot write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RowErrors {
+    /// Stop the run.
+    Fail,
+    /// Leave the row out.
+    Skip,
+    /// Leave it out and append it to this file.
+    DeadLetter(std::path::PathBuf),
+}
+
 /// A `kafka` sink's settings.
 #[derive(Debug, Clone)]
 pub(crate) struct KafkaSinkSettings {
@@ -143,6 +171,8 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) linger: Duration,
     /// `'transactional.id'` as given (the exactly-once sink defaults it).
     pub(crate) transactional_id: Option<String>,
+    /// `'on.error'`.
+    pub(crate) row_errors: RowErrors,
 }
 
 /// How a `kafka` sink chooses each record's partition.
@@ -214,6 +244,18 @@ impl KafkaSinkSettings {
             timestamp: options.text(&TIMESTAMP_COLUMN).map(str::to_string),
             headers: options.text(&HEADERS_COLUMN).map(str::to_string),
             linger: Duration::from_millis(options.count(&LINGER_MS)?.unwrap_or(5)),
+            row_errors: match (options.choice(&ON_ERROR)?, options.given(&DEAD_LETTER_PATH)) {
+                (Some("dead_letter"), Some(path)) => RowErrors::DeadLetter(path.into()),
+                (Some("dead_letter"), None) => {
+                    return Err(OptionError::Missing {
+                        key: DEAD_LETTER_PATH.key.into(),
+                        doc: DEAD_LETTER_PATH.doc,
+                    }
+                    .into())
+                }
+                (Some("skip"), _) => RowErrors::Skip,
+                _ => RowErrors::Fail,
+            },
         })
     }
 }
@@ -238,6 +280,19 @@ pub(crate) struct KafkaSink {
     messages: Vec<u8>,
     ends: Vec<usize>,
     transactional_id: Option<String>,
+    /// Rows the encoder could not write, and where they go.
+    refused: RefusedRows,
+}
+
+/// The rows a sink's encoder could not write: counted, and appended to the dead-letter file
+/// under `'on.error' = 'dead_letter'`. (An exactly-once step that is replayed after a crash
+/// appends its refused rows again: the file is at least once.)
+struct RefusedRows {
+    policy: RowErrors,
+    /// The sink's topic, for the dead-letter lines.
+    topic: String,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    count: u64,
 }
 
 impl KafkaSink {
@@ -330,6 +385,19 @@ impl KafkaSink {
                 source,
             })?;
         let partitions = u32::try_from(producer.partitions().max(1)).unwrap_or(1);
+        let file = match &settings.row_errors {
+            RowErrors::DeadLetter(path) => Some(std::io::BufWriter::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|source| SinkError::Io {
+                        path: path.display().to_string(),
+                        source,
+                    })?,
+            )),
+            _ => None,
+        };
         Ok(Self {
             sink: sink.to_string(),
             producer,
@@ -344,7 +412,52 @@ impl KafkaSink {
             messages: Vec::new(),
             ends: Vec::new(),
             transactional_id: settings.producer.transactional_id.clone(),
+            refused: RefusedRows {
+                policy: settings.row_errors.clone(),
+                topic: settings.producer.topic.clone(),
+                file,
+                count: 0,
+            },
         })
+    }
+
+    /// Sets aside `row` (a batch of one row) that the encoder could not write, for `reason`.
+    fn refuse(&mut self, row: &RecordBatch, reason: &str) -> Result<(), SinkError> {
+        self.refused.count += 1;
+        if self.refused.count == 1 {
+            tracing::warn!(
+                sink = %self.sink,
+                "a row cannot be encoded and is left out ('on.error'); the first: {reason}"
+            );
+        }
+        let Some(file) = &mut self.refused.file else {
+            return Ok(());
+        };
+        let mut rendered = Vec::new();
+        {
+            let mut w = super::json::json_writer(&mut rendered);
+            w.write(row)
+                .and_then(|()| w.finish())
+                .map_err(|source| SinkError::Arrow {
+                    path: "the dead-letter row".into(),
+                    source,
+                })?;
+        }
+        let text = |s: &str| serde_json::Value::from(s).to_string();
+        let line = format!(
+            "{{\"sink\":{},\"topic\":{},\"error\":{},\"row\":{}}}\n",
+            text(&self.sink),
+            text(&self.refused.topic),
+            text(reason),
+            String::from_utf8_lossy(rendered.trim_ascii_end())
+        );
+        let path = match &self.refused.policy {
+            RowErrors::DeadLetter(p) => p.display().to_string(),
+            _ => String::new(),
+        };
+        std::io::Write::write_all(file, line.as_bytes())
+            .and_then(|()| std::io::Write::flush(file))
+            .map_err(|source| SinkError::Io { path, source })
     }
 
     /// The sink's name.
@@ -409,6 +522,57 @@ fn is_bytes(t: &DataType) -> bool {
 
 impl super::BatchWriter for KafkaSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        // Parts of the batch still to write, the next last. A row the encoder refuses splits
+        // its part: the rows before it, then the rows after (only on that path: a batch that
+        // encodes is written whole).
+        let mut parts = vec![batch.clone()];
+        while let Some(part) = parts.pop() {
+            if part.num_rows() == 0 {
+                continue;
+            }
+            match self.write_rows(&part) {
+                Err(SinkError::Encode(CodecError::Row { row, reason }))
+                    if self.refused.policy != RowErrors::Fail && row < part.num_rows() =>
+                {
+                    parts.push(part.slice(row + 1, part.num_rows() - row - 1));
+                    self.refuse(&part.slice(row, 1), &reason)?;
+                    parts.push(part.slice(0, row));
+                }
+                other => other?,
+            }
+        }
+        self.producer
+            .send_lingering(self.linger)
+            .map_err(|e| self.kafka_error(e))
+    }
+
+    fn linger(&self) -> Option<Duration> {
+        Some(self.linger.max(Duration::from_millis(1)))
+    }
+
+    fn idle(&mut self) -> Result<(), SinkError> {
+        self.producer
+            .send_lingering(Duration::ZERO)
+            .map_err(|e| self.kafka_error(e))
+    }
+
+    fn finish(&mut self) -> Result<(), SinkError> {
+        if self.refused.count > 0 {
+            tracing::warn!(
+                sink = %self.sink,
+                rows = self.refused.count,
+                "{} rows could not be encoded and were left out ('on.error')",
+                self.refused.count
+            );
+        }
+        self.producer.flush().map_err(|e| self.kafka_error(e))
+    }
+}
+
+impl KafkaSink {
+    /// Encodes `batch` and hands each row to the producer; a row the encoder refuses fails the
+    /// whole batch before any row is sent.
+    fn write_rows(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         self.messages.clear();
         self.ends.clear();
         self.encoder
@@ -511,22 +675,6 @@ impl super::BatchWriter for KafkaSink {
             }
             start = end;
         }
-        self.producer
-            .send_lingering(self.linger)
-            .map_err(|e| self.kafka_error(e))
-    }
-
-    fn linger(&self) -> Option<Duration> {
-        Some(self.linger.max(Duration::from_millis(1)))
-    }
-
-    fn idle(&mut self) -> Result<(), SinkError> {
-        self.producer
-            .send_lingering(Duration::ZERO)
-            .map_err(|e| self.kafka_error(e))
-    }
-
-    fn finish(&mut self) -> Result<(), SinkError> {
-        self.producer.flush().map_err(|e| self.kafka_error(e))
+        Ok(())
     }
 }

@@ -1026,3 +1026,127 @@ fn a_kafka_sink_in_follow_mode_sends_after_linger_without_more_rows() {
     rt.block_on(engine.finish()).unwrap();
     assert_eq!(relayed(), 100, "and no record again at the stop");
 }
+
+/// A row the protobuf encoder cannot write (a name that is no value of its enum) follows the
+/// sink's `'on.error'`: it stops the run naming the column, or is left out (skipped, or written
+/// to the dead-letter file with its columns) while every other row reaches the topic.
+#[test]
+fn a_row_the_encoder_cannot_write_follows_the_sinks_on_error() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("q.jsonl");
+    crate::common::write_quotes(
+        &data,
+        700,
+        5,
+        weir_testdata::QuoteFormat::Json,
+        weir_codec::Framing::Lines,
+    );
+    let proto = dir.path().join("trade.proto");
+    std::fs::write(
+        &proto,
+        "syntax = \"proto3\"; package t; enum Side { BID = 0; ASK = 1; }\n\
+         message Trade { string ticker = 1; Side side = 2; int64 seq = 3; }\n",
+    )
+    .unwrap();
+    let source = format!(
+        "CREATE SOURCE f (ticker VARCHAR, seq BIGINT) WITH ('connector' = 'file', \
+         'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', \
+         'fields.ticker' = 'base.ticker', 'fields.seq' = 'base.sequence_number');",
+        data.display()
+    );
+    // Every seventh sequence number gets a side that Side does not have.
+    let sink = |topic: &str, extra: &str| {
+        format!(
+            "{source}\nCREATE SINK out FROM (SELECT ticker, \
+               CASE WHEN seq % 7 = 3 THEN 'BOGUS' WHEN seq % 2 = 0 THEN 'BID' ELSE 'ASK' END \
+                 AS side, seq FROM f) \
+             WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+             'encoding' = 'protobuf', 'message' = 't.Trade', 'location' = '{}'{extra});",
+            proto.display()
+        )
+    };
+    let run = |sql: String| -> Result<(), String> {
+        let engine = Engine::new(EngineOptions::default());
+        rt.block_on(engine.query(&sql)).map_err(|e| e.to_string())?;
+        rt.block_on(engine.finish())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    let count = |sql: String| -> i64 {
+        let engine = Engine::new(EngineOptions::default());
+        let got = rt.block_on(engine.query(&sql)).unwrap();
+        got[0].column(0).as_primitive::<Int64Type>().value(0)
+    };
+    let bad = count(format!(
+        "{source}\nSELECT CAST(count(*) AS BIGINT) FROM f WHERE seq % 7 = 3;"
+    ));
+    assert!(bad > 0 && bad < 700, "{bad}");
+    let read_back = |topic: &str| {
+        count(format!(
+            "CREATE SOURCE k (seq BIGINT, side VARCHAR) WITH ('connector' = 'kafka', \
+             'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'protobuf', \
+             'message' = 't.Trade', 'location' = '{}');\n\
+             SELECT CAST(count(*) AS BIGINT) FROM k WHERE seq % 7 <> 3 \
+               AND side = CASE WHEN seq % 2 = 0 THEN 'BID' ELSE 'ASK' END;",
+            proto.display()
+        ))
+    };
+
+    // fail: the run stops, naming the column and the value.
+    let t = topic("weir-sink-on-error-fail");
+    create_topic(std::slice::from_ref(&broker), &t, 1, 1, &[], false).unwrap();
+    let e = run(sink(&t, "")).unwrap_err();
+    assert!(
+        e.contains("column 'side'") && e.contains("'BOGUS'") && e.contains("t.Side"),
+        "{e}"
+    );
+
+    // skip: every other row is in the topic, and only those.
+    let t = topic("weir-sink-on-error-skip");
+    create_topic(std::slice::from_ref(&broker), &t, 2, 1, &[], false).unwrap();
+    run(sink(&t, ", 'on.error' = 'skip'")).unwrap();
+    assert_eq!(read_back(&t), 700 - bad);
+    let all = count(format!(
+        "CREATE SOURCE k (seq BIGINT) WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+         'topic' = '{t}', 'encoding' = 'protobuf', 'message' = 't.Trade', 'location' = '{}');\n\
+         SELECT CAST(count(*) AS BIGINT) FROM k;",
+        proto.display()
+    ));
+    assert_eq!(all, 700 - bad, "no refused row reached the topic");
+
+    // dead_letter: the same rows in the topic, the refused ones in the file with their columns.
+    let t = topic("weir-sink-on-error-dead");
+    create_topic(std::slice::from_ref(&broker), &t, 2, 1, &[], false).unwrap();
+    let dead = dir.path().join("dead.jsonl");
+    run(sink(
+        &t,
+        &format!(
+            ", 'on.error' = 'dead_letter', 'dead_letter.path' = '{}'",
+            dead.display()
+        ),
+    ))
+    .unwrap();
+    assert_eq!(read_back(&t), 700 - bad);
+    let text = std::fs::read_to_string(&dead).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len() as i64, bad, "{text}");
+    for l in &lines {
+        assert_eq!(l["sink"], "out");
+        assert_eq!(l["topic"], t.as_str());
+        assert_eq!(l["row"]["side"], "BOGUS");
+        assert_eq!(l["row"]["seq"].as_i64().unwrap() % 7, 3, "{l}");
+        assert!(l["error"].as_str().unwrap().contains("'BOGUS'"), "{l}");
+    }
+    // 'dead_letter' without a path is refused before anything runs.
+    let e = run(sink(&t, ", 'on.error' = 'dead_letter'")).unwrap_err();
+    assert!(e.contains("dead_letter.path"), "{e}");
+}
