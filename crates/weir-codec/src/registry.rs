@@ -149,6 +149,51 @@ pub fn message_for_indexes(
     Ok(msg.full_name().to_string())
 }
 
+/// The message-index list of `message` in `file` of `schema` (the inverse of
+/// [`message_for_indexes`]): its place among the file's top-level messages, then among each
+/// nested level's. `None` when the file does not hold it.
+pub fn indexes_for_message(schema: &ProtoSchema, file: &str, message: &str) -> Option<Vec<i64>> {
+    fn find(messages: impl Iterator<Item = MessageDescriptor>, message: &str) -> Option<Vec<i64>> {
+        for (i, m) in messages.enumerate() {
+            if m.full_name() == message {
+                return Some(vec![i as i64]);
+            }
+            if let Some(mut path) = find(m.child_messages(), message) {
+                path.insert(0, i as i64);
+                return Some(path);
+            }
+        }
+        None
+    }
+    find(schema.pool().get_file_by_name(file)?.messages(), message)
+}
+
+/// The registry framing written before a message of schema `schema_id` whose type is at
+/// `indexes` (what [`parse_framing`] reads): magic byte 0, the id in 4 bytes big-endian, then
+/// the message indexes as zigzag varints, count first (a lone 0 for `[0]`, as Confluent's
+/// serializers write it).
+pub fn registry_prefix(schema_id: u32, indexes: &[i64]) -> Vec<u8> {
+    fn zigzag(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+    let mut out = vec![0];
+    out.extend_from_slice(&schema_id.to_be_bytes());
+    if indexes == [0] {
+        out.push(0);
+    } else {
+        zigzag(&mut out, indexes.len() as i64);
+        for &i in indexes {
+            zigzag(&mut out, i);
+        }
+    }
+    out
+}
+
 /// A schema's change that the declared columns cannot follow.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum EvolutionError {

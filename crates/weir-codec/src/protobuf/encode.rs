@@ -28,6 +28,8 @@ pub struct ProtoEncoder {
     plan: MessagePlan,
     /// Each row's size, then its write cursor.
     sizes: Vec<usize>,
+    /// Bytes written before every message (a schema registry's framing), empty for none.
+    prefix: Vec<u8>,
 }
 
 impl ProtoEncoder {
@@ -36,7 +38,16 @@ impl ProtoEncoder {
         Ok(Self {
             plan: MessagePlan::new(message, fields, "")?,
             sizes: Vec::new(),
+            prefix: Vec::new(),
         })
+    }
+
+    /// Writes `prefix` before every message (the Confluent framing: magic byte, schema id and
+    /// message indexes), in place, with no copy of the message.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: Vec<u8>) -> Self {
+        self.prefix = prefix;
+        self
     }
 }
 
@@ -53,15 +64,24 @@ impl Encoder for ProtoEncoder {
         self.plan.size(batch.columns(), None, &mut self.sizes)?;
         // Sizes become cursors: where each row's message begins in `out`.
         let base = out.len();
+        let first = ends.len();
+        let prefix = self.prefix.len();
         let mut at = base;
         ends.reserve(rows);
         for s in &mut self.sizes {
-            let start = at;
-            at += *s;
+            let start = at + prefix;
+            at = start + *s;
             ends.push(at);
             *s = start;
         }
         out.resize(at, 0);
+        if prefix > 0 {
+            let mut start = base;
+            for &end in &ends[first..] {
+                out[start..start + prefix].copy_from_slice(&self.prefix);
+                start = end;
+            }
+        }
         self.plan.write(batch.columns(), None, out, &mut self.sizes);
         Ok(())
     }

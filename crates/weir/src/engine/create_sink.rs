@@ -136,13 +136,13 @@ impl SinkState {
             let w: Box<dyn BatchWriter> = match (&self.encoder, &self.settings.messages) {
                 // One encoded message per row: records of a topic, or framed in a file.
                 (Some(factory), Some((_, framing))) => {
-                    let encoder = factory
-                        .create_encoder(&EncoderRequest {
-                            sink,
-                            schema: Arc::clone(schema),
-                            options: &self.options,
-                        })
-                        .map_err(SinkError::Encode)?;
+                    let encoder = create_encoder(
+                        sink,
+                        factory.as_ref(),
+                        self.kafka.as_ref(),
+                        schema,
+                        &self.options,
+                    )?;
                     match &self.kafka {
                         Some(kafka) => Box::new(KafkaSink::open(sink, kafka, schema, encoder)?),
                         None => Box::new(MessageFileSink::open(encoder, *framing, target)?),
@@ -224,6 +224,11 @@ impl Engine {
                 } else {
                     &[]
                 },
+                if settings.kafka {
+                    crate::registry::REGISTRY_OPTIONS
+                } else {
+                    &[]
+                },
                 encoder.as_ref().map_or(&[], |e| e.options()),
             ],
         )
@@ -233,10 +238,13 @@ impl Engine {
             DeltaSettings::parse(&name, &options).map_err(fail)?;
         }
         let kafka = if settings.kafka {
-            Some(
+            let mut kafka =
                 KafkaSinkSettings::parse(&name, &options, &self.options.kafka_properties)
-                    .map_err(fail)?,
-            )
+                    .map_err(fail)?;
+            kafka.registry = registry_schema(&name, &options, settings.messages.as_ref())
+                .map_err(fail)?
+                .map(Arc::new);
+            Some(kafka)
         } else {
             None
         };
@@ -435,13 +443,8 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| format!("weir-{sink}"));
             kafka.producer.transactional_id = Some(id);
-            let encoder = factory
-                .create_encoder(&EncoderRequest {
-                    sink,
-                    schema: Arc::clone(&schema),
-                    options: &options,
-                })
-                .map_err(|e| fail(SinkError::Encode(e)))?;
+            let encoder = create_encoder(sink, factory.as_ref(), Some(&kafka), &schema, &options)
+                .map_err(fail)?;
             let recorded = store.checkpoint().files.clone();
             let name = sink.to_string();
             // Connecting and settling wait on the brokers.
@@ -586,4 +589,74 @@ impl Engine {
         };
         self.run_pipeline(sink, query.start.line, pipeline).await
     }
+}
+
+/// The schema registry's schema for a `kafka` sink's values, with `'schema.registry.url'`:
+/// looked up when the sink is created, so a missing subject fails the statement. The framing
+/// is written for the `protobuf` encoding only, whose schema then comes from the registry.
+fn registry_schema(
+    sink: &str,
+    options: &Options,
+    messages: Option<&(String, weir_codec::Framing)>,
+) -> Result<Option<crate::registry::SinkSchema>, SinkError> {
+    if options.list(&crate::registry::URL).is_empty() {
+        return Ok(None);
+    }
+    match messages.map(|(encoding, _)| encoding.as_str()) {
+        Some("protobuf") => {}
+        other => {
+            return Err(SinkError::Options(format!(
+                "sink {sink}: 'schema.registry.url' frames protobuf values ('encoding' = \
+                 'protobuf'), not {}",
+                other.map_or("these rows".to_string(), |e| format!("'{e}'"))
+            )))
+        }
+    }
+    if options.iter().any(|(k, _)| k == "location") {
+        return Err(SinkError::Options(format!(
+            "sink {sink}: give 'location' or 'schema.registry.url', not both: with the registry \
+             the schema is the subject's latest"
+        )));
+    }
+    crate::registry::SinkSchema::open(sink, options)
+        .map_err(|e| SinkError::Options(format!("sink {sink}: {e}")))
+}
+
+/// The encoder of a sink's messages: the encoding's own, or for a `kafka` sink with the
+/// schema registry, protobuf from the registry's schema with its framing before each message.
+fn create_encoder(
+    sink: &str,
+    factory: &dyn EncoderFactory,
+    kafka: Option<&KafkaSinkSettings>,
+    schema: &SchemaRef,
+    options: &Options,
+) -> Result<Box<dyn weir_codec::Encoder>, SinkError> {
+    if let Some(registry) = kafka.and_then(|k| k.registry.as_ref()) {
+        let message = registry
+            .schema
+            .pool()
+            .get_message_by_name(&registry.message)
+            .ok_or_else(|| {
+                SinkError::Options(format!(
+                    "sink {sink}: message {} is not in schema id {}",
+                    registry.message, registry.id
+                ))
+            })?;
+        let encoder = weir_codec::ProtoEncoder::new(&message, schema.fields())
+            .map_err(|e| {
+                SinkError::Options(format!(
+                    "sink {sink}: schema id {} (subject '{}'): {e}",
+                    registry.id, registry.subject
+                ))
+            })?
+            .with_prefix(registry.prefix.clone());
+        return Ok(Box::new(encoder));
+    }
+    factory
+        .create_encoder(&EncoderRequest {
+            sink,
+            schema: Arc::clone(schema),
+            options,
+        })
+        .map_err(SinkError::Encode)
 }

@@ -27,7 +27,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use weir_codec::registry::{
-    message_for_indexes, FramedProtoDecoder, PlanSource, RegistryFraming, SchemaPlan, TargetColumns,
+    indexes_for_message, message_for_indexes, registry_prefix, FramedProtoDecoder, PlanSource,
+    RegistryFraming, SchemaPlan, TargetColumns,
 };
 use weir_codec::{
     default_columns, CodecError, ColumnSpec, Decoder, DecoderFactory, DecoderRequest, OptionError,
@@ -63,7 +64,7 @@ pub(crate) const REGISTRY_OPTIONS: &[OptionSpec] = &[
     BACKOFF,
 ];
 
-const URL: OptionSpec = OptionSpec::new(
+pub(crate) const URL: OptionSpec = OptionSpec::new(
     "schema.registry.url",
     OptionKind::List,
     "a Confluent-compatible schema registry (`http(s)://host:port[/path]`, several tried in \
@@ -238,84 +239,17 @@ impl Use {
         if encoding != "protobuf" || local {
             return Ok(Self::Framing);
         }
-        let option = |e: OptionError| Error::References {
-            what: format!("source {source}"),
-            reason: e.to_string(),
-        };
-        let duration = |spec: &OptionSpec| -> Result<Duration, Error> {
-            options.duration(spec).map_err(option)?.ok_or_else(|| {
-                option(OptionError::Missing {
-                    key: spec.key.to_string(),
-                    doc: spec.doc,
-                })
-            })
-        };
-        let secret = |spec: &OptionSpec| options.text(spec).map(Secret::new);
-        let path = |spec: &OptionSpec| options.text(spec).map(|p| PemSource::File(p.into()));
-        let auth = match (secret(&BASIC_AUTH), secret(&BEARER_TOKEN)) {
-            (Some(_), Some(_)) => {
-                return Err(option(OptionError::Conflict(
-                    "give 'schema.registry.basic.auth.user.info' or \
-                     'schema.registry.bearer.auth.token', not both"
-                        .into(),
-                )))
-            }
-            (Some(b), None) => Auth::Basic(b),
-            (None, Some(t)) => Auth::Bearer(t),
-            (None, None) => Auth::None,
-        };
-        refuse_clear_text_credentials(&urls, !matches!(auth, Auth::None), options)
-            .map_err(option)?;
-        let tls = RegistryTls {
-            ca: path(&CA_LOCATION),
-            certificate: path(&CERTIFICATE_LOCATION),
-            key: path(&KEY_LOCATION),
-            key_password: secret(&KEY_PASSWORD),
-        };
-        if tls.certificate.is_some() != tls.key.is_some() {
-            return Err(option(OptionError::Conflict(
-                "'schema.registry.ssl.certificate.location' and \
-                 'schema.registry.ssl.key.location' go together"
-                    .into(),
-            )));
-        }
-        let client = RegistryClient::new(ClientSettings {
-            urls,
-            auth,
-            tls,
-            timeout: duration(&TIMEOUT)?,
-            retries: options
-                .count(&RETRIES)
-                .map_err(option)?
-                // At most 100: with doubling backoff capped at 10 s that is already 15 minutes.
-                .map_or(3, |r| u32::try_from(r.min(100)).unwrap_or(100)),
-            backoff: duration(&BACKOFF)?,
-        })?;
+        let what = format!("source {source}");
+        let client = client_of(&what, urls, options)?;
         let message = options
             .iter()
             .find(|(k, _)| *k == "message")
             .map(|(_, v)| v.to_string());
         let topic = options.iter().find(|(k, _)| *k == "topic").map(|(_, v)| v);
-        let subject = match options.text(&SUBJECT) {
-            Some(s) => s.to_string(),
-            None => {
-                let strategy = options.choice(&STRATEGY).map_err(option)?;
-                let need = |what: &str| {
-                    option(OptionError::Conflict(format!(
-                        "'schema.registry.subject' is not given and the subject name strategy \
-                         needs {what}"
-                    )))
-                };
-                match strategy.unwrap_or("TopicNameStrategy") {
-                    "RecordNameStrategy" => message.clone().ok_or_else(|| need("'message'"))?,
-                    "TopicRecordNameStrategy" => format!(
-                        "{}-{}",
-                        topic.ok_or_else(|| need("'topic'"))?,
-                        message.as_deref().ok_or_else(|| need("'message'"))?
-                    ),
-                    _ => format!("{}-value", topic.ok_or_else(|| need("'topic'"))?),
-                }
-            }
+        let subject = subject_of(&what, options, message.as_deref(), topic)?;
+        let option = |e: OptionError| Error::References {
+            what: what.clone(),
+            reason: e.to_string(),
         };
         let max_depth = PROTOBUF_OPTIONS
             .iter()
@@ -354,6 +288,179 @@ impl Use {
             stats: Arc::clone(stats),
             max_depth,
         })))
+    }
+}
+
+/// The registry client of `what` (a source or sink, for messages) for `urls` and the
+/// registry options: authentication, TLS, timeouts and retries.
+fn client_of(what: &str, urls: Vec<String>, options: &Options) -> Result<RegistryClient, Error> {
+    let option = |e: OptionError| Error::References {
+        what: what.to_string(),
+        reason: e.to_string(),
+    };
+    let duration = |spec: &OptionSpec| -> Result<Duration, Error> {
+        options.duration(spec).map_err(option)?.ok_or_else(|| {
+            option(OptionError::Missing {
+                key: spec.key.to_string(),
+                doc: spec.doc,
+            })
+        })
+    };
+    let secret = |spec: &OptionSpec| options.text(spec).map(Secret::new);
+    let path = |spec: &OptionSpec| options.text(spec).map(|p| PemSource::File(p.into()));
+    let auth = match (secret(&BASIC_AUTH), secret(&BEARER_TOKEN)) {
+        (Some(_), Some(_)) => {
+            return Err(option(OptionError::Conflict(
+                "give 'schema.registry.basic.auth.user.info' or \
+                     'schema.registry.bearer.auth.token', not both"
+                    .into(),
+            )))
+        }
+        (Some(b), None) => Auth::Basic(b),
+        (None, Some(t)) => Auth::Bearer(t),
+        (None, None) => Auth::None,
+    };
+    refuse_clear_text_credentials(&urls, !matches!(auth, Auth::None), options).map_err(option)?;
+    let tls = RegistryTls {
+        ca: path(&CA_LOCATION),
+        certificate: path(&CERTIFICATE_LOCATION),
+        key: path(&KEY_LOCATION),
+        key_password: secret(&KEY_PASSWORD),
+    };
+    if tls.certificate.is_some() != tls.key.is_some() {
+        return Err(option(OptionError::Conflict(
+            "'schema.registry.ssl.certificate.location' and \
+                 'schema.registry.ssl.key.location' go together"
+                .into(),
+        )));
+    }
+    let client = RegistryClient::new(ClientSettings {
+        urls,
+        auth,
+        tls,
+        timeout: duration(&TIMEOUT)?,
+        retries: options
+            .count(&RETRIES)
+            .map_err(option)?
+            // At most 100: with doubling backoff capped at 10 s that is already 15 minutes.
+            .map_or(3, |r| u32::try_from(r.min(100)).unwrap_or(100)),
+        backoff: duration(&BACKOFF)?,
+    })?;
+    Ok(client)
+}
+
+/// The subject of `what`'s values: `'schema.registry.subject'`, or as the subject name strategy
+/// makes it from the topic and the message type.
+fn subject_of(
+    what: &str,
+    options: &Options,
+    message: Option<&str>,
+    topic: Option<&str>,
+) -> Result<String, Error> {
+    let option = |e: OptionError| Error::References {
+        what: what.to_string(),
+        reason: e.to_string(),
+    };
+    let subject = match options.text(&SUBJECT) {
+        Some(s) => s.to_string(),
+        None => {
+            let strategy = options.choice(&STRATEGY).map_err(option)?;
+            let need = |what: &str| {
+                option(OptionError::Conflict(format!(
+                    "'schema.registry.subject' is not given and the subject name strategy \
+                         needs {what}"
+                )))
+            };
+            match strategy.unwrap_or("TopicNameStrategy") {
+                "RecordNameStrategy" => message
+                    .map(str::to_string)
+                    .ok_or_else(|| need("'message'"))?,
+                "TopicRecordNameStrategy" => format!(
+                    "{}-{}",
+                    topic.ok_or_else(|| need("'topic'"))?,
+                    message.ok_or_else(|| need("'message'"))?
+                ),
+                _ => format!("{}-value", topic.ok_or_else(|| need("'topic'"))?),
+            }
+        }
+    };
+    Ok(subject)
+}
+
+/// A sink's values in the schema registry's framing: the subject's latest schema, compiled,
+/// and the bytes written before each message.
+pub(crate) struct SinkSchema {
+    /// The registered schema with its references.
+    pub(crate) schema: ProtoSchema,
+    /// The full name of the message type written.
+    pub(crate) message: String,
+    /// The schema's id.
+    pub(crate) id: u32,
+    /// The subject it is the latest version of.
+    pub(crate) subject: String,
+    /// The Confluent framing: magic byte 0, the id (4 bytes, big-endian), the message indexes.
+    pub(crate) prefix: Vec<u8>,
+}
+
+impl std::fmt::Debug for SinkSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SinkSchema({} of subject '{}', id {})",
+            self.message, self.subject, self.id
+        )
+    }
+}
+
+impl SinkSchema {
+    /// For a sink with `'schema.registry.url'` (`None` without): looks up the latest schema of
+    /// the subject (`'<topic>-value'` by default) and the message `'message'` names (the
+    /// schema's first without it). Nothing is registered: the schema must be there, as with
+    /// Confluent's `auto.register.schemas=false` and `use.latest.version=true`.
+    pub(crate) fn open(sink: &str, options: &Options) -> Result<Option<Self>, Error> {
+        let urls = options.list(&URL);
+        if urls.is_empty() {
+            return Ok(None);
+        }
+        let what = format!("sink {sink}");
+        let client = client_of(&what, urls, options)?;
+        let message = options
+            .iter()
+            .find(|(k, _)| *k == "message")
+            .map(|(_, v)| v.to_string());
+        let topic = options.iter().find(|(k, _)| *k == "topic").map(|(_, v)| v);
+        let subject = subject_of(&what, options, message.as_deref(), topic)?;
+        let latest = client.version(&subject, -1)?;
+        let id = latest.id.ok_or_else(|| Error::BadAnswer {
+            url: display_url(client.url()),
+            what: format!("subject '{subject}' version latest"),
+            reason: "no 'id'".into(),
+        })?;
+        let compiled = compile(&client, &latest, id, &subject)?;
+        let in_schema = |reason: String| Error::References {
+            what: format!("schema id {id} (subject '{subject}')"),
+            reason,
+        };
+        let message = match message {
+            Some(m) => m,
+            None => {
+                message_for_indexes(&compiled.schema, &compiled.file, &[0]).map_err(in_schema)?
+            }
+        };
+        let indexes =
+            indexes_for_message(&compiled.schema, &compiled.file, &message).ok_or_else(|| {
+                in_schema(format!(
+                    "message {message} is not a message of the registered schema's own file"
+                ))
+            })?;
+        let prefix = registry_prefix(id, &indexes);
+        Ok(Some(Self {
+            schema: compiled.schema,
+            message,
+            id,
+            subject,
+            prefix,
+        }))
     }
 }
 

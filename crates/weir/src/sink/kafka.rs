@@ -173,6 +173,9 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) transactional_id: Option<String>,
     /// `'on.error'`.
     pub(crate) row_errors: RowErrors,
+    /// With `'schema.registry.url'`: the subject's schema the values are written in, and their
+    /// framing (filled in when the sink is created).
+    pub(crate) registry: Option<Arc<crate::registry::SinkSchema>>,
 }
 
 /// How a `kafka` sink chooses each record's partition.
@@ -256,6 +259,7 @@ impl KafkaSinkSettings {
                 (Some("skip"), _) => RowErrors::Skip,
                 _ => RowErrors::Fail,
             },
+            registry: None,
         })
     }
 }

@@ -425,6 +425,112 @@ fn a_latest_schema_without_the_declared_columns_follows_on_error_at_create_sourc
     );
 }
 
+/// A kafka sink with `'schema.registry.url'` writes protobuf values in the subject's latest
+/// schema with the registry framing (magic byte, schema id, message indexes), which a registry
+/// source reads back by id; what it cannot write against is refused at CREATE SINK.
+#[test]
+fn a_kafka_sink_writes_values_in_the_registry_framing() {
+    let Some(url) = registry() else { return };
+    let Some(broker) = broker() else { return };
+    let topic = unique("weir-registry-sink");
+    let subject = format!("{topic}-value");
+    // Trade is the file's second message: its index list is [1].
+    let id = register(
+        &url,
+        &subject,
+        "syntax = \"proto3\"; package rs;\n\
+         message Other { int64 x = 1; }\n\
+         message Trade { string ticker = 1; int64 seq = 2; double price = 3; }\n",
+        &[],
+    );
+    create_topic(std::slice::from_ref(&broker), &topic, 2, 1, &[], false).unwrap();
+    let rt = runtime();
+    let e = engine();
+    rt.block_on(e.query(&format!(
+        "CREATE SINK out FROM (SELECT 'T' || CAST(value AS VARCHAR) AS ticker, value AS seq, \
+           CAST(value AS DOUBLE) / 4 AS price FROM range(0, 300)) \
+         WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+           'encoding' = 'protobuf', 'message' = 'rs.Trade', 'schema.registry.url' = '{url}');"
+    )))
+    .unwrap();
+    rt.block_on(e.finish()).unwrap();
+
+    // Each value starts with 0, the id, and the index list [1] (count 1, index 1, zigzag).
+    let mut consumer = weir_kafka::Consumer::connect(&weir_kafka::ConsumerConfig {
+        brokers: vec![broker.clone()],
+        topic: topic.clone(),
+        bounded: true,
+        ..weir_kafka::ConsumerConfig::default()
+    })
+    .unwrap();
+    let mut heads = Vec::new();
+    loop {
+        let status = consumer
+            .poll(Duration::from_millis(500), |r| {
+                heads.push(r.value.unwrap_or_default()[..7].to_vec());
+                Ok::<(), std::io::Error>(())
+            })
+            .unwrap();
+        if matches!(status, weir_kafka::PollStatus::End) {
+            break;
+        }
+    }
+    assert_eq!(heads.len(), 300);
+    let mut want = vec![0];
+    want.extend_from_slice(&id.to_be_bytes());
+    want.extend_from_slice(&[2, 2]);
+    assert!(
+        heads.iter().all(|h| *h == want),
+        "{:?} against {want:?}",
+        heads[0]
+    );
+
+    // A registry source reads them back by id.
+    let got = rt
+        .block_on(engine().query(&format!(
+            "CREATE SOURCE k (ticker VARCHAR, seq BIGINT, price DOUBLE) WITH ('connector' = 'kafka', \
+               'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'protobuf', \
+               'message' = 'rs.Trade', 'schema.registry.url' = '{url}');\n\
+             SELECT count(*), sum(seq), sum(CASE WHEN ticker = 'T' || CAST(seq AS VARCHAR) \
+               AND price = CAST(seq AS DOUBLE) / 4 THEN 1 ELSE 0 END) FROM k;"
+        )))
+        .unwrap();
+    let col = |c: usize| got[0].column(c).as_primitive::<Int64Type>().value(0);
+    assert_eq!((col(0), col(1), col(2)), (300, 299 * 300 / 2, 300));
+
+    // Refused when the sink is created: a column the schema lacks, a subject that does not
+    // exist, another encoding, and a local schema as well.
+    let create = |extra: &str, encoding: &str| {
+        let e = engine();
+        let sql = format!(
+            "CREATE SINK out FROM (SELECT 1 AS seq, 'x' AS venue) WITH ('connector' = 'kafka', \
+               'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = '{encoding}', \
+               'schema.registry.url' = '{url}'{extra});"
+        );
+        match rt.block_on(e.query(&sql)) {
+            Err(err) => err.to_string(),
+            Ok(_) => rt.block_on(e.finish()).unwrap_err().to_string(),
+        }
+    };
+    let e = create(", 'message' = 'rs.Trade'", "protobuf");
+    assert!(
+        e.contains("venue") && e.contains(&format!("schema id {id}")),
+        "{e}"
+    );
+    let e = create(
+        ", 'message' = 'rs.Trade', 'schema.registry.subject' = 'no-such-subject'",
+        "protobuf",
+    );
+    assert!(e.contains("no-such-subject"), "{e}");
+    let e = create("", "json");
+    assert!(e.contains("'json'"), "{e}");
+    let e = create(
+        ", 'message' = 'rs.Trade', 'location' = '/tmp/x.proto'",
+        "protobuf",
+    );
+    assert!(e.contains("not both"), "{e}");
+}
+
 #[test]
 fn json_topics_have_the_registry_framing_stripped() {
     let Some(url) = registry() else { return };
