@@ -498,6 +498,34 @@ fn a_kafka_sink_writes_values_in_the_registry_framing() {
     let col = |c: usize| got[0].column(c).as_primitive::<Int64Type>().value(0);
     assert_eq!((col(0), col(1), col(2)), (300, 299 * 300 / 2, 300));
 
+    // And so does Confluent's own deserializer (Python), with Google's protobuf.
+    match std::env::var("WEIR_TEST_PYTHON") {
+        Err(_) => eprintln!(
+            "NOTICE: the confluent-kafka check of the sink's framing skipped: WEIR_TEST_PYTHON is \
+             not set (scripts/test.sh sets it)"
+        ),
+        Ok(python) => {
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/it/registry_consume.py");
+            let out = std::process::Command::new(&python)
+                .args([
+                    script.as_os_str(),
+                    broker.as_ref(),
+                    topic.as_ref(),
+                    "300".as_ref(),
+                ])
+                .output()
+                .expect("run the confluent-kafka consumer");
+            assert!(
+                out.status.success(),
+                "registry_consume.py: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let line = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(line.trim(), format!("300 {} 300", 299 * 300 / 2), "{line}");
+        }
+    }
+
     // Refused when the sink is created: a column the schema lacks, a subject that does not
     // exist, another encoding, and a local schema as well.
     let create = |extra: &str, encoding: &str| {
