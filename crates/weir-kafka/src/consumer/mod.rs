@@ -213,6 +213,12 @@ impl Consumer {
         self.retries
     }
 
+    /// True from a transient failure (a broker lost, a leader moved) until the next request
+    /// that succeeds: the consumer is retrying, and reads nothing meanwhile.
+    pub fn is_failing(&self) -> bool {
+        self.failing_since.is_some()
+    }
+
     /// How many times a connection renewed its SASL session before the broker's session
     /// lifetime ran out (KIP-368): a number for the engine's metrics.
     pub fn reauthentications(&self) -> u64 {

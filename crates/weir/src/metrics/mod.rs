@@ -11,7 +11,7 @@ mod process;
 pub mod server;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -54,6 +54,9 @@ pub(crate) struct SourceMetrics {
     partitions: Mutex<Vec<Arc<PartitionMetrics>>>,
     /// Set once a reader of the source has connected and its first read returned.
     pub(crate) ready: AtomicBool,
+    /// Readers of the source that lost their broker and are retrying: the source is not ready
+    /// while any is.
+    pub(crate) failing: AtomicUsize,
     /// The watermark of a continuous query over the source (ns since the epoch; `i64::MIN`
     /// before any).
     pub(crate) watermark: AtomicI64,
@@ -64,12 +67,18 @@ impl Default for SourceMetrics {
         Self {
             partitions: Mutex::default(),
             ready: AtomicBool::new(false),
+            failing: AtomicUsize::new(0),
             watermark: AtomicI64::new(i64::MIN),
         }
     }
 }
 
 impl SourceMetrics {
+    /// Read once, and no reader retrying a lost broker now.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed) && self.failing.load(Ordering::Relaxed) == 0
+    }
+
     /// The counters of Kafka partition `p` (created at the first call; later consumers of the
     /// same partition carry on with the same ones).
     pub(crate) fn kafka(&self, p: i32) -> Arc<PartitionMetrics> {
@@ -159,20 +168,17 @@ impl MetricsHandle {
     }
 
     /// True when every source has connected and read (a first batch, or found nothing to
-    /// read yet); false before any source is defined.
+    /// read yet) and none has lost its broker since; false before any source is defined.
     pub fn ready(&self) -> bool {
         let sources = self.sources();
-        !sources.is_empty()
-            && sources
-                .iter()
-                .all(|s| s.stats.metrics.ready.load(Ordering::Relaxed))
+        !sources.is_empty() && sources.iter().all(|s| s.stats.metrics.is_ready())
     }
 
-    /// The sources that are not ready yet, by name.
+    /// The sources that are not ready, by name.
     pub fn not_ready(&self) -> Vec<String> {
         self.sources()
             .iter()
-            .filter(|s| !s.stats.metrics.ready.load(Ordering::Relaxed))
+            .filter(|s| !s.stats.metrics.is_ready())
             .map(|s| s.name.clone())
             .collect()
     }
@@ -356,7 +362,8 @@ fn encode_sources(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'
     );
     let mut ready = Family::<G>::new(
         "weir_source_ready",
-        "1 once the source has connected and its first read returned",
+        "1 once the source has connected and its first read returned, 0 again while a reader \
+         has lost its broker",
     );
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -365,7 +372,7 @@ fn encode_sources(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'
         let m = &s.stats.metrics;
         let name = || vec![("source", s.name.clone())];
         late.add(name(), counter(load(&s.stats.late)));
-        ready.add(name(), gauge(i64::from(m.ready.load(Ordering::Relaxed))));
+        ready.add(name(), gauge(i64::from(m.is_ready())));
         let w = m.watermark.load(Ordering::Relaxed);
         if w != i64::MIN {
             watermark.add(name(), gauge_f(w as f64 / 1e9));

@@ -375,6 +375,8 @@ pub(crate) struct KafkaReader {
     emit: Option<Emit>,
     /// `emit` was refused: the reading side stopped.
     closed: bool,
+    /// Counted among the source's failing readers (its consumer lost a broker).
+    failing: bool,
 }
 
 /// The positions of `next` (offsets by partition id, -1: not read) as checkpoint names.
@@ -459,6 +461,7 @@ impl KafkaReader {
             counted: usize::MAX,
             emit: None,
             closed: false,
+            failing: false,
         })
     }
 
@@ -485,12 +488,30 @@ fn set_next(next: &mut Vec<i64>, partition: i32, offset: i64) {
     next[p] = offset;
 }
 
+impl Drop for KafkaReader {
+    fn drop(&mut self) {
+        if self.failing {
+            let metrics = &self.decoder.source().stats.metrics;
+            metrics.failing.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl PositionedReader for KafkaReader {
     fn next(&mut self) -> Result<Next, SourceError> {
         let next = self.read_next();
         if next.is_ok() {
             let metrics = &self.decoder.source().stats.metrics;
             metrics.ready.store(true, Ordering::Relaxed);
+            let failing = self.consumer.is_failing();
+            if failing != self.failing {
+                self.failing = failing;
+                if failing {
+                    metrics.failing.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    metrics.failing.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
         }
         next
     }

@@ -634,3 +634,120 @@ fn kafka_metrics_reach_prometheus_and_the_dashboard() {
         let _ = std::fs::remove_file(Path::new(targets).join(format!("{topic}.json")));
     }
 }
+
+/// A broker of this test's own (`scripts/kafka.sh` with another run directory), stopped when
+/// the test ends however it ends, so restarting it disturbs no other test.
+struct PrivateBroker {
+    run: std::path::PathBuf,
+}
+
+impl PrivateBroker {
+    fn kafka_sh(run: &Path, cmd: &str) -> std::process::Output {
+        Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka.sh"))
+            .arg(cmd)
+            .env("WEIR_KAFKA_RUN", run)
+            .output()
+            .expect("run scripts/kafka.sh")
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        Self::kafka_sh(&self.run, "stop");
+        let _ = std::fs::remove_dir_all(&self.run);
+    }
+}
+
+/// `/ready` answers 503 while a kafka source has lost its broker, naming the source, and 200
+/// again once the broker is back and the source reads on; the run itself goes on.
+#[test]
+fn ready_follows_a_kafka_source_losing_its_broker() {
+    if kafka().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let broker = PrivateBroker {
+        run: d.join("kafka-run"),
+    };
+    let out = PrivateBroker::kafka_sh(&broker.run, "start");
+    assert!(
+        out.status.success(),
+        "the private broker did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bootstrap = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let pb = write_schema(d);
+    let sent = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "gen",
+            "quotes",
+            "--count",
+            "2000",
+            "--to",
+            &format!("kafka://{bootstrap}/ready"),
+            "--topic-partitions",
+            "2",
+        ])
+        .output()
+        .expect("weir gen");
+    assert!(sent.status.success(), "{sent:?}");
+    let sql = d.join("p.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR) WITH ('connector' = 'kafka', \
+             'brokers' = '{bootstrap}', 'topic' = 'ready', 'encoding' = 'protobuf', \
+             'message' = 'stocks.QuoteNBBO', 'location' = '{}');\n\
+             CREATE SINK out FROM q WITH ('connector' = 'parquet', 'path' = '{}');\n",
+            pb.display(),
+            d.join("out.parquet").display()
+        ),
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let err = d.join("stderr");
+    let mut child = spawn(
+        &[
+            "run",
+            "--follow",
+            "--metrics-addr",
+            &addr,
+            &sql.display().to_string(),
+        ],
+        &err,
+    );
+    // Polls `/ready` until it answers `status`; returns the body.
+    let mut wait_for = |status: u16| {
+        let start = Instant::now();
+        while start.elapsed() < DEADLINE {
+            if let Some(s) = child.try_wait().expect("weir's status") {
+                panic!(
+                    "weir exited early ({s}): {}",
+                    std::fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+            if let Ok((got, body)) = get(&addr, "/ready") {
+                if got == status {
+                    return body;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("/ready did not answer {status} within {DEADLINE:?}");
+    };
+    wait_for(200);
+    let run = broker.run.clone();
+    let restart = std::thread::spawn(move || PrivateBroker::kafka_sh(&run, "restart"));
+    let body = wait_for(503);
+    assert!(body.contains('q'), "{body}");
+    wait_for(200);
+    let out = restart.join().unwrap();
+    assert!(
+        out.status.success(),
+        "the restart failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    interrupt(child, &err);
+}
