@@ -28,7 +28,7 @@
 #                   4000): SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (not PLAIN)
 #   SSL_EXPIRED     TLS with an expired certificate
 #   SSL_WRONG_HOST  TLS with a certificate for wrong-host.invalid only
-#   SSL_TLS12       TLS 1.2 only (weir's TLS 1.3 path falls back to rustls's stream)
+#   SSL_TLS12       TLS 1.2 only (weir must negotiate TLS 1.2 there)
 # The user weir/weir-secret exists for PLAIN (JAAS) and both SCRAM hashes (added to the storage at
 # format time); OAUTHBEARER takes unsecured JWTs (Kafka's default validator). Every address and
 # file is written to $WEIR_KAFKA_RUN/secure.env as `export WEIR_KAFKA_...=...` lines (`env` prints

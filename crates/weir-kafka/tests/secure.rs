@@ -170,7 +170,7 @@ fn tls_and_mutual_tls_read_and_produce() {
     };
     let ssl = [("security.protocol", "SSL"), ("ssl.ca.location", &s.ca)];
     round_trip(&s.ssl, &security(&ssl), "ssl");
-    // A broker that speaks TLS 1.2 only: the TLS 1.3 path steps aside for rustls's stream.
+    // A broker that speaks TLS 1.2 only: rustls negotiates TLS 1.2 with it.
     round_trip(&s.tls12, &security(&ssl), "ssl tls12");
     // The CA given inline, as PEM text.
     let ca_pem = std::fs::read_to_string(&s.ca).unwrap();
