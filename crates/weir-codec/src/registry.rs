@@ -1006,6 +1006,46 @@ mod tests {
         }
     }
 
+    /// The framing a sink writes is the one a source reads: the id and the message indexes of
+    /// a top-level message, a later one, and a nested one come back, as does the message.
+    #[test]
+    fn registry_prefix_is_what_parse_framing_reads() {
+        let s = ProtoSchema::from_sources(
+            &[(
+                "n.proto",
+                r#"syntax = "proto3"; package n;
+                message A { int64 x = 1; }
+                message B { message C { int64 y = 1; } message D { message E { int64 z = 1; } } }"#,
+            )],
+            "n.proto",
+        )
+        .unwrap();
+        for (message, indexes) in [
+            ("n.A", vec![0]),
+            ("n.B", vec![1]),
+            ("n.B.C", vec![1, 0]),
+            ("n.B.D.E", vec![1, 1, 0]),
+        ] {
+            let found = indexes_for_message(&s, "n.proto", message).unwrap();
+            assert_eq!(found, indexes, "{message}");
+            let mut framed = registry_prefix(70_000, &found);
+            let payload_at = framed.len();
+            framed.extend_from_slice(b"payload");
+            let f = parse_framing(&framed, true).unwrap();
+            assert_eq!(
+                (f.schema_id, f.payload_at),
+                (70_000, payload_at),
+                "{message}"
+            );
+            assert_eq!(f.index_path(), indexes, "{message}");
+            assert_eq!(
+                message_for_indexes(&s, "n.proto", &f.index_path()).unwrap(),
+                message
+            );
+        }
+        assert_eq!(indexes_for_message(&s, "n.proto", "n.Missing"), None);
+    }
+
     fn frame(id: u32, payload: &[u8]) -> Vec<u8> {
         let mut m = vec![0];
         m.extend_from_slice(&id.to_be_bytes());

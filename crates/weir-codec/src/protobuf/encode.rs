@@ -1002,3 +1002,108 @@ fn put_varint(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
     out[at] = v as u8;
     at + 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ProtoSchema;
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    use arrow_array::StringArray;
+    use arrow_schema::{Field, Schema};
+    use std::sync::Arc;
+
+    /// Rows of `t` and a LIST of Side names; the third holds a name Side does not have.
+    fn rows() -> (MessageDescriptor, RecordBatch) {
+        let schema = ProtoSchema::from_sources(
+            &[(
+                "s.proto",
+                r#"syntax = "proto3"; package s; enum Side { BID = 0; ASK = 1; }
+                message T { string t = 1; repeated Side sides = 2; }"#,
+            )],
+            "s.proto",
+        )
+        .unwrap();
+        let message = schema.pool().get_message_by_name("s.T").unwrap();
+        let mut sides = ListBuilder::new(StringBuilder::new());
+        for row in [&["BID"][..], &["ASK", "BID"], &["BAD"], &["ASK"]] {
+            for s in row {
+                sides.values().append_value(s);
+            }
+            sides.append(true);
+        }
+        let sides = sides.finish();
+        let fields = Schema::new(vec![
+            Field::new("t", DataType::Utf8, true),
+            Field::new("sides", sides.data_type().clone(), true),
+        ]);
+        let batch = RecordBatch::try_new(
+            Arc::new(fields),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b", "c", "d"])),
+                Arc::new(sides),
+            ],
+        )
+        .unwrap();
+        (message, batch)
+    }
+
+    /// A bad name in a packed repeated enum is reported at its row, relative to the batch
+    /// (a slice too), and one outside a slice's rows is not reported at all.
+    #[test]
+    fn a_bad_element_of_a_list_is_reported_at_its_row() {
+        let (message, batch) = rows();
+        let mut e = ProtoEncoder::new(&message, batch.schema().fields()).unwrap();
+        let (mut out, mut ends) = (Vec::new(), Vec::new());
+        let row = |r: Result<(), CodecError>| match r {
+            Err(CodecError::Row { row, reason }) => {
+                assert!(
+                    reason.contains("'BAD'") && reason.contains("s.Side"),
+                    "{reason}"
+                );
+                Some(row)
+            }
+            Err(e) => panic!("{e}"),
+            Ok(()) => None,
+        };
+        assert_eq!(row(e.encode_batch(&batch, &mut out, &mut ends)), Some(2));
+        assert_eq!(
+            row(e.encode_batch(&batch.slice(1, 2), &mut out, &mut ends)),
+            Some(1)
+        );
+        out.clear();
+        ends.clear();
+        assert_eq!(
+            row(e.encode_batch(&batch.slice(3, 1), &mut out, &mut ends)),
+            None
+        );
+        assert_eq!(ends.len(), 1);
+    }
+
+    /// A prefix goes before every message, after what `out` already held, and the messages
+    /// are the same bytes as without it.
+    #[test]
+    fn a_prefix_goes_before_every_message() {
+        let (message, batch) = rows();
+        let batch = batch.slice(0, 2);
+        let mut plain = ProtoEncoder::new(&message, batch.schema().fields()).unwrap();
+        let (mut want, mut want_ends) = (Vec::new(), Vec::new());
+        plain
+            .encode_batch(&batch, &mut want, &mut want_ends)
+            .unwrap();
+        let mut framed = ProtoEncoder::new(&message, batch.schema().fields())
+            .unwrap()
+            .with_prefix(vec![0, 0, 0, 0, 7, 0]);
+        let (mut out, mut ends) = (b"xyz".to_vec(), vec![3]);
+        framed.encode_batch(&batch, &mut out, &mut ends).unwrap();
+        assert_eq!(&out[..3], b"xyz");
+        assert_eq!(ends.len(), 3);
+        let mut start = 3;
+        let mut plain_start = 0;
+        for (end, plain_end) in ends[1..].iter().zip(&want_ends) {
+            assert_eq!(&out[start..start + 6], &[0, 0, 0, 0, 7, 0]);
+            assert_eq!(&out[start + 6..*end], &want[plain_start..*plain_end]);
+            start = *end;
+            plain_start = *plain_end;
+        }
+    }
+}

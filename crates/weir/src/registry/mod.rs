@@ -10,7 +10,8 @@
 //! `'schema.registry.subject'` and the subject name strategy say), fetched when the source is
 //! created (an unreachable registry is an error then). Declared columns the latest schema lacks
 //! follow `'on.error'`: `fail` refuses the source, `skip` and `dead_letter` bind them to the
-//! newest version that has them, and messages of the latest schema fail one by one.
+//! newest version that has them; messages of the latest schema are then read as any other
+//! schema id is (a field it lacks reads as null, a field whose type changed fails the message).
 //!
 //! With the `json` encoding (or a local `'location'`), the registry framing is stripped and the
 //! registry is not asked anything: the JSON decoder needs no schema.
@@ -427,7 +428,7 @@ impl SinkSchema {
         let message = options
             .iter()
             .find(|(k, _)| *k == "message")
-            .map(|(_, v)| v.to_string());
+            .map(|(_, v)| v.trim_start_matches('.').to_string());
         let topic = options.iter().find(|(k, _)| *k == "topic").map(|(_, v)| v);
         let subject = subject_of(&what, options, message.as_deref(), topic)?;
         let latest = client.version(&subject, -1)?;
@@ -755,7 +756,7 @@ impl RegistryFactory {
                         latest_id = r.latest_id,
                         schema_id = id,
                         version,
-                        "the latest schema of subject '{}' (id {}) does not have the declared columns; reading by version {version} (schema id {id}), the newest that has them. Messages whose schema does not fit follow 'on.error'",
+                        "the latest schema of subject '{}' (id {}) does not have the declared columns; reading by version {version} (schema id {id}), the newest that has them. Messages of other schemas read a field their schema lacks as null; one whose type changed follows 'on.error'",
                         r.subject,
                         r.latest_id
                     );
@@ -796,9 +797,13 @@ impl Registry {
 
 /// `'on.error'` sets aside messages that do not fit the columns (`skip`, `dead_letter`).
 fn tolerates_misfits(options: &Options) -> bool {
-    options
-        .iter()
-        .any(|(k, v)| k == "on.error" && matches!(v, "skip" | "dead_letter"))
+    // Read as the source reads the option: case and spaces aside.
+    options.iter().any(|(k, v)| {
+        k == "on.error"
+            && ["skip", "dead_letter"]
+                .iter()
+                .any(|p| v.trim().eq_ignore_ascii_case(p))
+    })
 }
 
 /// The request's columns read from schema `id` (`compiled`): from `first`, its message of

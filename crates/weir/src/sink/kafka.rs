@@ -132,8 +132,8 @@ const ON_ERROR: OptionSpec = OptionSpec::new(
     "on.error",
     OptionKind::Choice(&["fail", "skip", "dead_letter"]),
     "kafka: a row the encoder cannot write (a name that is no value of its enum) stops the run, \
-     naming the row and the column, is skipped, or is appended to the dead-letter file; the \
-     other rows are written either way",
+     naming the row and the column, is skipped, or is appended to the dead-letter file (with \
+     `skip` and `dead_letter` the batch's other rows are written)",
 )
 .default_value("fail");
 const DEAD_LETTER_PATH: OptionSpec = OptionSpec::new(
@@ -296,7 +296,10 @@ struct RefusedRows {
     /// The sink's topic, for the dead-letter lines.
     topic: String,
     file: Option<std::io::BufWriter<std::fs::File>>,
+    /// Refused since the last finish.
     count: u64,
+    /// The first refusal of the run was logged with its reason.
+    warned: bool,
 }
 
 impl KafkaSink {
@@ -421,6 +424,7 @@ impl KafkaSink {
                 topic: settings.producer.topic.clone(),
                 file,
                 count: 0,
+                warned: false,
             },
         })
     }
@@ -428,7 +432,8 @@ impl KafkaSink {
     /// Sets aside `row` (a batch of one row) that the encoder could not write, for `reason`.
     fn refuse(&mut self, row: &RecordBatch, reason: &str) -> Result<(), SinkError> {
         self.refused.count += 1;
-        if self.refused.count == 1 {
+        if self.refused.count == 1 && !self.refused.warned {
+            self.refused.warned = true;
             tracing::warn!(
                 sink = %self.sink,
                 "a row cannot be encoded and is left out ('on.error'); the first: {reason}"
@@ -527,8 +532,11 @@ fn is_bytes(t: &DataType) -> bool {
 impl super::BatchWriter for KafkaSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         // Parts of the batch still to write, the next last. A row the encoder refuses splits
-        // its part: the rows before it, then the rows after (only on that path: a batch that
-        // encodes is written whole).
+        // its part: the rows before it, then the rows after it in parts of at most
+        // `AFTER_REFUSAL` rows, so that many bad rows cost each a short part's encoding rather
+        // than the rest of the batch's (only on that path: a batch that encodes is written
+        // whole).
+        const AFTER_REFUSAL: usize = 64;
         let mut parts = vec![batch.clone()];
         while let Some(part) = parts.pop() {
             if part.num_rows() == 0 {
@@ -538,7 +546,12 @@ impl super::BatchWriter for KafkaSink {
                 Err(SinkError::Encode(CodecError::Row { row, reason }))
                     if self.refused.policy != RowErrors::Fail && row < part.num_rows() =>
                 {
-                    parts.push(part.slice(row + 1, part.num_rows() - row - 1));
+                    let rest = row + 1..part.num_rows();
+                    let starts: Vec<usize> = rest.clone().step_by(AFTER_REFUSAL).collect();
+                    for &start in starts.iter().rev() {
+                        let len = AFTER_REFUSAL.min(rest.end - start);
+                        parts.push(part.slice(start, len));
+                    }
                     self.refuse(&part.slice(row, 1), &reason)?;
                     parts.push(part.slice(0, row));
                 }
@@ -561,6 +574,7 @@ impl super::BatchWriter for KafkaSink {
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {
+        // Once per finish: the run's end, or an exactly-once step's.
         if self.refused.count > 0 {
             tracing::warn!(
                 sink = %self.sink,
@@ -568,6 +582,7 @@ impl super::BatchWriter for KafkaSink {
                 "{} rows could not be encoded and were left out ('on.error')",
                 self.refused.count
             );
+            self.refused.count = 0;
         }
         self.producer.flush().map_err(|e| self.kafka_error(e))
     }

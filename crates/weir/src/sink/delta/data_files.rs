@@ -8,6 +8,7 @@
 //! up. [`DataFileThread::seal`] waits for the queue to drain and the files to complete, so a
 //! step's order (files, state commit, table commit) is unchanged.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -75,6 +76,8 @@ pub(crate) struct DataFileThread {
     /// `None` once the thread is known to have stopped.
     requests: Option<SyncSender<Request>>,
     thread: Option<JoinHandle<Result<(), SinkError>>>,
+    /// Set when the pipeline drops the sink: the thread leaves the queued batches unwritten.
+    cancel: Arc<AtomicBool>,
 }
 
 impl DataFileThread {
@@ -85,9 +88,11 @@ impl DataFileThread {
     ) -> Result<Self, SinkError> {
         let sink = files.sink.clone();
         let (requests, queue) = sync_channel(QUEUED_BATCHES);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::clone(&cancel);
         let thread = std::thread::Builder::new()
             .name(format!("delta-{sink}"))
-            .spawn(move || serve(files, &queue, &runtime))
+            .spawn(move || serve(files, &queue, &runtime, &cancelled))
             .map_err(|source| SinkError::Io {
                 path: format!("the Delta writer thread of sink {sink}"),
                 source,
@@ -96,6 +101,7 @@ impl DataFileThread {
             sink,
             requests: Some(requests),
             thread: Some(thread),
+            cancel,
         })
     }
 
@@ -140,6 +146,17 @@ impl DataFileThread {
     }
 }
 
+impl Drop for DataFileThread {
+    /// A sink dropped before its step was sealed (the pipeline failed or stopped): the step's
+    /// files will never be committed, so the batches still queued are not written (the thread
+    /// ends after the one in progress; it is not waited for). Parts already uploaded stay as
+    /// unreferenced files, as after a kill.
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        self.requests = None;
+    }
+}
+
 /// The writer's thread: serves requests in order until the pipeline drops its end, or a write
 /// fails (its error is the thread's result). A failed seal is answered, then ends the thread:
 /// the step's files are unusable.
@@ -147,8 +164,12 @@ fn serve(
     mut files: DataFiles,
     queue: &Receiver<Request>,
     runtime: &tokio::runtime::Handle,
+    cancel: &AtomicBool,
 ) -> Result<(), SinkError> {
     while let Ok(request) = queue.recv() {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         match request {
             Request::Write(batch) => runtime.block_on(files.write(&batch))?,
             Request::Seal(reply) => {
