@@ -17,7 +17,7 @@ use crate::pipeline::ledger::TableLedger;
 use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
-use crate::sink::kafka::{KafkaSink, KafkaSinkSettings};
+use crate::sink::kafka::{KafkaSink, KafkaSinkSettings, AUTO_REGISTER};
 use crate::sink::kafka_steps::KafkaSteps;
 use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{
@@ -600,6 +600,12 @@ fn registry_schema(
     messages: Option<&(String, weir_codec::Framing)>,
 ) -> Result<Option<crate::registry::SinkSchema>, SinkError> {
     if options.list(&crate::registry::URL).is_empty() {
+        if options.flag(&AUTO_REGISTER)? {
+            return Err(SinkError::Options(format!(
+                "sink {sink}: 'auto.register.schemas' registers with the schema registry; give \
+                 'schema.registry.url'"
+            )));
+        }
         return Ok(None);
     }
     match messages.map(|(encoding, _)| encoding.as_str()) {
@@ -612,14 +618,59 @@ fn registry_schema(
             )))
         }
     }
-    if options.iter().any(|(k, _)| k == "location") {
+    let location = options
+        .iter()
+        .find(|(k, _)| *k == "location")
+        .map(|(_, v)| v);
+    let register = match (options.flag(&AUTO_REGISTER)?, location) {
+        (false, None) => None,
+        (false, Some(_)) => {
+            return Err(SinkError::Options(format!(
+                "sink {sink}: give 'location' or 'schema.registry.url', not both: with the \
+                 registry the schema is the subject's latest (or set 'auto.register.schemas' \
+                 = 'true' to register the file 'location' names)"
+            )))
+        }
+        (true, None) => {
+            return Err(SinkError::Options(format!(
+                "sink {sink}: 'auto.register.schemas' registers the .proto file 'location' \
+                 names; give it"
+            )))
+        }
+        (true, Some(path)) => Some(registrable_proto(sink, path)?),
+    };
+    crate::registry::SinkSchema::open(sink, options, register.as_deref())
+        .map_err(|e| SinkError::Options(format!("sink {sink}: {e}")))
+}
+
+/// The text of the `.proto` file at `path`, to register: one without imports other than the
+/// well-known types (the registry would need its imports registered as subjects first).
+fn registrable_proto(sink: &str, path: &str) -> Result<String, SinkError> {
+    if !path.ends_with(".proto") {
         return Err(SinkError::Options(format!(
-            "sink {sink}: give 'location' or 'schema.registry.url', not both: with the registry \
-             the schema is the subject's latest"
+            "sink {sink}: 'auto.register.schemas' registers a .proto file; 'location' = '{path}' \
+             is not one"
         )));
     }
-    crate::registry::SinkSchema::open(sink, options)
-        .map_err(|e| SinkError::Options(format!("sink {sink}: {e}")))
+    let text = std::fs::read_to_string(path).map_err(|source| SinkError::Io {
+        path: path.to_string(),
+        source,
+    })?;
+    // Statements end with ';': an import is one that begins with the keyword, wherever its
+    // line starts.
+    let foreign = text
+        .split(';')
+        .map(str::trim_start)
+        .filter(|s| s.starts_with("import ") || s.starts_with("import\""))
+        .find(|s| !s.contains("\"google/protobuf/"));
+    if let Some(import) = foreign {
+        return Err(SinkError::Options(format!(
+            "sink {sink}: {path} has `{};`: registering a schema with imports is not supported; \
+             register the schema and its imports, then leave 'auto.register.schemas' out",
+            import.trim_end()
+        )));
+    }
+    Ok(text)
 }
 
 /// The encoder of a sink's messages: the encoding's own, or for a `kafka` sink with the

@@ -412,13 +412,45 @@ impl RegistryClient {
 
     /// One GET on each URL in turn, with retries for a registry that cannot be reached.
     fn get(&self, path: &str, what: &str) -> Result<serde_json::Value, RegistryError> {
+        self.request(path, what, None)
+    }
+
+    /// `POST /subjects/{subject}/versions`: registers a protobuf schema (`.proto` text without
+    /// imports) under `subject` and returns its id; a schema the subject already holds keeps
+    /// its id, so a retry or a restart registers nothing new.
+    pub(crate) fn register(&self, subject: &str, proto: &str) -> Result<u32, RegistryError> {
+        let what = format!("registering a schema under subject '{subject}'");
+        let body = serde_json::json!({ "schemaType": "PROTOBUF", "schema": proto }).to_string();
+        let json = self.request(
+            &format!("/subjects/{}/versions", path_escape(subject)),
+            &what,
+            Some(&body),
+        )?;
+        json.get("id")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(|| RegistryError::BadAnswer {
+                url: display_url(self.url()),
+                what,
+                reason: "no 'id'".into(),
+            })
+    }
+
+    /// One request (a GET, or a POST of `body`) on each URL in turn, with retries for a
+    /// registry that cannot be reached.
+    fn request(
+        &self,
+        path: &str,
+        what: &str,
+        body: Option<&str>,
+    ) -> Result<serde_json::Value, RegistryError> {
         let mut wait = self.settings.backoff;
         let mut attempts = 0;
         loop {
             let mut last = None;
             for (base, authorization) in &self.targets {
                 attempts += 1;
-                match self.get_once(base, authorization.as_ref(), path, what) {
+                match self.request_once(base, authorization.as_ref(), path, what, body) {
                     Ok(s) => return Ok(s),
                     Err(e @ RegistryError::Unreachable { .. }) => last = Some(e),
                     Err(e) => return Err(e),
@@ -445,22 +477,17 @@ impl RegistryClient {
         }
     }
 
-    fn get_once(
+    fn request_once(
         &self,
         base: &str,
         authorization: Option<&Secret>,
         path: &str,
         what: &str,
+        body: Option<&str>,
     ) -> Result<serde_json::Value, RegistryError> {
+        const ACCEPT: &str = "application/vnd.schemaregistry.v1+json, application/json";
         let url = format!("{}{path}", base.trim_end_matches('/'));
         let shown = display_url(base);
-        let mut req = self.agent.get(&url).header(
-            "Accept",
-            "application/vnd.schemaregistry.v1+json, application/json",
-        );
-        if let Some(a) = authorization {
-            req = req.header("Authorization", a.expose());
-        }
         let unreachable =
             |e: Box<dyn std::error::Error + Send + Sync>| RegistryError::Unreachable {
                 url: shown.clone(),
@@ -468,7 +495,27 @@ impl RegistryClient {
                 attempts: 1,
                 source: e,
             };
-        let mut resp = req.call().map_err(|e| unreachable(Box::new(e)))?;
+        let answer = match body {
+            None => {
+                let mut req = self.agent.get(&url).header("Accept", ACCEPT);
+                if let Some(a) = authorization {
+                    req = req.header("Authorization", a.expose());
+                }
+                req.call()
+            }
+            Some(body) => {
+                let mut req = self
+                    .agent
+                    .post(&url)
+                    .header("Accept", ACCEPT)
+                    .header("Content-Type", "application/vnd.schemaregistry.v1+json");
+                if let Some(a) = authorization {
+                    req = req.header("Authorization", a.expose());
+                }
+                req.send(body)
+            }
+        };
+        let mut resp = answer.map_err(|e| unreachable(Box::new(e)))?;
         let status = resp.status().as_u16();
         let body = resp
             .body_mut()

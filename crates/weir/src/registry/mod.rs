@@ -414,11 +414,15 @@ impl std::fmt::Debug for SinkSchema {
 }
 
 impl SinkSchema {
-    /// For a sink with `'schema.registry.url'` (`None` without): looks up the latest schema of
-    /// the subject (`'<topic>-value'` by default) and the message `'message'` names (the
-    /// schema's first without it). Nothing is registered: the schema must be there, as with
-    /// Confluent's `auto.register.schemas=false` and `use.latest.version=true`.
-    pub(crate) fn open(sink: &str, options: &Options) -> Result<Option<Self>, Error> {
+    /// For a sink with `'schema.registry.url'` (`None` without): the latest schema of the
+    /// subject (`'<topic>-value'` by default), as with Confluent's `use.latest.version=true`,
+    /// or with `register` (`.proto` text, `'auto.register.schemas'`) that schema, registered
+    /// under the subject; and the message `'message'` names (the schema's first without it).
+    pub(crate) fn open(
+        sink: &str,
+        options: &Options,
+        register: Option<&str>,
+    ) -> Result<Option<Self>, Error> {
         let urls = options.list(&URL);
         if urls.is_empty() {
             return Ok(None);
@@ -431,13 +435,20 @@ impl SinkSchema {
             .map(|(_, v)| v.trim_start_matches('.').to_string());
         let topic = options.iter().find(|(k, _)| *k == "topic").map(|(_, v)| v);
         let subject = subject_of(&what, options, message.as_deref(), topic)?;
-        let latest = client.version(&subject, -1)?;
-        let id = latest.id.ok_or_else(|| Error::BadAnswer {
+        let registered = match register {
+            Some(proto) => {
+                let id = client.register(&subject, proto)?;
+                tracing::info!(sink, subject = %subject, schema_id = id, "registered the sink's schema");
+                client.schema_by_id(id)?
+            }
+            None => client.version(&subject, -1)?,
+        };
+        let id = registered.id.ok_or_else(|| Error::BadAnswer {
             url: display_url(client.url()),
             what: format!("subject '{subject}' version latest"),
             reason: "no 'id'".into(),
         })?;
-        let compiled = compile(&client, &latest, id, &subject)?;
+        let compiled = compile(&client, &registered, id, &subject)?;
         let in_schema = |reason: String| Error::References {
             what: format!("schema id {id} (subject '{subject}')"),
             reason,

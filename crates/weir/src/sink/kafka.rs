@@ -36,6 +36,7 @@ pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] = &[
     TRANSACTION_TIMEOUT,
     ON_ERROR,
     DEAD_LETTER_PATH,
+    AUTO_REGISTER,
 ];
 
 const BROKERS: OptionSpec = OptionSpec::new(
@@ -142,6 +143,15 @@ const DEAD_LETTER_PATH: OptionSpec = OptionSpec::new(
     "kafka: with `dead_letter`: a JSON-lines file of `sink`, `topic`, `error` and `row` (the \
      row's columns as a JSON object)",
 );
+
+pub(crate) const AUTO_REGISTER: OptionSpec = OptionSpec::new(
+    "auto.register.schemas",
+    OptionKind::Bool,
+    "kafka, with `schema.registry.url`: register the `.proto` file `location` names under the \
+     subject (a schema the subject holds keeps its id) and write in it, instead of in the \
+     subject's latest schema; imports other than `google/protobuf/` are refused",
+)
+.default_value("false");
 
 /// What a `kafka` sink does with a row its encoder cannot write.
 #[derive(Debug, Clone, PartialEq, Eq)]

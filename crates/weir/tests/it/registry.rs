@@ -559,6 +559,75 @@ fn a_kafka_sink_writes_values_in_the_registry_framing() {
     assert!(e.contains("not both"), "{e}");
 }
 
+/// With `'auto.register.schemas'` the sink registers its `.proto` file under the subject and
+/// writes in it; a second run registers nothing new; a file with imports is refused.
+#[test]
+fn a_kafka_sink_registers_its_schema_when_asked() {
+    let Some(url) = registry() else { return };
+    let Some(broker) = broker() else { return };
+    let topic = unique("weir-registry-autoreg");
+    create_topic(std::slice::from_ref(&broker), &topic, 1, 1, &[], false).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let proto = dir.path().join("trade.proto");
+    std::fs::write(
+        &proto,
+        "syntax = \"proto3\"; package ar;\n\
+         import \"google/protobuf/timestamp.proto\";\n\
+         message Trade { string ticker = 1; int64 seq = 2; google.protobuf.Timestamp at = 3; }\n",
+    )
+    .unwrap();
+    let rt = runtime();
+    let write = |location: &std::path::Path| {
+        let e = engine();
+        let sql = format!(
+            "CREATE SINK out FROM (SELECT 'T' || CAST(value AS VARCHAR) AS ticker, value AS seq \
+               FROM range(0, 50)) \
+             WITH ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+               'encoding' = 'protobuf', 'message' = 'ar.Trade', 'schema.registry.url' = '{url}', \
+               'auto.register.schemas' = 'true', 'location' = '{}');",
+            location.display()
+        );
+        match rt.block_on(e.query(&sql)) {
+            Err(err) => Err(err.to_string()),
+            Ok(_) => rt.block_on(e.finish()).map(drop).map_err(|e| e.to_string()),
+        }
+    };
+    write(&proto).unwrap();
+    write(&proto).unwrap();
+    // One version under the subject, and the records framed with its id.
+    let versions: serde_json::Value = serde_json::from_str(
+        &ureq::get(&format!("{url}/subjects/{topic}-value/versions"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(versions.as_array().map(Vec::len), Some(1), "{versions}");
+    let got = rt
+        .block_on(engine().query(&format!(
+            "CREATE SOURCE k (ticker VARCHAR, seq BIGINT) WITH ('connector' = 'kafka', \
+               'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'protobuf', \
+               'schema.registry.url' = '{url}');\n\
+             SELECT count(*), sum(CASE WHEN ticker = 'T' || CAST(seq AS VARCHAR) THEN 1 ELSE 0 END) \
+               FROM k;"
+        )))
+        .unwrap();
+    let col = |c: usize| got[0].column(c).as_primitive::<Int64Type>().value(0);
+    assert_eq!((col(0), col(1)), (100, 100));
+    // A file that imports another of its own cannot be registered alone.
+    let with_import = dir.path().join("with_import.proto");
+    std::fs::write(
+        &with_import,
+        "syntax = \"proto3\"; package ar; import \"ar/base.proto\";\n\
+         message Trade { string ticker = 1; int64 seq = 2; }\n",
+    )
+    .unwrap();
+    let e = write(&with_import).unwrap_err();
+    assert!(e.contains("ar/base.proto") && e.contains("imports"), "{e}");
+}
+
 #[test]
 fn json_topics_have_the_registry_framing_stripped() {
     let Some(url) = registry() else { return };
