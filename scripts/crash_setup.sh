@@ -43,6 +43,8 @@ run_and_kill() {
   fi
   { wait "$PID"; } 2>/dev/null || status=$?
   PID=""
+  # Every run's output, for a failed check to show (the runs' warnings say what was settled).
+  { echo "== run $1 (exit $status)"; cat "$WORK/run.log"; } >> "$WORK/runs.log"
   if [ "$status" -ne 0 ] && [ "$status" -ne 137 ]; then
     echo "${CRASH_NAME//-/ } test: weir failed (exit $status) in run $1:" >&2
     cat "$WORK/run.log" >&2

@@ -102,7 +102,12 @@ echo "window crash test: $landed kills landed, $finished_early runs ended before
 "$WEIR" run --quiet "$WORK/p.sql"
 "$WEIR" stats "$WORK/state"
 
-"$VENV/bin/python" - "$WORK" "$chunk" "$TABLE" "${OUT_TOPIC:-}" "$WEIR_KAFKA_BOOTSTRAP" <<'PY'
+check_failed() {
+  echo "window crash test: the last lines the runs logged:" >&2
+  grep -v "^ *$" "$WORK/runs.log" | tail -60 >&2
+  exit 1
+}
+"$VENV/bin/python" - "$WORK" "$chunk" "$TABLE" "${OUT_TOPIC:-}" "$WEIR_KAFKA_BOOTSTRAP" <<'PY' || check_failed
 import glob, json, os, sys
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -178,15 +183,20 @@ def ns(col):  # Delta keeps microseconds, the step files nanoseconds
     return col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64()).to_pylist()
 got = {}
 doubled = 0
+# A doubled bar with the same values is a step written twice (the sink); with other values, a
+# window emitted before all its rows came and again after (the watermark): told apart here.
+copies = []
 for t in parts:
     starts, ends = ns(t.column("window_start")), ns(t.column("window_end"))
     cols = [t.column(c).to_pylist() for c in ("ticker", "n", "lo", "hi", "first_bid", "last_bid")]
     for i, (s, e) in enumerate(zip(starts, ends)):
         assert e - s == WINDOW, (s, e)
         k = (s, cols[0][i])
+        v = [cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i]]
         if k in got:
             doubled += 1
-        got[k] = [cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i]]
+            copies.append((k, got[k], v))
+        got[k] = v
 want = {k: [v[0], v[1], v[2], v[3][1], v[4][1]] for k, v in bars.items()}
 missing = [k for k in want if k not in got]
 extra = [k for k in got if k not in want]
@@ -196,6 +206,13 @@ print(f"window crash test: {sent} messages sent, {len(seen)} distinct, {len(want
       f"{len(extra)} unexpected, {len(wrong)} with other values")
 for k in wrong[:5]:
     print("  ", k, "want", want[k], "got", got[k])
+if copies:
+    same = sum(1 for _, a, b in copies if a == b)
+    starts = sorted(k[0] for k, _, _ in copies)
+    print(f"  doubled bars: {same} with the same values, {len(copies) - same} with other values; "
+          f"window starts {starts[0]} to {starts[-1]} (ns)")
+    for k, a, b in copies[:5]:
+        print("  ", k, "first", a, "then", b)
 assert doubled == 0 and not missing and not extra and not wrong, "exactly-once windows violated"
 assert len(seen) < sent, "the stream had no duplicates to drop"
 PY
