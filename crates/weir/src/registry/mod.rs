@@ -242,11 +242,8 @@ impl Use {
         }
         let what = format!("source {source}");
         let client = client_of(&what, urls, options)?;
-        let message = options
-            .iter()
-            .find(|(k, _)| *k == "message")
-            .map(|(_, v)| v.to_string());
-        let topic = options.iter().find(|(k, _)| *k == "topic").map(|(_, v)| v);
+        let message = value_of(options, "message").map(str::to_string);
+        let topic = value_of(options, "topic");
         let subject = subject_of(&what, options, message.as_deref(), topic)?;
         let option = |e: OptionError| Error::References {
             what: what.clone(),
@@ -350,6 +347,12 @@ fn client_of(what: &str, urls: Vec<String>, options: &Options) -> Result<Registr
     Ok(client)
 }
 
+/// The value of `key`, an option another declaration owns (the connector's `'topic'`, the
+/// encoding's `'message'`), which the registry reads too.
+fn value_of<'a>(options: &'a Options, key: &str) -> Option<&'a str> {
+    options.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+}
+
 /// The subject of `what`'s values: `'schema.registry.subject'`, or as the subject name strategy
 /// makes it from the topic and the message type.
 fn subject_of(
@@ -429,11 +432,8 @@ impl SinkSchema {
         }
         let what = format!("sink {sink}");
         let client = client_of(&what, urls, options)?;
-        let message = options
-            .iter()
-            .find(|(k, _)| *k == "message")
-            .map(|(_, v)| v.trim_start_matches('.').to_string());
-        let topic = options.iter().find(|(k, _)| *k == "topic").map(|(_, v)| v);
+        let message = value_of(options, "message").map(|m| m.trim_start_matches('.').to_string());
+        let topic = value_of(options, "topic");
         let subject = subject_of(&what, options, message.as_deref(), topic)?;
         let registered = match register {
             Some(proto) => {
