@@ -24,7 +24,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use weir_codec::registry::{FramedProtoDecoder, PlanSource, SchemaPlan, TargetColumns};
+use weir_codec::registry::{
+    FramedProtoDecoder, PlanSource, SchemaIdError, SchemaPlan, TargetColumns,
+};
 use weir_codec::{
     default_columns, strip_confluent, Decoder, ProtoDecoder, ProtoDecoderOptions, ProtoSchema,
 };
@@ -34,12 +36,14 @@ use weir_testdata::{QuoteGenerator, QUOTE_MESSAGE, STOCKS_PROTO};
 struct Compiled(Vec<(u32, Arc<SchemaPlan>)>);
 
 impl PlanSource for Compiled {
-    fn plan(&self, id: u32, _indexes: &[u8]) -> Result<Arc<SchemaPlan>, String> {
+    fn plan(&self, id: u32, _indexes: &[u8]) -> Result<Arc<SchemaPlan>, SchemaIdError> {
         self.0
             .iter()
             .find(|(i, _)| *i == id)
             .map(|(_, p)| Arc::clone(p))
-            .ok_or_else(|| format!("schema id {id} is not registered"))
+            .ok_or_else(|| {
+                SchemaIdError::unavailable(id, "the benchmark's plans", "not registered")
+            })
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// A schema file could not be read or compiled.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +109,85 @@ pub enum PlanError {
     Options(String),
 }
 
+/// A schema's change that the declared columns cannot follow.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EvolutionError {
+    /// A column's field changed to a type that does not widen into the column.
+    #[error(
+        "column '{column}': schema id {old_id} has {old_type}, schema id {new_id} has \
+         {new_type}, which cannot be read as {column_type}"
+    )]
+    Incompatible {
+        /// The column.
+        column: String,
+        /// The schema the columns were declared against.
+        old_id: u32,
+        /// The field's type there.
+        old_type: String,
+        /// The schema of the message.
+        new_id: u32,
+        /// The field's type there.
+        new_type: String,
+        /// The column's Arrow type.
+        column_type: String,
+    },
+    /// The schema does not give the columns (no such message, a column that cannot bind).
+    #[error("schema id {schema_id}: {source}")]
+    Plan {
+        /// The schema id.
+        schema_id: u32,
+        /// Why.
+        #[source]
+        source: Arc<PlanError>,
+    },
+}
+
+/// Why a schema id met in a registry-framed message has no plan (see
+/// [`crate::registry::PlanSource`]). Every message with that id carries a copy, so the cause is
+/// shared, not cloned.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SchemaIdError {
+    /// The schema could not be had: the registry did not give it, it does not compile, or the
+    /// message-index list names no message in it.
+    #[error("schema id {schema_id} ({context}): {cause}")]
+    Unavailable {
+        /// The schema id.
+        schema_id: u32,
+        /// Where it was looked up (`source subject 'quotes-value'`).
+        context: String,
+        /// Why.
+        #[source]
+        cause: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// The schema's message does not give the declared columns.
+    #[error(transparent)]
+    Evolution(#[from] EvolutionError),
+}
+
+impl SchemaIdError {
+    /// Schema id `schema_id`, looked up in `context`, could not be had because of `cause`.
+    pub fn unavailable(
+        schema_id: u32,
+        context: impl Into<String>,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Unavailable {
+            schema_id,
+            context: context.into(),
+            cause: Arc::from(cause.into()),
+        }
+    }
+}
+
+/// Two errors are equal when they say the same (a cause is an error of any type).
+impl PartialEq for SchemaIdError {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for SchemaIdError {}
+
 /// What was wrong with a message's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeErrorKind {
@@ -172,6 +252,8 @@ pub enum DecodeErrorKind {
     Other(String),
     /// The Confluent schema-registry framing is missing or malformed.
     Confluent(String),
+    /// The message's schema id has no plan (its cause is the error's source).
+    SchemaId(SchemaIdError),
     /// A value does not fit its column (for example a Timestamp past the year 2262 in
     /// nanoseconds).
     OutOfRange {
@@ -259,6 +341,7 @@ impl fmt::Display for DecodeError {
             TooLarge => write!(f, "message larger than 4 GiB"),
             Json(msg) => write!(f, "cannot render sub-message as JSON: {msg}"),
             Confluent(msg) => write!(f, "bad Confluent framing: {msg}"),
+            SchemaId(e) => write!(f, "{e}"),
             Other(msg) => f.write_str(msg),
             OutOfRange { field } => write!(f, "value of {field} does not fit its column type"),
             JsonSyntax(what) => write!(f, "invalid JSON: {what}"),
@@ -280,4 +363,11 @@ impl fmt::Display for DecodeError {
     }
 }
 
-impl std::error::Error for DecodeError {}
+impl std::error::Error for DecodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            DecodeErrorKind::SchemaId(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -26,7 +26,7 @@ mod schema;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-pub use error::{DecodeError, DecodeErrorKind, PlanError, SchemaError};
+pub use error::{DecodeError, DecodeErrorKind, PlanError, SchemaError, SchemaIdError};
 pub use factory::{
     parse_time_unit, project_batches, strip_confluent, CodecError, DecoderFactory, DecoderRequest,
     Encoder, EncoderFactory, EncoderRequest, JsonFactory, PreparedDecoder, ProtobufFactory,

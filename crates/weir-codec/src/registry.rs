@@ -28,6 +28,7 @@ use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 
 use crate::error::{DecodeError, DecodeErrorKind, PlanError};
+pub use crate::error::{EvolutionError, SchemaIdError};
 use crate::protobuf::{ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 use crate::schema::ProtoSchema;
 use crate::Decoder;
@@ -192,39 +193,6 @@ pub fn registry_prefix(schema_id: u32, indexes: &[i64]) -> Vec<u8> {
         }
     }
     out
-}
-
-/// A schema's change that the declared columns cannot follow.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum EvolutionError {
-    /// A column's field changed to a type that does not widen into the column.
-    #[error(
-        "column '{column}': schema id {old_id} has {old_type}, schema id {new_id} has \
-         {new_type}, which cannot be read as {column_type}"
-    )]
-    Incompatible {
-        /// The column.
-        column: String,
-        /// The schema the columns were declared against.
-        old_id: u32,
-        /// The field's type there.
-        old_type: String,
-        /// The schema of the message.
-        new_id: u32,
-        /// The field's type there.
-        new_type: String,
-        /// The column's Arrow type.
-        column_type: String,
-    },
-    /// The schema does not give the columns (no such message, a column that cannot bind).
-    #[error("schema id {schema_id}: {source}")]
-    Plan {
-        /// The schema id.
-        schema_id: u32,
-        /// Why.
-        #[source]
-        source: Arc<PlanError>,
-    },
 }
 
 /// The declared columns of a registry source, fixed when it is created, and the schema they
@@ -520,9 +488,8 @@ fn bind(
 /// previous message's.
 pub trait PlanSource: Send + Sync {
     /// The plan for `schema_id` with the message-index list `indexes` (as on the wire). The
-    /// error's text names the id (and the subject, when known); it becomes the message's
-    /// [`DecodeError`].
-    fn plan(&self, schema_id: u32, indexes: &[u8]) -> Result<Arc<SchemaPlan>, String>;
+    /// error becomes the message's [`DecodeError`] (its kind [`DecodeErrorKind::SchemaId`]).
+    fn plan(&self, schema_id: u32, indexes: &[u8]) -> Result<Arc<SchemaPlan>, SchemaIdError>;
 }
 
 /// A plan this decoder has used, with a decoder of its own (holding that plan's rows).
@@ -611,7 +578,7 @@ impl FramedProtoDecoder {
                 let plan = self
                     .source
                     .plan(framing.schema_id, framing.indexes)
-                    .map_err(|e| DecodeError::new(1, DecodeErrorKind::Other(e)))?;
+                    .map_err(|e| DecodeError::new(1, DecodeErrorKind::SchemaId(e)))?;
                 let index = match self.locals.iter().position(|l| l.plan.decodes_as(&plan)) {
                     Some(i) => i,
                     None => {
@@ -997,12 +964,12 @@ mod tests {
     struct Fixed(Vec<(u32, Arc<SchemaPlan>)>);
 
     impl PlanSource for Fixed {
-        fn plan(&self, id: u32, _indexes: &[u8]) -> Result<Arc<SchemaPlan>, String> {
+        fn plan(&self, id: u32, _indexes: &[u8]) -> Result<Arc<SchemaPlan>, SchemaIdError> {
             self.0
                 .iter()
                 .find(|(i, _)| *i == id)
                 .map(|(_, p)| Arc::clone(p))
-                .ok_or_else(|| format!("schema id {id} is not registered"))
+                .ok_or_else(|| SchemaIdError::unavailable(id, "the test's plans", "not registered"))
         }
     }
 
@@ -1094,8 +1061,18 @@ mod tests {
         d.decode(&m1).unwrap();
         d.decode(&m2).unwrap();
         d.decode(&m1).unwrap();
+        // An id without a plan fails the message with the plan source's error as its cause.
         let err = d.decode(&frame(9, &[])).unwrap_err();
         assert!(err.to_string().contains("schema id 9"), "{err}");
+        assert!(matches!(
+            &err.kind,
+            DecodeErrorKind::SchemaId(SchemaIdError::Unavailable { schema_id: 9, .. })
+        ));
+        let cause = std::error::Error::source(&err).and_then(std::error::Error::source);
+        assert_eq!(
+            cause.map(ToString::to_string).as_deref(),
+            Some("not registered")
+        );
         assert_eq!(d.buffered_rows(), 3);
         let b = d.flush().unwrap();
         assert_eq!(b.num_rows(), 3);

@@ -524,11 +524,13 @@ impl RegistryClient {
             .read_to_string()
             .map_err(|e| unreachable(Box::new(e)))?;
         let json: Option<serde_json::Value> = serde_json::from_str(&body).ok();
+        // The registry's own message, shortened: every message with a schema id that failed
+        // carries it.
         let message = || {
             json.as_ref()
                 .and_then(|j| j.get("message"))
                 .and_then(|m| m.as_str())
-                .map_or_else(|| format!("{} bytes of answer", body.len()), str::to_string)
+                .map_or_else(|| format!("{} bytes of answer", body.len()), shorten)
         };
         match status {
             200 => {}
@@ -633,6 +635,21 @@ fn path_escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// The longest registry message kept in an error, in bytes.
+const MAX_MESSAGE: usize = 300;
+
+/// `message`, cut at a character boundary to at most [`MAX_MESSAGE`] bytes and marked so.
+fn shorten(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE {
+        return message.to_string();
+    }
+    let mut cut = MAX_MESSAGE;
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", message.get(..cut).unwrap_or_default())
 }
 
 #[cfg(test)]

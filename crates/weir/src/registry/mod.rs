@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use weir_codec::registry::{
     indexes_for_message, message_for_indexes, registry_prefix, FramedProtoDecoder, PlanSource,
-    RegistryFraming, SchemaPlan, TargetColumns,
+    RegistryFraming, SchemaIdError, SchemaPlan, TargetColumns,
 };
 use weir_codec::{
     default_columns, CodecError, ColumnSpec, Decoder, DecoderFactory, DecoderRequest, OptionError,
@@ -172,7 +172,7 @@ pub(crate) struct Registry {
     /// lacks them, under an `'on.error'` that tolerates messages that do not fit.
     bound: Mutex<Option<(u32, i64)>>,
     /// Ids that could not be fetched, when, and why.
-    failures: Mutex<HashMap<u32, (Instant, String)>>,
+    failures: Mutex<HashMap<u32, (Instant, SchemaIdError)>>,
     /// Every schema id met (fetched or not), for the run summary.
     seen: Mutex<HashSet<u32>>,
     stats: Arc<SourceStats>,
@@ -534,14 +534,12 @@ fn descriptor(text: &str) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// The longest failure reason kept for a schema id, in bytes.
-const MAX_WHY: usize = 400;
 /// Failed schema ids remembered before the ones due for a retry are forgotten.
 const MAX_FAILURES: usize = 1024;
 
 impl Registry {
     /// The schema of `id`, compiled: from the cache, or fetched (with retries) and compiled.
-    fn schema(&self, id: u32) -> Result<Arc<Compiled>, String> {
+    fn schema(&self, id: u32) -> Result<Arc<Compiled>, SchemaIdError> {
         if let Some(c) = self
             .schemas
             .lock()
@@ -580,16 +578,8 @@ impl Registry {
                 Ok(c)
             }
             Err(e) => {
-                let mut why = format!("schema id {id} (source subject '{}'): {e}", self.subject);
-                // The registry's own message can be long; every message with this id carries it.
-                if why.len() > MAX_WHY {
-                    let mut cut = MAX_WHY;
-                    while !why.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    why.truncate(cut);
-                    why.push_str("...");
-                }
+                let why =
+                    SchemaIdError::unavailable(id, format!("source subject '{}'", self.subject), e);
                 // Ids from damaged messages are random: forget the failures that are due again
                 // rather than keep one for every id ever met.
                 if failures.len() >= MAX_FAILURES {
@@ -602,7 +592,7 @@ impl Registry {
     }
 
     /// The message type of schema `c` for the message-index list `indexes`.
-    fn message(&self, id: u32, c: &Compiled, indexes: &[u8]) -> Result<String, String> {
+    fn message(&self, id: u32, c: &Compiled, indexes: &[u8]) -> Result<String, SchemaIdError> {
         if let Some(m) = &self.message {
             return Ok(m.clone());
         }
@@ -612,8 +602,9 @@ impl Registry {
             payload_at: 0,
         }
         .index_path();
-        message_for_indexes(&c.schema, &c.file, &path)
-            .map_err(|e| format!("schema id {id} (subject '{}'): {e}", self.subject))
+        message_for_indexes(&c.schema, &c.file, &path).map_err(|e| {
+            SchemaIdError::unavailable(id, format!("source subject '{}'", self.subject), e)
+        })
     }
 }
 
@@ -625,11 +616,11 @@ type PlanKey = (u32, Vec<u8>);
 pub(crate) struct Plans {
     registry: Arc<Registry>,
     target: TargetColumns,
-    plans: RwLock<HashMap<PlanKey, Result<Arc<SchemaPlan>, String>>>,
+    plans: RwLock<HashMap<PlanKey, Result<Arc<SchemaPlan>, SchemaIdError>>>,
 }
 
 impl PlanSource for Plans {
-    fn plan(&self, schema_id: u32, indexes: &[u8]) -> Result<Arc<SchemaPlan>, String> {
+    fn plan(&self, schema_id: u32, indexes: &[u8]) -> Result<Arc<SchemaPlan>, SchemaIdError> {
         let key = (schema_id, indexes.to_vec());
         if let Some(p) = self
             .plans
@@ -643,7 +634,7 @@ impl PlanSource for Plans {
         let message = self.registry.message(schema_id, &compiled, indexes)?;
         let plan = SchemaPlan::compile(&self.target, schema_id, &compiled.schema, &message)
             .map(Arc::new)
-            .map_err(|e| e.to_string());
+            .map_err(SchemaIdError::from);
         self.registry
             .stats
             .schema_plans
