@@ -4,6 +4,38 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::options::OptionError;
+
+/// An encoding could not be set up: a missing or bad option, an unreadable schema, or columns
+/// that do not fit.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// An option is missing or has a value the encoding does not accept.
+    #[error(transparent)]
+    Option(#[from] OptionError),
+    /// The schema file could not be loaded.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// The columns do not fit the message.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The encoding cannot do what was asked (for example infer columns).
+    #[error("{0}")]
+    Unsupported(String),
+    /// An encoder cannot write one row of a batch (a value its format cannot hold); the other
+    /// rows may be fine. The sink's `'on.error'` decides what becomes of it.
+    #[error("row {row}: {reason}")]
+    Row {
+        /// The row's index in the batch.
+        row: usize,
+        /// What is wrong with it, naming the column.
+        reason: String,
+    },
+    /// Anything else a user encoding reports.
+    #[error("{0}")]
+    Other(String),
+}
+
 /// A schema file could not be read or compiled.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {

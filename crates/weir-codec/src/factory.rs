@@ -14,42 +14,12 @@ use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::error::{DecodeError, PlanError, SchemaError};
+use crate::error::{CodecError, DecodeError, PlanError};
 use crate::json::{JsonDecoder, JsonDecoderOptions};
 use crate::options::{OptionError, OptionKind, OptionSpec, Options};
 use crate::protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 use crate::schema::ProtoSchema;
-use crate::Decoder;
-
-/// An encoding could not be set up: a missing or bad option, an unreadable schema, or columns
-/// that do not fit.
-#[derive(Debug, thiserror::Error)]
-pub enum CodecError {
-    /// An option is missing or has a value the encoding does not accept.
-    #[error(transparent)]
-    Option(#[from] OptionError),
-    /// The schema file could not be loaded.
-    #[error(transparent)]
-    Schema(#[from] SchemaError),
-    /// The columns do not fit the message.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// The encoding cannot do what was asked (for example infer columns).
-    #[error("{0}")]
-    Unsupported(String),
-    /// An encoder cannot write one row of a batch (a value its format cannot hold); the other
-    /// rows may be fine. The sink's `'on.error'` decides what becomes of it.
-    #[error("row {row}: {reason}")]
-    Row {
-        /// The row's index in the batch.
-        row: usize,
-        /// What is wrong with it, naming the column.
-        reason: String,
-    },
-    /// Anything else a user encoding reports.
-    #[error("{0}")]
-    Other(String),
-}
+use crate::{Decoder, Encoder};
 
 /// What a [`DecoderFactory`] is asked to build.
 #[derive(Debug)]
@@ -211,22 +181,6 @@ impl Decoder for ProjectingDecoder {
             .collect();
         Some(crate::batch_of(&self.schema, columns, rows))
     }
-}
-
-/// Turns rows back into message bytes (for sinks that write messages). Works a batch at a time
-/// so an encoder can use columnar code; one message per row.
-pub trait Encoder: Send {
-    /// Appends one message per row of `batch` to `out`, and the end offset of each message in
-    /// `out` to `ends` (so row `i` is `out[ends[i - 1]..ends[i]]`, starting from `out`'s length
-    /// before the call). A row that cannot be encoded is a [`CodecError::Row`] naming it (the
-    /// first such row the encoder finds, not necessarily the first in the batch); `out` and
-    /// `ends` then hold nothing usable of this call.
-    fn encode_batch(
-        &mut self,
-        batch: &RecordBatch,
-        out: &mut Vec<u8>,
-        ends: &mut Vec<usize>,
-    ) -> Result<(), CodecError>;
 }
 
 /// What an [`EncoderFactory`] is asked to build.

@@ -26,11 +26,11 @@ mod schema;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-pub use error::{DecodeError, DecodeErrorKind, PlanError, SchemaError, SchemaIdError};
+pub use error::{CodecError, DecodeError, DecodeErrorKind, PlanError, SchemaError, SchemaIdError};
 pub use factory::{
-    parse_time_unit, project_batches, strip_confluent, CodecError, DecoderFactory, DecoderRequest,
-    Encoder, EncoderFactory, EncoderRequest, JsonFactory, PreparedDecoder, ProtobufFactory,
-    RawFactory, JSON_OPTIONS, PROTOBUF_OPTIONS, RAW_ENCODER_OPTIONS,
+    parse_time_unit, project_batches, strip_confluent, DecoderFactory, DecoderRequest,
+    EncoderFactory, EncoderRequest, JsonFactory, PreparedDecoder, ProtobufFactory, RawFactory,
+    JSON_OPTIONS, PROTOBUF_OPTIONS, RAW_ENCODER_OPTIONS,
 };
 pub use framing::{Frame, FrameError, Framing};
 pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
@@ -58,6 +58,22 @@ pub(crate) fn batch_of(
 
 /// Rows per batch when the caller does not choose.
 pub const DEFAULT_BATCH_SIZE: usize = 8192;
+
+/// Turns rows back into message bytes (for sinks that write messages). Works a batch at a time
+/// so an encoder can use columnar code; one message per row.
+pub trait Encoder: Send {
+    /// Appends one message per row of `batch` to `out`, and the end offset of each message in
+    /// `out` to `ends` (so row `i` is `out[ends[i - 1]..ends[i]]`, starting from `out`'s length
+    /// before the call). A row that cannot be encoded is a [`CodecError::Row`] naming it (the
+    /// first such row the encoder finds, not necessarily the first in the batch); `out` and
+    /// `ends` then hold nothing usable of this call.
+    fn encode_batch(
+        &mut self,
+        batch: &RecordBatch,
+        out: &mut Vec<u8>,
+        ends: &mut Vec<usize>,
+    ) -> Result<(), CodecError>;
+}
 
 /// Turns one message at a time into rows of Arrow columns.
 ///

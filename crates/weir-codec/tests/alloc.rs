@@ -168,7 +168,7 @@ fn a_million_framed_messages_allocate_per_batch() {
 
     struct Plans(Vec<Arc<SchemaPlan>>);
     impl PlanSource for Plans {
-        fn plan(&self, id: u32, _: &[u8]) -> Result<Arc<SchemaPlan>, String> {
+        fn plan(&self, id: u32, _: &[u8]) -> Result<Arc<SchemaPlan>, weir_codec::SchemaIdError> {
             Ok(Arc::clone(&self.0[id as usize - 1]))
         }
     }

@@ -2,7 +2,6 @@
 //! offset, so that a failed query says where to look.
 
 use crate::record_batch::BatchError;
-use crate::security::SaslError;
 use crate::wire::WireError;
 
 /// A Kafka client error.
@@ -345,4 +344,47 @@ pub fn is_retriable(code: i16) -> bool {
         code,
         3 | 5 | 6 | 7 | 9 | 13 | 14 | 15 | 19 | 20 | 56 | 74 | 75 | 78 | 100
     )
+}
+
+/// What the client found wrong in a SASL exchange (the broker's own refusals are not these:
+/// they come back as its error message).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SaslError {
+    /// [`SaslExchange::first`](crate::security::SaslExchange::first) was called twice.
+    #[error("the exchange was already started")]
+    AlreadyStarted,
+    /// A message of the broker's does not follow the mechanism's grammar.
+    #[error("the broker's message is malformed: {0}")]
+    Malformed(&'static str),
+    /// The broker reported an error inside the exchange (SCRAM's `e=` attribute).
+    #[error("the server reports '{0}'")]
+    Reported(String),
+    /// SCRAM: the broker's nonce does not begin with the client's.
+    #[error("the server's nonce does not extend the client's")]
+    ForeignNonce,
+    /// SCRAM: the iteration count is outside Kafka's bounds (a man in the middle asking for a
+    /// cheap proof, or a hostile broker burning CPU).
+    #[error(
+        "the server asks for {asked} iterations, outside the {min} to {max} Kafka allows; refused (a man in the middle or a misconfigured broker)"
+    )]
+    Iterations {
+        /// The count the server asked for.
+        asked: u32,
+        /// The least count accepted.
+        min: u32,
+        /// The largest count accepted.
+        max: u32,
+    },
+    /// SCRAM: the broker's signature proves it does not know the password.
+    #[error(
+        "the server's signature is wrong: it does not know the password (a man in the middle?)"
+    )]
+    ServerSignature,
+    /// OAUTHBEARER: the broker refused the token, with its JSON challenge.
+    #[error("the broker refused the token: {0}")]
+    TokenRefused(String),
+    /// A mechanism of the user's own failed.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
 }

@@ -20,8 +20,8 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Fields, TimeUnit};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 
-use crate::factory::Encoder;
-use crate::CodecError;
+use crate::error::CodecError;
+use crate::Encoder;
 
 /// Encodes rows of one schema as messages of one type.
 pub struct ProtoEncoder {

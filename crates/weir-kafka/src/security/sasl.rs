@@ -25,45 +25,8 @@ use subtle::ConstantTimeEq as _;
 
 use super::oauth::TokenCache;
 use super::{OAuthBearerConfig, SaslConfig, ScramHash, Secret};
+pub use crate::error::SaslError;
 use crate::error::{Error, Result};
-
-/// What the client found wrong in a SASL exchange (the broker's own refusals are not these:
-/// they come back as its error message).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SaslError {
-    /// [`SaslExchange::first`] was called twice.
-    #[error("the exchange was already started")]
-    AlreadyStarted,
-    /// A message of the broker's does not follow the mechanism's grammar.
-    #[error("the broker's message is malformed: {0}")]
-    Malformed(&'static str),
-    /// The broker reported an error inside the exchange (SCRAM's `e=` attribute).
-    #[error("the server reports '{0}'")]
-    Reported(String),
-    /// SCRAM: the broker's nonce does not begin with the client's.
-    #[error("the server's nonce does not extend the client's")]
-    ForeignNonce,
-    /// SCRAM: the iteration count is outside Kafka's bounds (a man in the middle asking for a
-    /// cheap proof, or a hostile broker burning CPU).
-    #[error(
-        "the server asks for {0} iterations, outside the {min} to {max} Kafka allows; refused (a man in the middle or a misconfigured broker)",
-        min = SCRAM_ITERATIONS.start(),
-        max = SCRAM_ITERATIONS.end()
-    )]
-    Iterations(u32),
-    /// SCRAM: the broker's signature proves it does not know the password.
-    #[error(
-        "the server's signature is wrong: it does not know the password (a man in the middle?)"
-    )]
-    ServerSignature,
-    /// OAUTHBEARER: the broker refused the token, with its JSON challenge.
-    #[error("the broker refused the token: {0}")]
-    TokenRefused(String),
-    /// A mechanism of the user's own failed.
-    #[error(transparent)]
-    Other(Box<dyn std::error::Error + Send + Sync>),
-}
 
 /// A SASL mechanism: its name and how to start an exchange.
 pub trait SaslMechanism: Send + Sync {
@@ -305,7 +268,11 @@ impl SaslExchange for ScramExchange {
         if !SCRAM_ITERATIONS.contains(&iterations) {
             // Few iterations make the proof cheap to crack for whoever asked for them (a man in
             // the middle over SASL_PLAINTEXT); very many burn the client's CPU.
-            return Err(SaslError::Iterations(iterations));
+            return Err(SaslError::Iterations {
+                asked: iterations,
+                min: *SCRAM_ITERATIONS.start(),
+                max: *SCRAM_ITERATIONS.end(),
+            });
         }
         let h = self.hash;
         let salted = salted_password(h, self.password.expose().as_bytes(), &salt, iterations);
@@ -451,7 +418,7 @@ mod tests {
         ));
         assert!(matches!(
             y.next(b"r=abc123,s=AAAA,i=0"),
-            Err(SaslError::Iterations(0))
+            Err(SaslError::Iterations { asked: 0, .. })
         ));
     }
 
