@@ -2,11 +2,12 @@
 //! the statement's line, the source or sink by name, and for a bad message its position (file
 //! and byte offset, or topic, partition and offset).
 
+use std::path::PathBuf;
+
 use datafusion::error::DataFusionError;
 use weir_codec::{CodecError, DecodeError, OptionError};
 
 use crate::sink::SinkError;
-use crate::source::file::FileError;
 use crate::sql::SqlError;
 
 /// Why running a script (or an engine call) failed.
@@ -211,4 +212,38 @@ pub fn df_message(e: &DataFusionError) -> String {
         root => root.to_string(),
     };
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A problem with the files themselves (not with a message's contents).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// A file could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The path matches nothing.
+    #[error(
+        "'path' = '{0}' matches no file (give a file, a directory or a glob such as 'data/*.bin')"
+    )]
+    NoFiles(String),
+    /// Object storage could not be opened or listed, or cannot do what was asked.
+    #[error("cannot read '{path}': {reason}")]
+    Storage {
+        /// The path, as the source gives it.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The glob is malformed.
+    #[error("'path' = '{path}' is not a valid glob: {reason}")]
+    BadGlob {
+        /// The pattern.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }

@@ -28,6 +28,7 @@ mod continuous;
 mod encode;
 mod engine;
 mod error;
+mod kafka_security;
 mod metrics;
 mod output;
 mod pipeline;
@@ -41,6 +42,7 @@ pub use engine::{
     Engine, EngineOptions, ReaderTimes, SinkReport, SourceReport, SourceStatsHandle,
     WindowStateReport, SQL_BAD_MESSAGE_HINT,
 };
+pub use error::FileError;
 pub use error::{df_message, EngineError, SourceError, SourceErrorKind, StatementError};
 pub use metrics::server::MetricsServer;
 pub use metrics::MetricsHandle;
@@ -48,7 +50,7 @@ pub use output::{ResultOutput, ResultWriter, StdoutFormat};
 pub use registry::client::RegistryError;
 pub use sink::delta::{compact_delta_table, Compaction};
 pub use sink::SinkError;
-pub use source::file::{for_each_message, FileError, MessagesError};
+pub use source::file::{for_each_message, MessagesError};
 pub use sql::SqlError;
 
 /// The option tables the README documents, by the heading that shows each: every declaration
@@ -58,8 +60,8 @@ pub fn option_tables() -> Vec<(&'static str, &'static [weir_codec::OptionSpec])>
         ("source", source::SOURCE_OPTIONS),
         ("file", source::file::FILE_OPTIONS),
         ("kafka", source::kafka::KAFKA_OPTIONS),
-        ("kafka security", &source::kafka::KAFKA_SECURITY_OPTIONS),
-        ("state", pipeline::state::STATE_OPTIONS),
+        ("kafka security", &kafka_security::KAFKA_SECURITY_OPTIONS),
+        ("state", source::state::STATE_OPTIONS),
         ("schema registry", registry::REGISTRY_OPTIONS),
         ("protobuf", weir_codec::PROTOBUF_OPTIONS),
         ("json", weir_codec::JSON_OPTIONS),

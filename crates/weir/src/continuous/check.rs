@@ -9,7 +9,7 @@ use datafusion::datasource::source_as_provider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 
-use crate::source::table::SourceTable;
+use crate::pipeline::table::SourceTable;
 
 /// True when `plan` reads a source that does not end (a plain scan, not a window table).
 fn reads_unbounded_source(plan: &LogicalPlan) -> bool {

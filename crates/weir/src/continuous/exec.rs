@@ -21,7 +21,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 
-use super::compile::QueryPlan;
+use super::plan::QueryPlan;
 use crate::error::{SourceError, SourceErrorKind};
 use crate::pipeline::decode::{ScanShape, SourceDecoder};
 use crate::pipeline::reader::{FileReader, KafkaReader, Next, PositionedReader};

@@ -3,6 +3,7 @@
 //! - [`tvf`]: the window table functions `TUMBLE`, `HOP` and `SESSION`.
 //! - [`compile`]: a query's DataFusion plan, with the window scan and every step around it
 //!   that can run continuously folded into one node.
+//! - [`plan`]: what that node runs, as planned.
 //! - [`exec`]: that node, [`exec::ContinuousExec`], and the threads that run it.
 //! - [`check`]: in follow mode, a query that could never produce its result is refused with one
 //!   line that says what to write instead.
@@ -12,6 +13,7 @@
 pub(crate) mod check;
 pub(crate) mod compile;
 pub(crate) mod exec;
+pub(crate) mod plan;
 pub(crate) mod tvf;
 
 use std::sync::Arc;

@@ -16,8 +16,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::compile::QueryPlan;
 use super::exec::ContinuousExec;
+use super::plan::QueryPlan;
 use crate::pipeline::window::{in_unit, WindowKind};
 use crate::source::SourceDefinition;
 

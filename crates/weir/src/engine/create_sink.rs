@@ -13,6 +13,7 @@ use weir_codec::{
 use super::Engine;
 use crate::continuous::exec::ContinuousExec;
 use crate::error::StatementError;
+use crate::kafka_security::KAFKA_SECURITY_OPTIONS;
 use crate::pipeline::ledger::TableLedger;
 use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
@@ -24,7 +25,6 @@ use crate::sink::{
     open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, StepSink,
     Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
 };
-use crate::source::kafka::KAFKA_SECURITY_OPTIONS;
 use crate::source::SourceDefinition;
 use crate::sql::{CreateSink, SqlText};
 use weir_kafka::Settled;
@@ -379,7 +379,7 @@ impl Engine {
             )
         };
         let mut store = match &source.state {
-            Some(spec) => Some(spec.open(&source.name)?),
+            Some(spec) => Some(spec.open(&source.name, &source.stats)?),
             None if settings.delta && matches!(job, ExactlyOnce::Rows(_)) => None,
             None => {
                 return Err(StatementError::Invalid(format!(

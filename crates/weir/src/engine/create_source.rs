@@ -14,16 +14,18 @@ use weir_codec::{
 
 use super::Engine;
 use crate::error::{df_message, SourceError, SourceErrorKind, StatementError};
-use crate::pipeline::state::{CommitInterval, StateSpec, STATE_OPTIONS};
-use crate::pipeline::window::WatermarkSpec;
+use crate::kafka_security::KAFKA_SECURITY_OPTIONS;
+use crate::metrics::SourceStats;
+use crate::pipeline::table::SourceTable;
 use crate::registry;
 use crate::source::file::{FileSettings, FILE_OPTIONS};
-use crate::source::kafka::{consumer_config, KAFKA_OPTIONS, KAFKA_SECURITY_OPTIONS};
+use crate::source::kafka::{consumer_config, KAFKA_OPTIONS};
 use crate::source::meta::MetaKind;
-use crate::source::table::SourceTable;
+use crate::source::state::{CommitInterval, StateSpec, STATE_OPTIONS};
+use crate::source::WatermarkSpec;
 use crate::source::{
-    Connector, SourceDefinition, SourceParts, SourceSettings, SourceStats, CONNECTOR, ENCODING,
-    FIELDS, SCAN_BOUNDED, SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
+    Connector, SourceDefinition, SourceParts, SourceSettings, CONNECTOR, ENCODING, FIELDS,
+    SCAN_BOUNDED, SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
 };
 use crate::sql::{ColumnDecl, CreateSource};
 
@@ -60,7 +62,7 @@ impl Engine {
             )
         })?;
         // 'schema.registry.url': protobuf schemas by id from the registry, or framing only.
-        let stats = Arc::<SourceStats>::default();
+        let stats = Arc::new(SourceStats::new(&name));
         let registry =
             registry::Use::open(&name, &options, &encoding, &stats).map_err(|e| fail(e.into()))?;
         let factory: Arc<dyn DecoderFactory> = match &registry {
@@ -127,7 +129,14 @@ impl Engine {
                 columns.len()
             ))));
         }
-        let mut definition = SourceDefinition::new(SourceParts {
+        let schema = SourceDefinition::table_schema(prepared.as_ref(), &includes);
+        let state = StateSpec::parse(&name, &options, &schema)?;
+        let commit = CommitInterval::of(&name, &options)?;
+        let watermark = self
+            .watermark(&s, &options, &schema)
+            .await
+            .map_err(|e| fail(SourceErrorKind::Columns(e)))?;
+        let definition = Arc::new(SourceDefinition::new(SourceParts {
             name: name.clone(),
             connector,
             settings,
@@ -137,21 +146,21 @@ impl Engine {
                 && !options.flag(&SCAN_BOUNDED).map_err(|e| fail(e.into()))?,
             stop: Arc::clone(&self.stop),
             bad_message_hint: self.options.bad_message_hint,
-        });
-        definition.stats = stats;
-        definition.state = StateSpec::parse(&name, &options, &definition.schema)?;
-        definition.commit = CommitInterval::of(&name, &options)?;
-        definition.commit_declared = CommitInterval::declared(&options);
-        definition.watermark = self
-            .watermark(&s, &options, &definition.schema)
-            .await
-            .map_err(|e| fail(SourceErrorKind::Columns(e)))?;
-        let definition = Arc::new(definition);
+            stats,
+            state,
+            commit,
+            commit_declared: CommitInterval::declared(&options),
+            watermark,
+        }));
         let partitions = self.ctx.state().config().target_partitions();
         self.ctx.register_table(
             name.as_str(),
             Arc::new(SourceTable::new(Arc::clone(&definition), partitions)),
         )?;
+        self.source_stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::clone(&definition.stats));
         self.sources
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -95,6 +95,8 @@ pub struct Engine {
     sinks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<SinkState>>>>,
     pipelines: Mutex<Vec<Pipeline>>,
     stop: Arc<AtomicBool>,
+    /// Every source's counters, for the metrics.
+    source_stats: crate::metrics::SourceStatsTable,
     /// Every sink's counters, for the metrics.
     sink_metrics: crate::metrics::SinkTable,
 }
@@ -128,6 +130,7 @@ impl Engine {
             sinks: Mutex::default(),
             pipelines: Mutex::default(),
             stop: Arc::default(),
+            source_stats: Arc::default(),
             sink_metrics: Arc::default(),
         }
     }

@@ -95,7 +95,7 @@ impl SourceStatsHandle {
     }
 }
 
-fn reader_times(s: &crate::source::ReadStages) -> ReaderTimes {
+fn reader_times(s: &crate::metrics::ReadStages) -> ReaderTimes {
     let ns = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let (read, ahead) = (ns(&s.read_ns), ns(&s.ahead_ns));
     let (framing, waiting) = (ns(&s.framing_ns), ns(&s.waiting_ns));
@@ -114,7 +114,7 @@ impl Engine {
     /// this engine, as they are when scraped.
     pub fn metrics_handle(&self) -> crate::metrics::MetricsHandle {
         crate::metrics::MetricsHandle {
-            sources: Arc::clone(&self.sources),
+            sources: Arc::clone(&self.source_stats),
             sinks: Arc::clone(&self.sink_metrics),
         }
     }
@@ -135,7 +135,8 @@ impl Engine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .filter_map(|c| Some((c.name.clone(), c.state.as_ref()?.last_stats()?)))
+            .filter(|c| c.state.is_some())
+            .filter_map(|c| Some((c.name.clone(), c.stats.state_figures()?)))
             .collect()
     }
 

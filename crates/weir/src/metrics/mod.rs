@@ -9,6 +9,9 @@
 
 mod process;
 pub mod server;
+mod source_stats;
+
+pub(crate) use self::source_stats::{ReadStages, SourceStats};
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -23,8 +26,6 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use weir_kafka::{Histogram, PartitionStats};
-
-use crate::source::SourceDefinition;
 
 /// The counters of one partition of a source: a Kafka partition, or a file.
 #[derive(Debug, Default)]
@@ -139,13 +140,16 @@ pub(crate) struct SinkMetrics {
     pub(crate) path: Mutex<Option<std::path::PathBuf>>,
 }
 
+/// Every source's counters, shared by the engine and the collector.
+pub(crate) type SourceStatsTable = Arc<Mutex<Vec<Arc<SourceStats>>>>;
+
 /// Every sink's counters, by sink name, shared by the engine and the collector.
 pub(crate) type SinkTable = Arc<Mutex<Vec<(String, Arc<SinkMetrics>)>>>;
 
 /// What the collector reads: the engine's sources and sinks.
 #[derive(Clone)]
 pub struct MetricsHandle {
-    pub(crate) sources: Arc<Mutex<Vec<Arc<SourceDefinition>>>>,
+    pub(crate) sources: SourceStatsTable,
     pub(crate) sinks: SinkTable,
 }
 
@@ -156,7 +160,7 @@ impl fmt::Debug for MetricsHandle {
 }
 
 impl MetricsHandle {
-    fn sources(&self) -> Vec<Arc<SourceDefinition>> {
+    fn sources(&self) -> Vec<Arc<SourceStats>> {
         self.sources
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -171,14 +175,14 @@ impl MetricsHandle {
     /// read yet) and none has lost its broker since; false before any source is defined.
     pub fn ready(&self) -> bool {
         let sources = self.sources();
-        !sources.is_empty() && sources.iter().all(|s| s.stats.metrics.is_ready())
+        !sources.is_empty() && sources.iter().all(|s| s.metrics.is_ready())
     }
 
     /// The sources that are not ready, by name.
     pub fn not_ready(&self) -> Vec<String> {
         self.sources()
             .iter()
-            .filter(|s| !s.stats.metrics.is_ready())
+            .filter(|s| !s.metrics.is_ready())
             .map(|s| s.name.clone())
             .collect()
     }
@@ -310,7 +314,7 @@ impl Collector for WeirCollector {
     }
 }
 
-fn encode_sources(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -> fmt::Result {
     type C = ConstCounter<u64>;
     type G = ConstGauge<i64>;
     let mut messages = Family::<C>::new(
@@ -369,9 +373,9 @@ fn encode_sources(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     for s in sources {
-        let m = &s.stats.metrics;
+        let m = &s.metrics;
         let name = || vec![("source", s.name.clone())];
-        late.add(name(), counter(load(&s.stats.late)));
+        late.add(name(), counter(load(&s.late)));
         ready.add(name(), gauge(i64::from(m.is_ready())));
         let w = m.watermark.load(Ordering::Relaxed);
         if w != i64::MIN {
@@ -422,7 +426,7 @@ fn encode_sources(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'
     ready.encode(e, MetricType::Gauge)
 }
 
-fn encode_state(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+fn encode_state(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -> fmt::Result {
     type C = ConstCounter<u64>;
     type G = ConstGauge<i64>;
     let mut steps = Family::<G>::new(
@@ -469,8 +473,7 @@ fn encode_state(sources: &[Arc<SourceDefinition>], e: &mut DescriptorEncoder<'_>
         "bytes of the state directory's files",
     );
     for s in sources {
-        let Some(spec) = &s.state else { continue };
-        let Some(st) = spec.last_stats() else {
+        let Some(st) = s.state_figures() else {
             continue;
         };
         let l = || vec![("source", s.name.clone())];

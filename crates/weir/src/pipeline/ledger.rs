@@ -6,7 +6,7 @@
 use arrow::array::RecordBatch;
 use weir_dedup::{Checkpoint, StateStore};
 
-use super::state::dedup;
+use super::dedup::dedup;
 use crate::error::SourceError;
 use crate::source::SourceDefinition;
 
@@ -53,8 +53,8 @@ impl Ledger for StateStore {
         // what `weir stats` would read. This one's keys are written on the commit thread.
         let durable = !self.is_committing();
         StateStore::commit(self, checkpoint).map_err(|e| SourceError::new(&source.name, e))?;
-        if let (false, Some(spec)) = (durable, &source.state) {
-            spec.remember(self);
+        if !durable {
+            source.stats.remember_state(self);
         }
         Ok(())
     }
@@ -62,8 +62,8 @@ impl Ledger for StateStore {
     fn sync(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
         let was = self.is_committing();
         StateStore::sync(self).map_err(|e| SourceError::new(&source.name, e))?;
-        if let (true, Some(spec)) = (was, &source.state) {
-            spec.remember(self);
+        if was {
+            source.stats.remember_state(self);
         }
         Ok(())
     }
@@ -72,17 +72,15 @@ impl Ledger for StateStore {
         let was = self.is_committing();
         let durable = StateStore::try_sync(self).map_err(|e| SourceError::new(&source.name, e))?;
         // Once per commit, when it is found durable: the keys it wrote are counted now.
-        if let (true, true, Some(spec)) = (was, durable, &source.state) {
-            spec.remember(self);
+        if was && durable {
+            source.stats.remember_state(self);
         }
         Ok(durable)
     }
 
     fn finish(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
         StateStore::finish(self).map_err(|e| SourceError::new(&source.name, e))?;
-        if let Some(spec) = &source.state {
-            spec.remember(self);
-        }
+        source.stats.remember_state(self);
         Ok(())
     }
 }

@@ -7,20 +7,22 @@
 //!
 //! - [`reader`]: one positioned reader per connector; there is one Kafka loop.
 //! - [`decode`]: the decode stage, shared by every kind of scan.
-//! - [`state`]: a source's state settings and the dedup stage.
+//! - [`dedup`]: the dedup stage.
 //! - [`steps`]: exactly-once output, and the clean-up of what a crash left.
 //! - [`ledger`]: where the steps are recorded (the state directory, or a table sink's log).
 //! - [`scan`]: the scans DataFusion runs (stateless in parallel, or one reader with state).
+//! - [`table`]: a source as a DataFusion table, whose scans are [`scan`]'s.
 //! - [`threads`]: putting a reader on a thread of its own.
 //! - [`window`]: event time, windows and their aggregation, for continuous queries.
 //!
 //! The engine only wires these together: it never reads a message itself.
 
 pub(crate) mod decode;
+pub(crate) mod dedup;
 pub(crate) mod ledger;
 pub(crate) mod reader;
 pub(crate) mod scan;
-pub(crate) mod state;
 pub(crate) mod steps;
+pub(crate) mod table;
 pub(crate) mod threads;
 pub(crate) mod window;

@@ -15,7 +15,8 @@ use weir_kafka::{Consumer, ConsumerConfig, PollStatus, Record, StartupMode};
 use super::decode::SourceDecoder;
 use crate::error::{SourceError, SourceErrorKind};
 use crate::metrics::PartitionMetrics;
-use crate::source::file::{BlockStatus, FileFeed};
+use crate::source::block::BlockStatus;
+use crate::source::file::FileFeed;
 use crate::source::meta::Position;
 use weir_codec::Frame;
 

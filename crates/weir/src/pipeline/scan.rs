@@ -16,8 +16,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use weir_dedup::Checkpoint;
 
 use super::decode::{ScanShape, SourceDecoder};
+use super::dedup::dedup;
 use super::reader::{FileReader, KafkaReader, Next, PositionedReader};
-use super::state::dedup;
 use super::threads::{thread_stream, with_read_ahead};
 use crate::error::SourceError;
 use crate::source::{Connector, SourceDefinition};
@@ -276,7 +276,7 @@ fn read_with_state(
     let Some(spec) = &source.state else {
         return Ok(());
     };
-    let mut store = spec.open(&source.name)?;
+    let mut store = spec.open(&source.name, &source.stats)?;
     let reader = open_whole(source, store.checkpoint())?;
     let read = with_read_ahead(&source.name, reader, |_, next| -> Result<_, SourceError> {
         loop {
@@ -311,7 +311,7 @@ fn read_with_state(
         }
     })?;
     let Some(positions) = read? else {
-        spec.remember(&store);
+        source.stats.remember_state(&store);
         return Ok(());
     };
     store
@@ -323,6 +323,6 @@ fn read_with_state(
     store
         .finish()
         .map_err(|e| SourceError::new(&source.name, e))?;
-    spec.remember(&store);
+    source.stats.remember_state(&store);
     Ok(())
 }

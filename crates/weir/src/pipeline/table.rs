@@ -12,8 +12,8 @@ use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::SourceDefinition;
 use crate::error::SourceError;
+use crate::source::SourceDefinition;
 
 /// A source as a DataFusion table.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ impl TableProvider for SourceTable {
         _filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        crate::pipeline::scan::plan(
+        super::scan::plan(
             &self.source,
             projection.map(Vec::as_slice),
             limit,

@@ -41,7 +41,7 @@ use weir_kafka::{PemSource, Secret};
 use self::client::{
     display_url, Auth, ClientSettings, RegisteredSchema, RegistryClient, RegistryTls,
 };
-use crate::source::SourceStats;
+use crate::metrics::SourceStats;
 
 pub(crate) use self::client::RegistryError as Error;
 

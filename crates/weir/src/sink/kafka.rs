@@ -234,7 +234,7 @@ impl KafkaSinkSettings {
         let transaction_timeout = options
             .count(&TRANSACTION_TIMEOUT)?
             .map_or(Duration::from_secs(900), Duration::from_millis);
-        let security = crate::source::kafka::security_config(defaults, options)
+        let security = crate::kafka_security::security_config(defaults, options)
             .map_err(|e| SinkError::Options(format!("sink {sink}: {e}")))?;
         Ok(Self {
             producer: ProducerConfig {

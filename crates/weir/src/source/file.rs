@@ -16,8 +16,9 @@ use object_store::ObjectStore;
 use weir_codec::{Frame, Framing};
 use weir_codec::{OptionKind, OptionSpec, Options};
 
+use super::block::BlockStatus;
 use super::file_ranges::{FilePlace, RangeFile, Ranges};
-use crate::error::{SourceError, SourceErrorKind};
+use crate::error::{FileError, SourceError, SourceErrorKind};
 use crate::storage::{self, StorageError};
 
 /// The file connector's options.
@@ -155,7 +156,7 @@ impl FileSettings {
     pub(crate) fn feed(
         &self,
         follow: bool,
-        stages: &Arc<super::ReadStages>,
+        stages: &Arc<crate::metrics::ReadStages>,
     ) -> Result<FileFeed, FileError> {
         let mut feed = match &self.store {
             FileStore::Local => {
@@ -280,40 +281,6 @@ pub(crate) fn parse_framing(options: &Options) -> Result<Framing, weir_codec::Op
 /// was faster than 4 MiB and 256 KiB (BENCHMARKS.md, "Cores").
 pub(crate) const DEFAULT_BLOCK_BYTES: usize = 1 << 20;
 
-/// A problem with the files themselves (not with a message's contents).
-#[derive(Debug, thiserror::Error)]
-pub enum FileError {
-    /// A file could not be opened or read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The path matches nothing.
-    #[error(
-        "'path' = '{0}' matches no file (give a file, a directory or a glob such as 'data/*.bin')"
-    )]
-    NoFiles(String),
-    /// Object storage could not be opened or listed, or cannot do what was asked.
-    #[error("cannot read '{path}': {reason}")]
-    Storage {
-        /// The path, as the source gives it.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// The glob is malformed.
-    #[error("'path' = '{path}' is not a valid glob: {reason}")]
-    BadGlob {
-        /// The pattern.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-}
-
 /// How a glob in a `'path'` matches, as a shell's does: `*` stays within a directory and does
 /// not match a hidden name's leading dot (a directory's hidden files are not read either).
 const GLOB_MATCH: glob::MatchOptions = glob::MatchOptions {
@@ -361,38 +328,6 @@ pub(crate) fn expand_path(spec: &str) -> Result<Vec<PathBuf>, FileError> {
         return Err(FileError::NoFiles(spec.into()));
     }
     Ok(files)
-}
-
-/// What [`FileFeed::next_block`] produced.
-#[derive(Debug)]
-pub(crate) enum BlockStatus {
-    /// `buf[first..len]` holds whole frames of `file`, the first at byte `offset` of the file.
-    Block {
-        /// The file.
-        file: Arc<str>,
-        /// File offset of `buf[first]`.
-        offset: u64,
-        /// Where the first frame begins in the buffer.
-        first: usize,
-        /// End of the last frame in the buffer.
-        len: usize,
-    },
-    /// Bytes that cannot be read as messages: a file that ends inside a frame, or a corrupt
-    /// frame header (the rest of that file is skipped: no frame boundary can be trusted).
-    Bad {
-        /// The file.
-        file: Arc<str>,
-        /// File offset of the frame.
-        offset: u64,
-        /// What is wrong.
-        reason: String,
-        /// The bytes that were dropped (at most 64 KiB of them, for a dead letter).
-        bytes: Vec<u8>,
-    },
-    /// No data now, more may come (follow mode).
-    Wait,
-    /// Every file has been read.
-    End,
 }
 
 struct FeedState {
@@ -446,7 +381,7 @@ pub(crate) struct FileFeed {
     /// Bounded reads: ranges read in parallel (set up at the first block).
     ranges: OnceLock<Ranges>,
     /// Where bounded reads spend their time.
-    stages: Arc<super::ReadStages>,
+    stages: Arc<crate::metrics::ReadStages>,
     /// Readers holding a block whose rows they have not all handed on.
     holders: std::sync::atomic::AtomicUsize,
 }

@@ -21,9 +21,10 @@ use std::time::Instant;
 
 use weir_codec::{Frame, Framing};
 
-use super::file::{BlockStatus, FileError};
+use super::block::BlockStatus;
 use super::walk_ahead::{self, Ahead, Step};
-use super::ReadStages;
+use crate::error::FileError;
+use crate::metrics::ReadStages;
 
 /// Condition variables readers wait on for their turn (more than readers usually run).
 const WAIT_SLOTS: usize = 64;

@@ -1,28 +1,31 @@
 //! Sources: what `CREATE SOURCE` defines. A [`SourceDefinition`] holds everything fixed when the
 //! statement runs: the connector's settings, the encoding prepared once for the declared columns,
 //! the metadata columns, the error policy and the state settings. Reading it is the pipeline's
-//! job (`crate::pipeline`); [`table::SourceTable`] makes it a DataFusion table.
+//! job (`crate::pipeline`), which also makes it a DataFusion table (`pipeline::table`).
 
+pub(crate) mod block;
 pub(crate) mod dead_letter;
 pub(crate) mod file;
 mod file_ranges;
 pub(crate) mod kafka;
 pub(crate) mod meta;
-pub(crate) mod table;
+pub(crate) mod state;
 mod walk_ahead;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use std::time::Duration;
+
+use arrow::datatypes::{Field, Schema, SchemaRef, TimeUnit};
 use weir_codec::{OptionKind, OptionSpec, Options, PreparedDecoder};
 
 use self::dead_letter::DeadLetterFile;
 use self::meta::MetaKind;
+use self::state::{CommitInterval, StateSpec};
 use crate::error::{SourceError, SourceErrorKind};
-use crate::pipeline::state::{CommitInterval, StateSpec};
-use crate::pipeline::window::WatermarkSpec;
+use crate::metrics::SourceStats;
 
 /// The options of every source, whatever its connector and encoding.
 pub(crate) const SOURCE_OPTIONS: &[OptionSpec] = &[
@@ -168,50 +171,6 @@ impl SourceSettings {
     }
 }
 
-/// Counters of one source over all its scans (updated once per batch, not per message).
-#[derive(Debug, Default)]
-pub(crate) struct SourceStats {
-    /// Messages read (good and bad).
-    pub(crate) messages: AtomicU64,
-    /// Message bytes read (without framing).
-    pub(crate) bytes: AtomicU64,
-    /// Messages decoded into rows.
-    pub(crate) decoded: AtomicU64,
-    /// Bad messages skipped.
-    pub(crate) skipped: AtomicU64,
-    /// Bad messages written to the dead-letter file.
-    pub(crate) dead_lettered: AtomicU64,
-    /// Rows behind the watermark, dropped before their window.
-    pub(crate) late: AtomicU64,
-    /// Windows still open when a run without state stopped (their rows are in no output).
-    pub(crate) windows_dropped: AtomicU64,
-    /// Per-partition counters, readiness and watermark, for the metrics (`crate::metrics`).
-    pub(crate) metrics: crate::metrics::SourceMetrics,
-    /// Schema ids met with the schema registry (`'schema.registry.url'`), fetched or not.
-    pub(crate) schema_ids: AtomicU64,
-    /// Decode plans compiled for those schema ids.
-    pub(crate) schema_plans: AtomicU64,
-    /// Where the file readers spent their time.
-    pub(crate) stages: Arc<ReadStages>,
-}
-
-/// Where the readers of a file source spent their time, in nanoseconds summed over the
-/// readers (added once per block or batch).
-#[derive(Debug, Default)]
-pub(crate) struct ReadStages {
-    /// Reading ranges of the files, in parallel.
-    pub(crate) read_ns: AtomicU64,
-    /// Walking ahead through each range's frame headers before its turn, in parallel.
-    pub(crate) ahead_ns: AtomicU64,
-    /// Walking the frame headers to find where each range's first frame begins: the one stage
-    /// taken in turn.
-    pub(crate) framing_ns: AtomicU64,
-    /// Waiting for that turn.
-    pub(crate) waiting_ns: AtomicU64,
-    /// All of the readers' work for their batches: the above and decoding.
-    pub(crate) reader_ns: AtomicU64,
-}
-
 /// The connector of a source.
 #[derive(Debug, Clone)]
 pub(crate) enum Connector {
@@ -229,6 +188,21 @@ impl Connector {
             Self::Kafka(_) => "kafka",
         }
     }
+}
+
+/// A source's event-time column and how far its watermark trails the largest time seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WatermarkSpec {
+    /// The column's index in the source's table.
+    pub(crate) column: usize,
+    /// The column's name.
+    pub(crate) name: String,
+    /// The column's unit: every time below is in it.
+    pub(crate) unit: TimeUnit,
+    /// The watermark is the largest event time seen minus this.
+    pub(crate) delay: i64,
+    /// A channel with no data for this long stops holding the watermark back.
+    pub(crate) idle_timeout: Duration,
 }
 
 /// A preparation narrowed to some decoded columns, and those columns.
@@ -269,7 +243,7 @@ pub(crate) struct SourceDefinition {
     pub(crate) bad_message_hint: &'static str,
 }
 
-/// What [`SourceDefinition::new`] takes.
+/// What [`SourceDefinition::new`] takes: everything `CREATE SOURCE` fixed.
 pub(crate) struct SourceParts {
     pub(crate) name: String,
     pub(crate) connector: Connector,
@@ -279,20 +253,38 @@ pub(crate) struct SourceParts {
     pub(crate) follow: bool,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) bad_message_hint: &'static str,
+    /// The counters (made before the encoding is prepared: a registry counts schema ids in
+    /// them).
+    pub(crate) stats: Arc<SourceStats>,
+    pub(crate) state: Option<StateSpec>,
+    pub(crate) commit: CommitInterval,
+    pub(crate) commit_declared: bool,
+    pub(crate) watermark: Option<WatermarkSpec>,
 }
 
 impl SourceDefinition {
-    /// A definition; the state and watermark settings are added once the schema is known.
-    pub(crate) fn new(parts: SourceParts) -> Self {
-        let decoded = parts.prepared.schema();
+    /// The table schema of a source: `prepared`'s decoded columns, then the metadata columns
+    /// `includes` (what the state and watermark settings are checked against before the
+    /// definition is made).
+    pub(crate) fn table_schema(
+        prepared: &dyn PreparedDecoder,
+        includes: &[(MetaKind, String)],
+    ) -> SchemaRef {
+        let decoded = prepared.schema();
         let mut fields: Vec<Field> = decoded
             .fields()
             .iter()
             .map(|f| f.as_ref().clone())
             .collect();
-        for (kind, name) in &parts.includes {
+        for (kind, name) in includes {
             fields.push(Field::new(name, kind.data_type(), kind.nullable()));
         }
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The definition `parts` make; its schema is [`Self::table_schema`]'s.
+    pub(crate) fn new(parts: SourceParts) -> Self {
+        let schema = Self::table_schema(parts.prepared.as_ref(), &parts.includes);
         Self {
             name: parts.name,
             connector: parts.connector,
@@ -300,14 +292,14 @@ impl SourceDefinition {
             prepared: parts.prepared,
             projections: Mutex::default(),
             includes: parts.includes,
-            schema: Arc::new(Schema::new(fields)),
+            schema,
             follow: parts.follow,
             stop: parts.stop,
-            stats: Arc::default(),
-            state: None,
-            commit: CommitInterval::default(),
-            commit_declared: false,
-            watermark: None,
+            stats: parts.stats,
+            state: parts.state,
+            commit: parts.commit,
+            commit_declared: parts.commit_declared,
+            watermark: parts.watermark,
             bad_message_hint: parts.bad_message_hint,
         }
     }

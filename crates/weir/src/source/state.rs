@@ -1,17 +1,16 @@
-//! A source's state settings (`'state.dir'`, `'dedup.*'`, `'commit.interval'`) and the dedup
-//! stage. The state itself (keys and checkpoints in RocksDB) is `weir_dedup`'s.
+//! A source's state settings (`'state.dir'`, `'dedup.*'`, `'commit.interval'`), as declared. The
+//! dedup stage is the pipeline's (`crate::pipeline::dedup`); the state itself (keys and
+//! checkpoints in RocksDB) is `weir_dedup`'s.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use arrow::array::RecordBatch;
-use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Schema, TimeUnit};
 use weir_codec::{OptionError, OptionKind, OptionSpec, Options};
-use weir_dedup::{DedupKey, DedupStats, KeyColumns, KeyMode, StateOptions, StateStore};
+use weir_dedup::{DedupKey, KeyColumns, KeyMode, StateOptions, StateStore};
 
 use crate::error::{SourceError, SourceErrorKind};
+use crate::metrics::SourceStats;
 
 /// The state options of a source.
 pub(crate) const STATE_OPTIONS: &[OptionSpec] = &[
@@ -150,8 +149,6 @@ pub(crate) struct StateSpec {
     /// `'state.dir'`.
     pub(crate) dir: PathBuf,
     options: StateOptions,
-    /// The state statistics at the end of the last scan, for the run's report.
-    last_stats: Mutex<Option<DedupStats>>,
 }
 
 impl StateSpec {
@@ -229,33 +226,16 @@ impl StateSpec {
                 block_cache_bytes,
                 recent_keys,
             },
-            last_stats: Mutex::new(None),
         }))
     }
 
-    /// Opens the state directory.
-    pub(crate) fn open(&self, source: &str) -> Result<StateStore, SourceError> {
+    /// Opens the state directory of source `name`, whose counters `stats` show the state as
+    /// its last commit left it from the start, not only after this run's first commit.
+    pub(crate) fn open(&self, name: &str, stats: &SourceStats) -> Result<StateStore, SourceError> {
         let store = StateStore::open(&self.dir, self.options.clone())
-            .map_err(|e| SourceError::new(source, e))?;
-        // The metrics show the state as its last commit left it from the start, not only
-        // after this run's first commit.
-        self.remember(&store);
+            .map_err(|e| SourceError::new(name, e))?;
+        stats.remember_state(&store);
         Ok(store)
-    }
-
-    /// Keeps `store`'s statistics as of its last commit, for the run's report and the metrics
-    /// (called when the store opens and when each commit is durable: the figures `weir stats`
-    /// reads back from the same commit).
-    pub(crate) fn remember(&self, store: &StateStore) {
-        *self.last_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(store.committed_stats());
-    }
-
-    /// The statistics at the end of the last scan, if any ran.
-    pub(crate) fn last_stats(&self) -> Option<DedupStats> {
-        self.last_stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 }
 
@@ -267,26 +247,6 @@ fn in_unit(d: Duration, unit: TimeUnit) -> i64 {
         TimeUnit::Nanosecond => d.as_nanos(),
     };
     v.min(i64::MAX as u128) as i64
-}
-
-/// Drops the duplicate rows of `batch`.
-pub(crate) fn dedup(
-    store: &mut StateStore,
-    batch: RecordBatch,
-    source: &str,
-) -> Result<RecordBatch, SourceError> {
-    match store
-        .dedup(&batch)
-        .map_err(|e| SourceError::new(source, e))?
-    {
-        None => Ok(batch),
-        Some(mask) => filter_record_batch(&batch, &mask).map_err(|e| {
-            SourceError::new(
-                source,
-                SourceErrorKind::Thread(format!("cannot drop the duplicate rows: {e}")),
-            )
-        }),
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod delta;
 mod engine;
 mod kafka;
 mod metrics;
+mod modules;
 mod object_storage;
 mod readme;
 mod registry;

@@ -19,24 +19,9 @@ pub(crate) mod query;
 pub(crate) mod session;
 pub(crate) mod time;
 
-use std::time::Duration;
-
 use arrow::datatypes::TimeUnit;
 
-/// A source's event-time column and how far its watermark trails the largest time seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WatermarkSpec {
-    /// The column's index in the source's table.
-    pub(crate) column: usize,
-    /// The column's name.
-    pub(crate) name: String,
-    /// The column's unit: every time below is in it.
-    pub(crate) unit: TimeUnit,
-    /// The watermark is the largest event time seen minus this.
-    pub(crate) delay: i64,
-    /// A channel with no data for this long stops holding the watermark back.
-    pub(crate) idle_timeout: Duration,
-}
+pub(crate) use crate::source::WatermarkSpec;
 
 /// The window a table function gives each row, in the event-time column's unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
