@@ -260,14 +260,16 @@ pub enum AuthFailure {
 impl Error {
     /// True for failures worth retrying after a metadata refresh (sockets, protocol hiccups).
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
+        match self {
+            // A response in a version this client does not read is answered the same way by
+            // the next attempt; a damaged one may not be.
+            Self::Malformed { source, .. } => !matches!(source, WireError::Version { .. }),
             Self::Io { .. }
-                | Self::NoBroker { .. }
-                | Self::Protocol { .. }
-                | Self::Malformed { .. }
-                | Self::TlsStream { .. }
-        )
+            | Self::NoBroker { .. }
+            | Self::Protocol { .. }
+            | Self::TlsStream { .. } => true,
+            _ => false,
+        }
     }
 }
 
@@ -387,4 +389,28 @@ pub enum SaslError {
     /// A mechanism of the user's own failed.
     #[error(transparent)]
     Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_version_the_client_does_not_read_is_not_retried() {
+        let malformed = |source| Error::Malformed {
+            broker: "127.0.0.1:9092".into(),
+            api: "Fetch",
+            source,
+        };
+        let damaged = malformed(WireError::Truncated {
+            what: "records",
+            at: 12,
+        });
+        let unread = malformed(WireError::Version {
+            api: "Fetch",
+            version: 99,
+        });
+        assert!(damaged.is_transient());
+        assert!(!unread.is_transient());
+    }
 }

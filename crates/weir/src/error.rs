@@ -34,7 +34,7 @@ pub enum EngineError {
         reason: &'static str,
     },
     /// A sink failed while completing its files.
-    #[error("sink {sink}: {source}")]
+    #[error("{}", named_sink(sink, source))]
     Sink {
         /// The sink.
         sink: String,
@@ -61,7 +61,7 @@ pub enum StatementError {
     #[error(transparent)]
     Source(#[from] SourceError),
     /// A sink could not be created or written.
-    #[error("sink {sink}: {source}")]
+    #[error("{}", named_sink(sink, source))]
     Sink {
         /// The sink.
         sink: String,
@@ -194,7 +194,7 @@ pub enum SourceErrorKind {
     #[error("{0}")]
     Thread(String),
     /// The output of an exactly-once pipeline failed.
-    #[error("sink {sink}: {source}")]
+    #[error("{}", named_sink(sink, source))]
     Sink {
         /// The sink.
         sink: String,
@@ -246,4 +246,46 @@ pub enum FileError {
         /// Why.
         reason: String,
     },
+}
+
+/// `source` as the error of sink `sink`: prefixed with the sink's name unless the error names
+/// it first already (many of a sink's own errors do, since some reach the user on their own).
+fn named_sink(sink: &str, source: &SinkError) -> String {
+    let text = source.to_string();
+    match text
+        .strip_prefix("sink ")
+        .and_then(|t| t.strip_prefix(sink))
+    {
+        Some(rest) if rest.starts_with(": ") => text,
+        _ => format!("sink {sink}: {text}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sink_is_named_once() {
+        let named = SinkError::Options("sink bars: the key is not a column".into());
+        let plain = SinkError::Options("the key is not a column".into());
+        let other = SinkError::Options("sink barsx: a longer name".into());
+        assert_eq!(
+            named_sink("bars", &named),
+            "sink bars: the key is not a column"
+        );
+        assert_eq!(
+            named_sink("bars", &plain),
+            "sink bars: the key is not a column"
+        );
+        assert_eq!(
+            named_sink("bars", &other),
+            "sink bars: sink barsx: a longer name"
+        );
+        let e = StatementError::Sink {
+            sink: "bars".into(),
+            source: Box::new(named),
+        };
+        assert_eq!(e.to_string(), "sink bars: the key is not a column");
+    }
 }

@@ -334,8 +334,8 @@ impl RegistryClient {
     /// `GET /schemas/ids/{id}`.
     pub(crate) fn schema_by_id(&self, id: u32) -> Result<RegisteredSchema, RegistryError> {
         let what = format!("schema id {id}");
-        let json = self.get(&format!("/schemas/ids/{id}"), &what)?;
-        let mut s = self.schema_of(&json, &what)?;
+        let answer = self.get(&format!("/schemas/ids/{id}"), &what)?;
+        let mut s = schema_of(&answer, &what)?;
         s.id = Some(id);
         Ok(s)
     }
@@ -352,21 +352,22 @@ impl RegistryClient {
             version.to_string()
         };
         let what = format!("subject '{subject}' version {v}");
-        let json = self.get(
+        let answer = self.get(
             &format!("/subjects/{}/versions/{v}", path_escape(subject)),
             &what,
         )?;
-        self.schema_of(&json, &what)
+        schema_of(&answer, &what)
     }
 
     /// `GET /subjects/{subject}/versions`: the subject's version numbers, newest first.
     pub(crate) fn versions(&self, subject: &str) -> Result<Vec<i64>, RegistryError> {
         let what = format!("the versions of subject '{subject}'");
-        let json = self.get(
+        let answer = self.get(
             &format!("/subjects/{}/versions", path_escape(subject)),
             &what,
         )?;
-        let mut versions = json
+        let mut versions = answer
+            .json
             .as_array()
             .and_then(|a| {
                 a.iter()
@@ -374,7 +375,7 @@ impl RegistryClient {
                     .collect::<Option<Vec<_>>>()
             })
             .ok_or_else(|| RegistryError::BadAnswer {
-                url: display_url(self.url()),
+                url: answer.from.clone(),
                 what,
                 reason: "not a list of version numbers".into(),
             })?;
@@ -411,7 +412,7 @@ impl RegistryClient {
     }
 
     /// One GET on each URL in turn, with retries for a registry that cannot be reached.
-    fn get(&self, path: &str, what: &str) -> Result<serde_json::Value, RegistryError> {
+    fn get(&self, path: &str, what: &str) -> Result<Answer, RegistryError> {
         self.request(path, what, None)
     }
 
@@ -421,16 +422,18 @@ impl RegistryClient {
     pub(crate) fn register(&self, subject: &str, proto: &str) -> Result<u32, RegistryError> {
         let what = format!("registering a schema under subject '{subject}'");
         let body = serde_json::json!({ "schemaType": "PROTOBUF", "schema": proto }).to_string();
-        let json = self.request(
+        let answer = self.request(
             &format!("/subjects/{}/versions", path_escape(subject)),
             &what,
             Some(&body),
         )?;
-        json.get("id")
+        answer
+            .json
+            .get("id")
             .and_then(serde_json::Value::as_u64)
             .and_then(|i| u32::try_from(i).ok())
             .ok_or_else(|| RegistryError::BadAnswer {
-                url: display_url(self.url()),
+                url: answer.from.clone(),
                 what,
                 reason: "no 'id'".into(),
             })
@@ -438,12 +441,7 @@ impl RegistryClient {
 
     /// One request (a GET, or a POST of `body`) on each URL in turn, with retries for a
     /// registry that cannot be reached.
-    fn request(
-        &self,
-        path: &str,
-        what: &str,
-        body: Option<&str>,
-    ) -> Result<serde_json::Value, RegistryError> {
+    fn request(&self, path: &str, what: &str, body: Option<&str>) -> Result<Answer, RegistryError> {
         let mut wait = self.settings.backoff;
         let mut attempts = 0;
         loop {
@@ -451,7 +449,12 @@ impl RegistryClient {
             for (base, authorization) in &self.targets {
                 attempts += 1;
                 match self.request_once(base, authorization.as_ref(), path, what, body) {
-                    Ok(s) => return Ok(s),
+                    Ok(json) => {
+                        return Ok(Answer {
+                            json,
+                            from: display_url(base),
+                        })
+                    }
                     Err(e @ RegistryError::Unreachable { .. }) => last = Some(e),
                     Err(e) => return Err(e),
                 }
@@ -563,51 +566,54 @@ impl RegistryClient {
             reason: "not JSON".into(),
         })
     }
+}
 
-    /// The schema in a registry answer (`what` it answered, for messages).
-    fn schema_of(
-        &self,
-        json: &serde_json::Value,
-        what: &str,
-    ) -> Result<RegisteredSchema, RegistryError> {
-        let bad = |reason: &str| RegistryError::BadAnswer {
-            url: display_url(self.url()),
-            what: what.to_string(),
-            reason: reason.to_string(),
-        };
-        let schema = json
-            .get("schema")
-            .and_then(|s| s.as_str())
-            .ok_or_else(|| bad("no 'schema'"))?
-            .to_string();
-        let references = match json.get("references").and_then(|r| r.as_array()) {
-            None => Vec::new(),
-            Some(refs) => refs
-                .iter()
-                .map(|r| {
-                    Some(Reference {
-                        name: r.get("name")?.as_str()?.to_string(),
-                        subject: r.get("subject")?.as_str()?.to_string(),
-                        version: r.get("version")?.as_i64()?,
-                    })
+/// A registry's JSON answer, and the URL (without user info) of the registry that gave it.
+struct Answer {
+    json: serde_json::Value,
+    from: String,
+}
+
+/// The schema in a registry's answer (to `what`, for messages).
+fn schema_of(answer: &Answer, what: &str) -> Result<RegisteredSchema, RegistryError> {
+    let json = &answer.json;
+    let bad = |reason: &str| RegistryError::BadAnswer {
+        url: answer.from.clone(),
+        what: what.to_string(),
+        reason: reason.to_string(),
+    };
+    let schema = json
+        .get("schema")
+        .and_then(|s| s.as_str())
+        .ok_or_else(|| bad("no 'schema'"))?
+        .to_string();
+    let references = match json.get("references").and_then(|r| r.as_array()) {
+        None => Vec::new(),
+        Some(refs) => refs
+            .iter()
+            .map(|r| {
+                Some(Reference {
+                    name: r.get("name")?.as_str()?.to_string(),
+                    subject: r.get("subject")?.as_str()?.to_string(),
+                    version: r.get("version")?.as_i64()?,
                 })
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| bad("a reference without name, subject or version"))?,
-        };
-        Ok(RegisteredSchema {
-            id: json
-                .get("id")
-                .and_then(serde_json::Value::as_u64)
-                .and_then(|i| u32::try_from(i).ok()),
-            schema_type: json
-                .get("schemaType")
-                .and_then(|s| s.as_str())
-                .unwrap_or("AVRO")
-                .to_string(),
-            schema,
-            references,
-        })
-    }
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("a reference without name, subject or version"))?,
+    };
+    Ok(RegisteredSchema {
+        id: json
+            .get("id")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|i| u32::try_from(i).ok()),
+        schema_type: json
+            .get("schemaType")
+            .and_then(|s| s.as_str())
+            .unwrap_or("AVRO")
+            .to_string(),
+        schema,
+        references,
+    })
 }
 
 /// A URL without the `user:password@` part some write into it.
