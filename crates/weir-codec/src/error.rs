@@ -181,7 +181,7 @@ pub enum EvolutionError {
 pub enum SchemaIdError {
     /// The schema could not be had: the registry did not give it, it does not compile, or the
     /// message-index list names no message in it.
-    #[error("schema id {schema_id} ({context}): {cause}")]
+    #[error("schema id {schema_id} ({context}): {}", shortened(cause.as_ref()))]
     Unavailable {
         /// The schema id.
         schema_id: u32,
@@ -209,6 +209,25 @@ impl SchemaIdError {
             cause: Arc::from(cause.into()),
         }
     }
+}
+
+/// The longest cause text a [`SchemaIdError`] shows, in bytes: every message with the id
+/// carries it (into logs and dead-letter files), and a compiler's or a registry's text can be
+/// long.
+const MAX_CAUSE_TEXT: usize = 400;
+
+/// `cause`'s text, cut at a character boundary to at most [`MAX_CAUSE_TEXT`] bytes.
+fn shortened(cause: &(dyn std::error::Error + Send + Sync)) -> String {
+    let mut text = cause.to_string();
+    if text.len() > MAX_CAUSE_TEXT {
+        let mut cut = MAX_CAUSE_TEXT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
 }
 
 /// Two errors are equal when they say the same (a cause is an error of any type).
@@ -401,5 +420,25 @@ impl std::error::Error for DecodeError {
             DecodeErrorKind::SchemaId(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_cause_is_cut_at_a_character_boundary() {
+        // 399 ASCII bytes, then 'é' (2 bytes) straddles the limit.
+        let long = format!("{}é{}", "x".repeat(399), "y".repeat(1000));
+        let e = SchemaIdError::unavailable(7, "source subject 'q-value'", long);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("schema id 7 (source subject 'q-value'): xxx"),
+            "{text}"
+        );
+        assert!(text.ends_with(&format!("{}...", "x".repeat(10))), "{text}");
+        let short = SchemaIdError::unavailable(7, "here", "not registered");
+        assert_eq!(short.to_string(), "schema id 7 (here): not registered");
     }
 }

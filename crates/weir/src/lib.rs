@@ -42,8 +42,7 @@ pub use engine::{
     Engine, EngineOptions, ReaderTimes, SinkReport, SourceReport, SourceStatsHandle,
     WindowStateReport, SQL_BAD_MESSAGE_HINT,
 };
-pub use error::FileError;
-pub use error::{df_message, EngineError, SourceError, SourceErrorKind, StatementError};
+pub use error::{df_message, EngineError, FileError, SourceError, SourceErrorKind, StatementError};
 pub use metrics::server::MetricsServer;
 pub use metrics::MetricsHandle;
 pub use output::{ResultOutput, ResultWriter, StdoutFormat};

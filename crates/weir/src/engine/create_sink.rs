@@ -379,7 +379,7 @@ impl Engine {
             )
         };
         let mut store = match &source.state {
-            Some(spec) => Some(spec.open(&source.name, &source.stats)?),
+            Some(spec) => Some(spec.open(&source.stats)?),
             None if settings.delta && matches!(job, ExactlyOnce::Rows(_)) => None,
             None => {
                 return Err(StatementError::Invalid(format!(

@@ -2,12 +2,11 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Engine;
 use crate::error::EngineError;
-use crate::source::SourceDefinition;
 
 /// What one source did during a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +65,7 @@ pub struct SinkReport {
 
 /// Reads the counters of an engine's sources from another thread (for a progress line).
 #[derive(Clone)]
-pub struct SourceStatsHandle(Arc<Mutex<Vec<Arc<SourceDefinition>>>>);
+pub struct SourceStatsHandle(crate::metrics::SourceStatsTable);
 
 impl SourceStatsHandle {
     /// The counters of every source so far.
@@ -75,21 +74,18 @@ impl SourceStatsHandle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|c| {
-                let s = &c.stats;
-                SourceReport {
-                    name: c.name.clone(),
-                    messages: s.messages.load(Ordering::Relaxed),
-                    bytes: s.bytes.load(Ordering::Relaxed),
-                    decoded: s.decoded.load(Ordering::Relaxed),
-                    skipped: s.skipped.load(Ordering::Relaxed),
-                    dead_lettered: s.dead_lettered.load(Ordering::Relaxed),
-                    late: s.late.load(Ordering::Relaxed),
-                    windows_dropped: s.windows_dropped.load(Ordering::Relaxed),
-                    schema_ids: s.schema_ids.load(Ordering::Relaxed),
-                    schema_plans: s.schema_plans.load(Ordering::Relaxed),
-                    stages: reader_times(&s.stages),
-                }
+            .map(|s| SourceReport {
+                name: s.name.clone(),
+                messages: s.messages.load(Ordering::Relaxed),
+                bytes: s.bytes.load(Ordering::Relaxed),
+                decoded: s.decoded.load(Ordering::Relaxed),
+                skipped: s.skipped.load(Ordering::Relaxed),
+                dead_lettered: s.dead_lettered.load(Ordering::Relaxed),
+                late: s.late.load(Ordering::Relaxed),
+                windows_dropped: s.windows_dropped.load(Ordering::Relaxed),
+                schema_ids: s.schema_ids.load(Ordering::Relaxed),
+                schema_plans: s.schema_plans.load(Ordering::Relaxed),
+                stages: reader_times(&s.stages),
             })
             .collect()
     }
@@ -121,7 +117,7 @@ impl Engine {
 
     /// A handle that reads the source counters from another thread.
     pub fn source_stats_handle(&self) -> SourceStatsHandle {
-        SourceStatsHandle(Arc::clone(&self.sources))
+        SourceStatsHandle(Arc::clone(&self.source_stats))
     }
 
     /// The counters of every source so far.
@@ -135,7 +131,6 @@ impl Engine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .filter(|c| c.state.is_some())
             .filter_map(|c| Some((c.name.clone(), c.stats.state_figures()?)))
             .collect()
     }

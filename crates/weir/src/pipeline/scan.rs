@@ -276,7 +276,7 @@ fn read_with_state(
     let Some(spec) = &source.state else {
         return Ok(());
     };
-    let mut store = spec.open(&source.name, &source.stats)?;
+    let mut store = spec.open(&source.stats)?;
     let reader = open_whole(source, store.checkpoint())?;
     let read = with_read_ahead(&source.name, reader, |_, next| -> Result<_, SourceError> {
         loop {

@@ -90,6 +90,8 @@ pub(crate) struct RegisteredSchema {
     pub(crate) schema: String,
     /// Its references: other subjects' schemas it imports, by the name it imports them by.
     pub(crate) references: Vec<Reference>,
+    /// The registry (its URL, without user info) that answered.
+    pub(crate) from: String,
 }
 
 /// A reference from a schema to another subject's schema.
@@ -324,11 +326,6 @@ impl RegistryClient {
             agent,
             targets,
         })
-    }
-
-    /// The first URL (for messages).
-    pub(crate) fn url(&self) -> &str {
-        self.settings.urls.first().map_or("", String::as_str)
     }
 
     /// `GET /schemas/ids/{id}`.
@@ -613,6 +610,7 @@ fn schema_of(answer: &Answer, what: &str) -> Result<RegisteredSchema, RegistryEr
             .to_string(),
         schema,
         references,
+        from: answer.from.clone(),
     })
 }
 
@@ -661,6 +659,14 @@ fn shorten(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_registry_message_is_shortened_at_a_character_boundary() {
+        assert_eq!(shorten("schema not found"), "schema not found");
+        // 299 ASCII bytes, then 'é' (2 bytes) across the limit.
+        let long = format!("{}é{}", "m".repeat(299), "n".repeat(500));
+        assert_eq!(shorten(&long), format!("{}...", "m".repeat(299)));
+    }
 
     fn client_of(url: &str, auth: Auth) -> RegistryClient {
         RegistryClient::new(ClientSettings {

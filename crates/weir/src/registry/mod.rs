@@ -38,9 +38,7 @@ use weir_codec::{
 };
 use weir_kafka::{PemSource, Secret};
 
-use self::client::{
-    display_url, Auth, ClientSettings, RegisteredSchema, RegistryClient, RegistryTls,
-};
+use self::client::{Auth, ClientSettings, RegisteredSchema, RegistryClient, RegistryTls};
 use crate::metrics::SourceStats;
 
 pub(crate) use self::client::RegistryError as Error;
@@ -257,7 +255,7 @@ impl Use {
             .map_or(usize::MAX, |d| usize::try_from(d).unwrap_or(usize::MAX));
         let latest = client.version(&subject, -1)?;
         let latest_id = latest.id.ok_or_else(|| Error::BadAnswer {
-            url: display_url(client.url()),
+            url: latest.from.clone(),
             what: format!("subject '{subject}' version latest"),
             reason: "no 'id'".into(),
         })?;
@@ -444,7 +442,7 @@ impl SinkSchema {
             None => client.version(&subject, -1)?,
         };
         let id = registered.id.ok_or_else(|| Error::BadAnswer {
-            url: display_url(client.url()),
+            url: registered.from.clone(),
             what: format!("subject '{subject}' version latest"),
             reason: "no 'id'".into(),
         })?;

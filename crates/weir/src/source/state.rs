@@ -84,16 +84,6 @@ pub(crate) struct CommitInterval {
     rows: Option<u64>,
 }
 
-impl Default for CommitInterval {
-    /// `'commit.interval'`'s default: 5 s or 1,000,000 rows.
-    fn default() -> Self {
-        Self {
-            every: Some(Duration::from_secs(5)),
-            rows: Some(1_000_000),
-        }
-    }
-}
-
 impl CommitInterval {
     /// A source's `'commit.interval'` (given or the default).
     pub(crate) fn of(source: &str, options: &Options) -> Result<Self, SourceError> {
@@ -229,11 +219,11 @@ impl StateSpec {
         }))
     }
 
-    /// Opens the state directory of source `name`, whose counters `stats` show the state as
-    /// its last commit left it from the start, not only after this run's first commit.
-    pub(crate) fn open(&self, name: &str, stats: &SourceStats) -> Result<StateStore, SourceError> {
+    /// Opens the state directory of the source whose counters are `stats`; they show the state
+    /// as its last commit left it from the start, not only after this run's first commit.
+    pub(crate) fn open(&self, stats: &SourceStats) -> Result<StateStore, SourceError> {
         let store = StateStore::open(&self.dir, self.options.clone())
-            .map_err(|e| SourceError::new(name, e))?;
+            .map_err(|e| SourceError::new(&stats.name, e))?;
         stats.remember_state(&store);
         Ok(store)
     }

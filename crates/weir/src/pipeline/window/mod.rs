@@ -21,8 +21,6 @@ pub(crate) mod time;
 
 use arrow::datatypes::TimeUnit;
 
-pub(crate) use crate::source::WatermarkSpec;
-
 /// The window a table function gives each row, in the event-time column's unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WindowKind {

@@ -23,8 +23,9 @@ use super::assign::assign;
 use super::ops::{apply_all, Op};
 use super::session::SessionWindows;
 use super::time::{EventTime, NONE};
-use super::{WatermarkSpec, WindowKind};
+use super::WindowKind;
 use crate::source::meta::MetaKind;
+use crate::source::WatermarkSpec;
 use crate::source::{OnError, SourceDefinition};
 
 /// A continuous query over one source, compiled from DataFusion's plan.
