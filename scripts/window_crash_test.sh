@@ -148,6 +148,7 @@ if topic:
                          "enable.partition.eof": True, "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
     rows, ended = [], set()
+    at = []  # each record's (partition, offset), to place a doubled bar's copies
     while len(ended) < 3:
         m = consumer.poll(10)
         if m is None:
@@ -158,6 +159,7 @@ if topic:
                 continue
             sys.exit(f"window crash test: reading the output topic: {m.error()}")
         rows.append(json.loads(m.value()))
+        at.append((m.partition(), m.offset()))
     consumer.close()
     t = pa.Table.from_pylist(rows)
     for c in ("window_start", "window_end"):  # JSON holds them as RFC 3339 text
@@ -182,6 +184,7 @@ else:
 def ns(col):  # Delta keeps microseconds, the step files nanoseconds
     return col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64()).to_pylist()
 got = {}
+first_at = {}
 doubled = 0
 # A doubled bar with the same values is a step written twice (the sink); with other values, a
 # window emitted before all its rows came and again after (the watermark): told apart here.
@@ -193,9 +196,12 @@ for t in parts:
         assert e - s == WINDOW, (s, e)
         k = (s, cols[0][i])
         v = [cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i]]
+        where_now = at[i] if topic else None
         if k in got:
             doubled += 1
-            copies.append((k, got[k], v))
+            copies.append((k, got[k], v, first_at.get(k), where_now))
+        else:
+            first_at[k] = where_now
         got[k] = v
 want = {k: [v[0], v[1], v[2], v[3][1], v[4][1]] for k, v in bars.items()}
 missing = [k for k in want if k not in got]
@@ -207,12 +213,21 @@ print(f"window crash test: {sent} messages sent, {len(seen)} distinct, {len(want
 for k in wrong[:5]:
     print("  ", k, "want", want[k], "got", got[k])
 if copies:
-    same = sum(1 for _, a, b in copies if a == b)
-    starts = sorted(k[0] for k, _, _ in copies)
+    same = sum(1 for _, a, b, _, _ in copies if a == b)
+    starts = sorted(c[0][0] for c in copies)
     print(f"  doubled bars: {same} with the same values, {len(copies) - same} with other values; "
           f"window starts {starts[0]} to {starts[-1]} (ns)")
-    for k, a, b in copies[:5]:
-        print("  ", k, "first", a, "then", b)
+    for k, a, b, first, then in copies[:5]:
+        # In a topic: (partition, offset) of each copy, to tell one transaction from two.
+        print("  ", k, "first", a, "at", first, "then", b, "at", then)
+    if topic:
+        for name, pick in (("first", 3), ("second", 4)):
+            spans = {}
+            for c in copies:
+                part, off = c[pick]
+                lo, hi = spans.get(part, (off, off))
+                spans[part] = (min(lo, off), max(hi, off))
+            print(f"   offsets of the {name} copies by partition:", dict(sorted(spans.items())))
 assert doubled == 0 and not missing and not extra and not wrong, "exactly-once windows violated"
 assert len(seen) < sent, "the stream had no duplicates to drop"
 PY
