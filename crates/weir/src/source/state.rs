@@ -190,13 +190,8 @@ impl StateSpec {
                 Some("none") => KeyMode::Raw,
                 _ => KeyMode::Xxh3_128,
             };
-            let ttl = match (ttl, columns.time_unit()) {
-                (Some(t), Some(unit)) => {
-                    let d = weir_codec::parse_duration(t).map_err(|why| {
-                        err(OptionError::invalid(&DEDUP_TTL, DEDUP_TTL.key, t, why))
-                    })?;
-                    Some(in_unit(d, unit))
-                }
+            let ttl = match (options.duration(&DEDUP_TTL).map_err(err)?, columns.time_unit()) {
+                (Some(d), Some(unit)) => Some(in_unit(d, unit)),
                 _ => None,
             };
             Some(DedupKey { columns, mode, ttl })
