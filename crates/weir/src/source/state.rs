@@ -190,7 +190,10 @@ impl StateSpec {
                 Some("none") => KeyMode::Raw,
                 _ => KeyMode::Xxh3_128,
             };
-            let ttl = match (options.duration(&DEDUP_TTL).map_err(err)?, columns.time_unit()) {
+            let ttl = match (
+                options.duration(&DEDUP_TTL).map_err(err)?,
+                columns.time_unit(),
+            ) {
                 (Some(d), Some(unit)) => Some(in_unit(d, unit)),
                 _ => None,
             };
