@@ -64,13 +64,17 @@ export WEIR_S3_BUCKET=weir-test
 scripts/objectstore.sh bucket "$WEIR_S3_BUCKET"
 echo "object store at $WEIR_S3_ENDPOINT, bucket $WEIR_S3_BUCKET"
 
-echo "== confluent-kafka for the registry tests (in the virtualenv ~/.cache/weir-venv)"
+echo "== confluent-kafka, fastavro and deltalake for the tests (in the virtualenv ~/.cache/weir-venv)"
 # Confluent's own Python serializer produces some of the registry tests' messages.
 VENV="${WEIR_VENV:-$HOME/.cache/weir-venv}"
 if ! "$VENV/bin/python" -c "import confluent_kafka.schema_registry.protobuf" 2>/dev/null; then
     [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check \
         "confluent-kafka[protobuf,schemaregistry]==2.16.0"
+fi
+# fastavro writes the Avro of the Avro decoder's differential test.
+if ! "$VENV/bin/python" -c "import fastavro" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "fastavro==1.12.1"
 fi
 # delta-rs's Python binding reads the Delta tables weir writes, as another engine would.
 if ! "$VENV/bin/python" -c "import deltalake, pyarrow" 2>/dev/null; then

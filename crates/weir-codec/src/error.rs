@@ -108,6 +108,17 @@ pub enum PlanError {
         /// Advice, starting with "; " when present.
         hint: String,
     },
+    /// The declared column type cannot hold the Avro field's values.
+    #[error("column '{column}': field '{field}' {reason}")]
+    AvroTypeMismatch {
+        /// The column (dotted for struct children).
+        column: String,
+        /// The field's path in the record.
+        field: String,
+        /// Its Avro type, the column's Arrow type and advice (`is Avro long, which cannot be
+        /// read as Arrow Int32; declare BIGINT`).
+        reason: String,
+    },
     /// The path goes through a repeated field or a scalar.
     #[error("column '{column}': path '{path}' cannot pass through field '{field}' ({reason})")]
     BadPath {
@@ -305,6 +316,13 @@ pub enum DecodeErrorKind {
     Confluent(String),
     /// The message's schema id has no plan (its cause is the error's source).
     SchemaId(SchemaIdError),
+    /// Avro binary data that does not follow its schema.
+    Avro {
+        /// The field's path in the record ("" for the record itself).
+        field: String,
+        /// What was wrong.
+        problem: String,
+    },
     /// A value does not fit its column (for example a Timestamp past the year 2262 in
     /// nanoseconds).
     OutOfRange {
@@ -393,6 +411,8 @@ impl fmt::Display for DecodeError {
             Json(msg) => write!(f, "cannot render sub-message as JSON: {msg}"),
             Confluent(msg) => write!(f, "bad Confluent framing: {msg}"),
             SchemaId(e) => write!(f, "{e}"),
+            Avro { field, problem } if field.is_empty() => write!(f, "Avro: {problem}"),
+            Avro { field, problem } => write!(f, "Avro field '{field}': {problem}"),
             Other(msg) => f.write_str(msg),
             OutOfRange { field } => write!(f, "value of {field} does not fit its column type"),
             JsonSyntax(what) => write!(f, "invalid JSON: {what}"),

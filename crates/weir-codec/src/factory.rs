@@ -348,7 +348,10 @@ impl PreparedDecoder for PreparedProtobuf {
 }
 
 /// `columns[i]` for each requested index.
-fn pick(columns: &[ColumnSpec], indexes: &[usize]) -> Result<Vec<ColumnSpec>, CodecError> {
+pub(crate) fn pick(
+    columns: &[ColumnSpec],
+    indexes: &[usize],
+) -> Result<Vec<ColumnSpec>, CodecError> {
     indexes
         .iter()
         .map(|&i| {

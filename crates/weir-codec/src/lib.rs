@@ -13,7 +13,11 @@
 //! The JSON decoder ([`JsonDecoder`]) takes the same column declarations and follows the same
 //! error contract: one pass from bytes to typed columns, only the requested keys converted, every
 //! byte validated. See [`JsonDecoder`] for its type mapping and rules.
+//!
+//! The Avro decoder ([`AvroDecoder`]) compiles one plan per writer schema ([`AvroSchema`]) onto
+//! the declared columns and reads binary Avro with it, skipping the fields no column reads.
 
+mod avro;
 mod columns;
 mod error;
 mod factory;
@@ -26,6 +30,10 @@ mod schema;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+pub use avro::{
+    avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroFactory, AvroFraming, AvroSchema,
+    AvroSchemaError, AVRO_OPTIONS,
+};
 pub use error::{CodecError, DecodeError, DecodeErrorKind, PlanError, SchemaError, SchemaIdError};
 pub use factory::{
     parse_time_unit, project_batches, strip_confluent, DecoderFactory, DecoderRequest,

@@ -14,5 +14,7 @@
 pub mod quotes;
 mod rng;
 
-pub use quotes::{Quote, QuoteFormat, QuoteGenerator, DEFAULT_SEED, QUOTE_MESSAGE, STOCKS_PROTO};
+pub use quotes::{
+    Quote, QuoteFormat, QuoteGenerator, DEFAULT_SEED, QUOTE_MESSAGE, STOCKS_AVSC, STOCKS_PROTO,
+};
 pub use rng::Rng;

@@ -10,6 +10,9 @@ use weir_codec::framing::{put_varint, Framing};
 /// The schema of the quotes (`stocks.proto`).
 pub const STOCKS_PROTO: &str = include_str!("stocks.proto");
 
+/// The Avro schema of the quotes (`stocks.avsc`): the same fields, `base` a nested record.
+pub const STOCKS_AVSC: &str = include_str!("stocks.avsc");
+
 /// The full name of the quote message.
 pub const QUOTE_MESSAGE: &str = "stocks.QuoteNBBO";
 
@@ -32,6 +35,8 @@ pub enum QuoteFormat {
     Protobuf,
     /// A JSON object with the same fields (`base` nested).
     Json,
+    /// Binary Avro of `stocks.avsc` (the datum alone).
+    Avro,
 }
 
 /// One quote.
@@ -315,11 +320,30 @@ impl Quote<'_> {
         );
     }
 
+    /// Appends the binary Avro encoding of `stocks.avsc`.
+    pub fn encode_avro(&self, out: &mut Vec<u8>) {
+        let long = |out: &mut Vec<u8>, v: i64| put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
+        long(out, self.ticker.len() as i64);
+        out.extend_from_slice(self.ticker.as_bytes());
+        long(out, self.timestamp);
+        long(out, self.sequence_number);
+        out.extend_from_slice(&self.bid_price.to_le_bytes());
+        long(out, i64::from(self.bid_size));
+        long(out, i64::from(self.bid_exchange));
+        out.extend_from_slice(&self.ask_price.to_le_bytes());
+        long(out, i64::from(self.ask_size));
+        long(out, i64::from(self.ask_exchange));
+        long(out, i64::from(self.conditions));
+        long(out, i64::from(self.indicators));
+        long(out, i64::from(self.tape));
+    }
+
     /// Appends the encoding `format` asks for.
     pub fn encode(&self, format: QuoteFormat, out: &mut Vec<u8>) {
         match format {
             QuoteFormat::Protobuf => self.encode_protobuf(out),
             QuoteFormat::Json => self.encode_json(out),
+            QuoteFormat::Avro => self.encode_avro(out),
         }
     }
 }

@@ -64,6 +64,7 @@ pub fn option_tables() -> Vec<(&'static str, &'static [weir_codec::OptionSpec])>
         ("schema registry", registry::REGISTRY_OPTIONS),
         ("protobuf", weir_codec::PROTOBUF_OPTIONS),
         ("json", weir_codec::JSON_OPTIONS),
+        ("avro", weir_codec::AVRO_OPTIONS),
         ("sink", sink::SINK_CONNECTOR_OPTIONS),
         ("parquet", sink::PARQUET_OPTIONS),
         ("ipc", sink::IPC_OPTIONS),

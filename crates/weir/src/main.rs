@@ -181,7 +181,7 @@ enum GenWhat {
         /// Message encoding.
         #[arg(long, value_enum, default_value_t = FormatArg::Protobuf)]
         format: FormatArg,
-        /// Framing in the file [default: varint for protobuf, lines for json].
+        /// Framing in the file [default: varint for protobuf and avro, lines for json].
         #[arg(long, value_enum)]
         framing: Option<FramingArg>,
         /// The output file.
@@ -199,7 +199,8 @@ enum GenWhat {
         /// Seed: the same seed gives the same bytes.
         #[arg(long, default_value_t = DEFAULT_SEED)]
         seed: u64,
-        /// Also write stocks.proto and its descriptor set stocks.pb into this directory.
+        /// Also write the schemas into this directory: stocks.proto, its descriptor set
+        /// stocks.pb, and stocks.avsc.
         #[arg(long)]
         schema_dir: Option<PathBuf>,
         /// Share of quotes (0 to 1) that repeat one of the last few thousand exactly, the same
@@ -224,6 +225,8 @@ enum GenWhat {
 enum FormatArg {
     Protobuf,
     Json,
+    /// Binary Avro of stocks.avsc (--schema-dir writes it).
+    Avro,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -317,7 +320,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
         } => cli::gen::quotes(cli::gen::QuoteArgs {
             count,
-            protobuf: matches!(format, FormatArg::Protobuf),
+            format: match format {
+                FormatArg::Protobuf => weir_testdata::QuoteFormat::Protobuf,
+                FormatArg::Json => weir_testdata::QuoteFormat::Json,
+                FormatArg::Avro => weir_testdata::QuoteFormat::Avro,
+            },
             framing: framing.map(Framing::from),
             out,
             to,

@@ -4,14 +4,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use weir_codec::Framing;
-use weir_testdata::{QuoteFormat, QuoteGenerator, STOCKS_PROTO};
+use weir_testdata::{QuoteFormat, QuoteGenerator, STOCKS_AVSC, STOCKS_PROTO};
 
 use super::progress::{bytes, count};
 
 /// What `weir gen quotes` was given.
 pub(crate) struct QuoteArgs {
     pub(crate) count: u64,
-    pub(crate) protobuf: bool,
+    pub(crate) format: QuoteFormat,
     pub(crate) framing: Option<Framing>,
     pub(crate) out: Option<PathBuf>,
     pub(crate) to: Option<String>,
@@ -49,10 +49,10 @@ pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
         // Gaps drawn uniformly from 1 to 2 x the mean.
         generator = generator.with_event_time(start, (2_000_000_000 / per_second).max(1));
     }
-    let (format, default_framing) = if a.protobuf {
-        (QuoteFormat::Protobuf, Framing::Varint)
-    } else {
-        (QuoteFormat::Json, Framing::Lines)
+    let format = a.format;
+    let default_framing = match format {
+        QuoteFormat::Json => Framing::Lines,
+        QuoteFormat::Protobuf | QuoteFormat::Avro => Framing::Varint,
     };
     match (a.out, a.to) {
         (Some(out), _) => {
@@ -89,7 +89,15 @@ pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
     }
     if let Some(dir) = a.schema_dir {
         let (proto, pb) = write_schema(&dir)?;
-        eprintln!("wrote {} and {}", proto.display(), pb.display());
+        let avsc = dir.join("stocks.avsc");
+        std::fs::write(&avsc, STOCKS_AVSC)
+            .with_context(|| format!("cannot write {}", avsc.display()))?;
+        eprintln!(
+            "wrote {}, {} and {}",
+            proto.display(),
+            pb.display(),
+            avsc.display()
+        );
     }
     Ok(())
 }

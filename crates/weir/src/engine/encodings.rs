@@ -1,10 +1,12 @@
 //! The encodings an engine knows, by the name SQL uses in `'encoding' = '...'`: the built-in
-//! `protobuf`, `json` and `raw`, and any a user registers.
+//! `protobuf`, `json`, `avro` and `raw`, and any a user registers.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use weir_codec::{DecoderFactory, EncoderFactory, JsonFactory, ProtobufFactory, RawFactory};
+use weir_codec::{
+    AvroFactory, DecoderFactory, EncoderFactory, JsonFactory, ProtobufFactory, RawFactory,
+};
 
 use crate::encode::JsonEncoderFactory;
 use crate::error::EngineError;
@@ -36,6 +38,13 @@ impl Encodings {
             Encoding {
                 decoder: Some(Arc::new(JsonFactory)),
                 encoder: Some(Arc::new(JsonEncoderFactory)),
+            },
+        );
+        map.insert(
+            "avro".to_string(),
+            Encoding {
+                decoder: Some(Arc::new(AvroFactory)),
+                encoder: None,
             },
         );
         map.insert(

@@ -48,7 +48,7 @@ pub(crate) const CONNECTOR: OptionSpec = OptionSpec::new(
 pub(crate) const ENCODING: OptionSpec = OptionSpec::new(
     "encoding",
     OptionKind::Text,
-    "how messages are decoded: `protobuf`, `json`, `raw`, or any registered name (required); \
+    "how messages are decoded: `protobuf`, `json`, `avro`, `raw`, or any registered name (required); \
      `raw` gives one Binary column (`value` when not declared)",
 );
 const ON_ERROR: OptionSpec = OptionSpec::new(
@@ -80,7 +80,7 @@ pub(crate) const TIMESTAMP_UNIT: OptionSpec = OptionSpec::new(
 pub(crate) const FIELDS: OptionSpec = OptionSpec::new(
     "fields.<column>",
     OptionKind::Text,
-    "bind a column to a field path (protobuf) or key path (json) explicitly: `path.to.field`",
+    "bind a column to a field path (protobuf, avro) or key path (json) explicitly: `path.to.field`",
 );
 
 pub(crate) const SCAN_BOUNDED: OptionSpec = OptionSpec::new(

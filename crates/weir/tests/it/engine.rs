@@ -654,6 +654,101 @@ CREATE SINK lines FROM (SELECT ticker, bid_price FROM q) WITH ('connector' = 'fi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_sources_match_protobuf_sources() {
+    let fx = Fixture::new();
+    let pb = fx.quotes("q.bin", 4_000, 8, Framing::Varint);
+    let av = fx.path("q.avro.bin");
+    let mut f = std::fs::File::create(&av).unwrap();
+    QuoteGenerator::new(8)
+        .write(&mut f, 4_000, QuoteFormat::Avro, Framing::Varint)
+        .unwrap();
+    let avsc = fx.path("stocks.avsc");
+    std::fs::write(&avsc, weir_testdata::STOCKS_AVSC).unwrap();
+    let query = "SELECT ticker, count(*), min(bid_price), max(ask_price), sum(bid_size), max(ts), sum(conditions) FROM q GROUP BY ticker ORDER BY ticker";
+    let e = engine(2);
+    let from_pb = run(
+        &e,
+        &format!(
+            "{}\n{query};",
+            fx.source(
+                "q",
+                "(ticker VARCHAR, ts TIMESTAMP, bid_price DOUBLE, ask_price DOUBLE, bid_size INT UNSIGNED, conditions INT)",
+                &pb,
+                ", 'fields.ts' = 'base.timestamp'"
+            )
+        ),
+    )
+    .await
+    .unwrap();
+    let e = engine(2);
+    let source = |extra: &str| {
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, ts TIMESTAMP, bid_price DOUBLE, ask_price DOUBLE, bid_size BIGINT, conditions INT)
+             WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'avro', 'avro.schema.file' = '{}',
+                   'fields.ticker' = 'base.ticker', 'fields.ts' = 'base.timestamp'{extra});
+             {query};",
+            av.display(),
+            avsc.display()
+        )
+    };
+    let from_avro = run(&e, &source("")).await.unwrap();
+    let fmt = |b: &[RecordBatch]| {
+        arrow::util::pretty::pretty_format_batches(b)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(fmt(&from_pb), fmt(&from_avro));
+    assert_eq!(rows(&from_avro), reference(4_000, 8).len());
+
+    // Without a column list: the schema's top-level fields.
+    let got = run(
+        &engine(1),
+        &format!(
+            "CREATE SOURCE q WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'avro', 'avro.schema.file' = '{}');
+             SELECT count(*), sum(tape), count(DISTINCT base['ticker']) FROM q;",
+            av.display(),
+            avsc.display()
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got[0].column(0).as_primitive::<Int64Type>().value(0), 4_000);
+
+    // A declared type the field cannot widen into: refused at CREATE SOURCE, naming both.
+    let err = run(
+        &engine(1),
+        &format!(
+            "CREATE SOURCE q (conditions BOOLEAN) WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'avro', 'avro.schema.file' = '{}');",
+            av.display(),
+            avsc.display()
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.contains("'conditions'") && err.contains("Avro int"),
+        "{err}"
+    );
+    // A damaged message: the file and byte offset, and the field.
+    let bad = fx.path("bad.avro.bin");
+    let mut data = std::fs::read(&av).unwrap();
+    data.truncate(data.len() - 3);
+    std::fs::write(&bad, &data).unwrap();
+    let err = run(
+        &engine(1),
+        &format!(
+            "CREATE SOURCE q (tape BIGINT) WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'avro', 'avro.schema.file' = '{}');
+             SELECT count(*) FROM q;",
+            bad.display(),
+            avsc.display()
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("bad.avro.bin"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_sources_match_protobuf_sources() {
     let fx = Fixture::new();
     let pb = fx.quotes("q.bin", 4_000, 8, Framing::Varint);

@@ -1,0 +1,578 @@
+//! The per-message loop: runs the plan's operations over Avro binary data, appending to the
+//! column arena. Every read is bounded by the message; a failed message is rolled back.
+
+use super::plan::{Num, Op, Plan, NONE};
+use crate::columns::{self, push_offset, Column, Native, Values};
+use crate::error::{DecodeError, DecodeErrorKind};
+
+/// A decoder's buffers: the columns and the rows they hold.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) cols: Vec<Column>,
+    pub(crate) rows: usize,
+}
+
+/// What went wrong, without the field path (added once, off the hot path).
+#[derive(Debug, Clone, Copy)]
+enum Problem {
+    Truncated,
+    VarintTooLong,
+    IntOutOfRange(i64),
+    NegativeLength(i64),
+    LengthPastEnd { length: u64, remaining: usize },
+    BadBool(u8),
+    InvalidUtf8,
+    UnknownBranch { index: i64, branches: usize },
+    UnknownSymbol { index: i64, symbols: usize },
+    Refused { branch: u32 },
+    TooDeep(u32),
+    TooLarge,
+    OutOfRange,
+    TooManyItems,
+}
+
+/// A problem at byte `at` of the value at path `path`.
+#[derive(Debug)]
+struct Fault {
+    at: usize,
+    path: u32,
+    problem: Problem,
+}
+
+/// The most items of zero bytes each (nulls, empty records) one message may hold: their count
+/// is not bounded by the message's length.
+const MAX_EMPTY_ITEMS: u64 = 1 << 20;
+
+impl State {
+    pub(crate) fn new(plan: &Plan) -> Self {
+        Self {
+            cols: plan.templates.iter().map(Column::clone_empty).collect(),
+            rows: 0,
+        }
+    }
+
+    /// Decodes one message as one row; on error its partial row is rolled back.
+    pub(crate) fn decode_row(&mut self, plan: &Plan, message: &[u8]) -> Result<(), DecodeError> {
+        let mut pos = 0;
+        let fault = match run(plan, plan.root, message, &mut pos, &mut self.cols, 0) {
+            Ok(()) if pos == message.len() => {
+                self.rows += 1;
+                return Ok(());
+            }
+            Ok(()) => {
+                let rest = message.len() - pos;
+                self.rollback(plan);
+                return Err(DecodeError::new(
+                    pos,
+                    DecodeErrorKind::Avro {
+                        field: String::new(),
+                        problem: format!(
+                            "{rest} bytes follow the record: the message was written with \
+                             another schema"
+                        ),
+                    },
+                ));
+            }
+            Err(f) => f,
+        };
+        self.rollback(plan);
+        Err(fault.error(plan))
+    }
+
+    #[cold]
+    fn rollback(&mut self, plan: &Plan) {
+        for &c in &plan.top {
+            columns::truncate(&mut self.cols, c, self.rows);
+        }
+    }
+}
+
+impl Fault {
+    #[cold]
+    fn error(self, plan: &Plan) -> DecodeError {
+        let field = plan
+            .paths
+            .get(self.path as usize)
+            .cloned()
+            .unwrap_or_default();
+        let problem = match self.problem {
+            Problem::Truncated => "the data ends inside the value".to_string(),
+            Problem::VarintTooLong => "a varint longer than 10 bytes".into(),
+            Problem::IntOutOfRange(v) => format!("{v} does not fit an Avro int"),
+            Problem::NegativeLength(v) => format!("negative length or count {v}"),
+            Problem::LengthPastEnd { length, remaining } => {
+                format!("length {length} runs past the end ({remaining} bytes remain)")
+            }
+            Problem::BadBool(b) => format!("a boolean byte of {b} (expected 0 or 1)"),
+            Problem::InvalidUtf8 => "a string that is not valid UTF-8".into(),
+            Problem::UnknownBranch { index, branches } => {
+                format!("union branch {index} does not exist (the union has {branches})")
+            }
+            Problem::UnknownSymbol { index, symbols } => {
+                format!("enum index {index} does not exist (the enum has {symbols} symbols)")
+            }
+            Problem::Refused { branch } => {
+                format!("the value is in union branch {branch}, whose type the column cannot hold")
+            }
+            Problem::TooDeep(limit) => format!("nesting deeper than {limit} ('avro.max.depth')"),
+            Problem::TooLarge => "a column past 2 GiB in one batch".into(),
+            Problem::OutOfRange => "the value does not fit its column type".into(),
+            Problem::TooManyItems => {
+                format!("more than {MAX_EMPTY_ITEMS} items of zero bytes in one message")
+            }
+        };
+        DecodeError::new(self.at, DecodeErrorKind::Avro { field, problem })
+    }
+}
+
+/// Reads a zigzag varint `long`.
+#[inline(always)]
+fn read_long(buf: &[u8], pos: &mut usize) -> Result<i64, Problem> {
+    let p = *pos;
+    if let Some(&b) = buf.get(p) {
+        if b < 0x80 {
+            *pos = p + 1;
+            return Ok(i64::from(b >> 1) ^ -i64::from(b & 1));
+        }
+    }
+    read_long_slow(buf, pos)
+}
+
+#[inline(never)]
+fn read_long_slow(buf: &[u8], pos: &mut usize) -> Result<i64, Problem> {
+    let mut v: u64 = 0;
+    for i in 0..10 {
+        let Some(&b) = buf.get(*pos + i) else {
+            return Err(Problem::Truncated);
+        };
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            if i == 9 && b > 1 {
+                return Err(Problem::VarintTooLong);
+            }
+            *pos += i + 1;
+            return Ok((v >> 1) as i64 ^ -((v & 1) as i64));
+        }
+    }
+    Err(Problem::VarintTooLong)
+}
+
+#[inline(always)]
+fn read_int(buf: &[u8], pos: &mut usize) -> Result<i32, Problem> {
+    let v = read_long(buf, pos)?;
+    i32::try_from(v).map_err(|_| Problem::IntOutOfRange(v))
+}
+
+/// `n` bytes at `*pos`.
+#[inline(always)]
+fn take<'a>(buf: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], Problem> {
+    let p = *pos;
+    match buf.get(p..p.saturating_add(n)) {
+        Some(s) if p.checked_add(n).is_some() => {
+            *pos = p + n;
+            Ok(s)
+        }
+        _ => Err(Problem::LengthPastEnd {
+            length: n as u64,
+            remaining: buf.len().saturating_sub(p),
+        }),
+    }
+}
+
+/// A length-prefixed value (`bytes`, `string`).
+#[inline(always)]
+fn read_bytes<'a>(buf: &'a [u8], pos: &mut usize) -> Result<&'a [u8], Problem> {
+    let len = read_long(buf, pos)?;
+    let n = usize::try_from(len).map_err(|_| Problem::NegativeLength(len))?;
+    take(buf, pos, n)
+}
+
+#[inline(always)]
+fn push<T: Native>(cols: &mut [Column], col: u32, v: T) {
+    let c = &mut cols[col as usize];
+    if let Some(values) = T::vec(&mut c.values) {
+        values.push(v);
+    }
+    c.valid();
+}
+
+#[inline(always)]
+fn push_bytes(cols: &mut [Column], col: u32, bytes: &[u8]) -> Result<(), Problem> {
+    let c = &mut cols[col as usize];
+    if let Values::Bytes { offsets, data } = &mut c.values {
+        data.extend_from_slice(bytes);
+        if !push_offset(offsets, data.len()) {
+            return Err(Problem::TooLarge);
+        }
+    }
+    c.valid();
+    Ok(())
+}
+
+/// Closes a list row at its child's current length.
+fn close_list(cols: &mut [Column], col: u32) -> Result<(), Problem> {
+    let child = match &cols[col as usize].values {
+        Values::List { child, .. } => *child,
+        _ => return Ok(()),
+    };
+    let end = cols[child].len();
+    let c = &mut cols[col as usize];
+    if let Values::List { offsets, .. } = &mut c.values {
+        if !push_offset(offsets, end) {
+            return Err(Problem::TooLarge);
+        }
+    }
+    c.valid();
+    Ok(())
+}
+
+fn push_struct_row(cols: &mut [Column], col: u32) {
+    let c = &mut cols[col as usize];
+    if let Values::Struct { len, .. } = &mut c.values {
+        *len += 1;
+    }
+    c.valid();
+}
+
+#[inline(always)]
+fn store_num(cols: &mut [Column], col: u32, v: i64, to: Num) -> Result<(), Problem> {
+    match to {
+        // An int into an Int32 column: in range by construction.
+        Num::I32 => push(cols, col, v as i32),
+        Num::I64 => push(cols, col, v),
+        Num::F32 => push(cols, col, v as f32),
+        Num::F64 => push(cols, col, v as f64),
+        Num::Mul(k) => push(cols, col, v.checked_mul(k).ok_or(Problem::OutOfRange)?),
+    }
+    Ok(())
+}
+
+/// 10^p for p in 0..=38: the bound of a Decimal128 of precision p.
+const POW10: [i128; 39] = {
+    let mut t = [1i128; 39];
+    let mut i = 1;
+    while i < 39 {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
+/// A big-endian two's-complement integer (an Avro decimal's unscaled value).
+fn decimal_value(bytes: &[u8], precision: u8) -> Result<i128, Problem> {
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    let sign = if negative { 0xff } else { 0 };
+    // Redundant leading sign bytes (a wide fixed) are allowed; the rest must fit 16 bytes.
+    let cut = bytes.len().saturating_sub(16);
+    if bytes[..cut].iter().any(|&b| b != sign) {
+        return Err(Problem::OutOfRange);
+    }
+    let mut v: i128 = if negative { -1 } else { 0 };
+    for &b in &bytes[cut..] {
+        v = (v << 8) | i128::from(b);
+    }
+    let bound = POW10[usize::from(precision.min(38))];
+    if v >= bound || v <= -bound {
+        return Err(Problem::OutOfRange);
+    }
+    Ok(v)
+}
+
+/// Runs operation `op` at `*pos`. Only the nesting operations are here; values are read by
+/// [`value`], so the frame that recursion repeats stays small.
+fn run(
+    plan: &Plan,
+    op: u32,
+    buf: &[u8],
+    pos: &mut usize,
+    cols: &mut [Column],
+    depth: u32,
+) -> Result<(), Fault> {
+    let at = *pos;
+    let fault = |path: u32| move |problem| Fault { at, path, problem };
+    match plan.ops[op as usize] {
+        Op::Record { fields, col } => {
+            if depth > plan.max_depth {
+                return Err(Fault {
+                    at,
+                    path: NONE,
+                    problem: Problem::TooDeep(plan.max_depth),
+                });
+            }
+            for &f in &plan.lists[fields as usize] {
+                run(plan, f, buf, pos, cols, depth + 1)?;
+            }
+            if col != NONE {
+                push_struct_row(cols, col);
+            }
+        }
+        Op::Array {
+            col,
+            item,
+            item_bytes,
+            path,
+        } => {
+            if depth > plan.max_depth {
+                return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
+            }
+            let mut empty_items = 0u64;
+            loop {
+                let block = *pos;
+                let fail = |problem| Fault {
+                    at: block,
+                    path,
+                    problem,
+                };
+                let count = read_long(buf, pos).map_err(fail)?;
+                if count == 0 {
+                    break;
+                }
+                let n = count.unsigned_abs();
+                if count < 0 {
+                    let size = read_long(buf, pos).map_err(fail)?;
+                    let size =
+                        usize::try_from(size).map_err(|_| fail(Problem::NegativeLength(size)))?;
+                    if col == NONE {
+                        // A block that gives its size is skipped whole.
+                        take(buf, pos, size).map_err(fail)?;
+                        continue;
+                    }
+                }
+                check_count(n, item_bytes, buf.len() - *pos, &mut empty_items).map_err(fail)?;
+                for _ in 0..n {
+                    run(plan, item, buf, pos, cols, depth + 1)?;
+                }
+            }
+            if col != NONE {
+                close_list(cols, col).map_err(fault(path))?;
+            }
+        }
+        Op::Map {
+            col,
+            entries,
+            key,
+            value,
+            path,
+        } => {
+            if depth > plan.max_depth {
+                return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
+            }
+            let mut empty_items = 0u64;
+            loop {
+                let block = *pos;
+                let fail = |problem| Fault {
+                    at: block,
+                    path,
+                    problem,
+                };
+                let count = read_long(buf, pos).map_err(fail)?;
+                if count == 0 {
+                    break;
+                }
+                let n = count.unsigned_abs();
+                if count < 0 {
+                    let size = read_long(buf, pos).map_err(fail)?;
+                    let size =
+                        usize::try_from(size).map_err(|_| fail(Problem::NegativeLength(size)))?;
+                    if col == NONE {
+                        take(buf, pos, size).map_err(fail)?;
+                        continue;
+                    }
+                }
+                // Each entry holds at least its key's length byte.
+                check_count(n, 1, buf.len() - *pos, &mut empty_items).map_err(fail)?;
+                for _ in 0..n {
+                    let k = *pos;
+                    let name = read_bytes(buf, pos).map_err(fault_at(k, path))?;
+                    if key != NONE {
+                        if simdutf8::basic::from_utf8(name).is_err() {
+                            return Err(Fault {
+                                at: k,
+                                path,
+                                problem: Problem::InvalidUtf8,
+                            });
+                        }
+                        push_bytes(cols, key, name).map_err(fault_at(k, path))?;
+                    }
+                    run(plan, value, buf, pos, cols, depth + 1)?;
+                    if entries != NONE {
+                        push_struct_row(cols, entries);
+                    }
+                }
+            }
+            if col != NONE {
+                close_list(cols, col).map_err(fault(path))?;
+            }
+        }
+        Op::Union { branches, path } => {
+            let i = read_long(buf, pos).map_err(fault(path))?;
+            let list = &plan.lists[branches as usize];
+            let Some(&b) = usize::try_from(i).ok().and_then(|i| list.get(i)) else {
+                return Err(fault(path)(Problem::UnknownBranch {
+                    index: i,
+                    branches: list.len(),
+                }));
+            };
+            if depth > plan.max_depth {
+                return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
+            }
+            run(plan, b, buf, pos, cols, depth + 1)?;
+        }
+        Op::Refuse { branch, path } => {
+            // `at` is past the branch index already; point at the index.
+            return Err(Fault {
+                at: at.saturating_sub(1),
+                path,
+                problem: Problem::Refused { branch },
+            });
+        }
+        other => value(plan, other, buf, pos, cols)?,
+    }
+    Ok(())
+}
+
+/// Reads one value (anything but a record, array, map or union).
+#[inline]
+fn value(
+    plan: &Plan,
+    op: Op,
+    buf: &[u8],
+    pos: &mut usize,
+    cols: &mut [Column],
+) -> Result<(), Fault> {
+    let at = *pos;
+    let fault = |path: u32| move |problem| Fault { at, path, problem };
+    match op {
+        Op::Null { cols: list } => {
+            for &c in &plan.lists[list as usize] {
+                columns::push_null(cols, c as usize);
+            }
+        }
+        Op::Bool { col, path } => {
+            let b = *buf.get(at).ok_or(Problem::Truncated).map_err(fault(path))?;
+            if b > 1 {
+                return Err(fault(path)(Problem::BadBool(b)));
+            }
+            *pos = at + 1;
+            let c = &mut cols[col as usize];
+            if let Values::Bool(bits) = &mut c.values {
+                bits.push(b == 1);
+            }
+            c.valid();
+        }
+        Op::Int { col, to, path } => {
+            let v = read_int(buf, pos).map_err(fault(path))?;
+            store_num(cols, col, i64::from(v), to).map_err(fault(path))?;
+        }
+        Op::Long { col, to, path } => {
+            let v = read_long(buf, pos).map_err(fault(path))?;
+            store_num(cols, col, v, to).map_err(fault(path))?;
+        }
+        Op::Float { col, to, path } => {
+            let b = take(buf, pos, 4).map_err(fault(path))?;
+            let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            match to {
+                Num::F64 => push(cols, col, f64::from(v)),
+                _ => push(cols, col, v),
+            }
+        }
+        Op::Double { col, path } => {
+            let b = take(buf, pos, 8).map_err(fault(path))?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            push(cols, col, f64::from_le_bytes(a));
+        }
+        Op::Bytes { col, utf8, path } => {
+            let b = read_bytes(buf, pos).map_err(fault(path))?;
+            if utf8 && simdutf8::basic::from_utf8(b).is_err() {
+                return Err(fault(path)(Problem::InvalidUtf8));
+            }
+            push_bytes(cols, col, b).map_err(fault(path))?;
+        }
+        Op::Fixed { col, size, path } => {
+            let b = take(buf, pos, size as usize).map_err(fault(path))?;
+            push_bytes(cols, col, b).map_err(fault(path))?;
+        }
+        Op::Decimal {
+            col,
+            size,
+            precision,
+            path,
+        } => {
+            let b = if size == 0 {
+                read_bytes(buf, pos)
+            } else {
+                take(buf, pos, size as usize)
+            }
+            .map_err(fault(path))?;
+            let v = decimal_value(b, precision).map_err(fault(path))?;
+            push(cols, col, v);
+        }
+        Op::Duration { col, path } => {
+            let b = take(buf, pos, 12).map_err(fault(path))?;
+            let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+            let (months, days, millis) = (word(0), word(4), word(8));
+            let (Ok(months), Ok(days)) = (i32::try_from(months), i32::try_from(days)) else {
+                return Err(fault(path)(Problem::OutOfRange));
+            };
+            let nanos = i64::from(millis) * 1_000_000;
+            // Arrow's MonthDayNano layout: months, days (i32 each), then nanoseconds (i64),
+            // little-endian: as one i128, months in the low 32 bits.
+            let v = i128::from(months as u32)
+                | (i128::from(days as u32) << 32)
+                | (i128::from(nanos as u64) << 64);
+            push(cols, col, v);
+        }
+        Op::Enum { col, symbols, path } => {
+            let i = read_long(buf, pos).map_err(fault(path))?;
+            let table = &plan.enums[symbols as usize];
+            let Some(s) = usize::try_from(i).ok().and_then(|i| table.get(i)) else {
+                return Err(fault(path)(Problem::UnknownSymbol {
+                    index: i,
+                    symbols: table.len(),
+                }));
+            };
+            push_bytes(cols, col, s).map_err(fault(path))?;
+        }
+        Op::SkipVarint { path } => {
+            read_long(buf, pos).map_err(fault(path))?;
+        }
+        Op::SkipBytes { path } => {
+            read_bytes(buf, pos).map_err(fault(path))?;
+        }
+        Op::SkipFixed { size, path } => {
+            take(buf, pos, size as usize).map_err(fault(path))?;
+        }
+        Op::Fill { col } => columns::push_null(cols, col as usize),
+        Op::Record { .. }
+        | Op::Array { .. }
+        | Op::Map { .. }
+        | Op::Union { .. }
+        | Op::Refuse { .. } => {
+            unreachable!("nesting operations are run by `run`")
+        }
+    }
+    Ok(())
+}
+
+fn fault_at(at: usize, path: u32) -> impl Fn(Problem) -> Fault {
+    move |problem| Fault { at, path, problem }
+}
+
+/// A block of `n` items of at least `item_bytes` bytes each must fit in the `remaining` bytes;
+/// items of no bytes are limited per message instead.
+#[inline]
+fn check_count(n: u64, item_bytes: u32, remaining: usize, empty: &mut u64) -> Result<(), Problem> {
+    if item_bytes == 0 {
+        *empty += n;
+        if *empty > MAX_EMPTY_ITEMS {
+            return Err(Problem::TooManyItems);
+        }
+    } else if n.saturating_mul(u64::from(item_bytes)) > remaining as u64 {
+        return Err(Problem::LengthPastEnd {
+            length: n.saturating_mul(u64::from(item_bytes)),
+            remaining,
+        });
+    }
+    Ok(())
+}

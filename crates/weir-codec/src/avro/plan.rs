@@ -1,0 +1,901 @@
+//! The decode plan of one writer schema onto the declared columns, compiled once: a table of
+//! operations, one per value the writer's schema puts on the wire, each saying how to read the
+//! value (or skip it) and which column receives it. Avro carries no tags, so a record is the
+//! straight sequence of its fields' operations; a declared column the writer lacks gets a fill
+//! operation after them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Fields, IntervalUnit, Schema, SchemaRef, TimeUnit};
+
+use super::schema::{timestamp, AvroSchema, Logical, Node, NodeId};
+use crate::columns::{Column, Values};
+use crate::error::PlanError;
+use crate::ColumnSpec;
+
+/// No column (a value read only to be skipped).
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// How an Avro `int` or `long` is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Num {
+    I32,
+    I64,
+    F32,
+    F64,
+    /// Into an i64 column, multiplied (a finer time unit), overflow checked.
+    Mul(i64),
+}
+
+/// One operation; see the module docs. `path` indexes [`Plan::paths`] (the field path, for
+/// errors).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    /// A writer `null`, or a union's null branch: a null in each column of list `cols`.
+    Null {
+        cols: u32,
+    },
+    Bool {
+        col: u32,
+        path: u32,
+    },
+    Int {
+        col: u32,
+        to: Num,
+        path: u32,
+    },
+    Long {
+        col: u32,
+        to: Num,
+        path: u32,
+    },
+    Float {
+        col: u32,
+        to: Num,
+        path: u32,
+    },
+    Double {
+        col: u32,
+        path: u32,
+    },
+    /// `string` or `bytes` into a Utf8 (`utf8`, validated) or Binary column.
+    Bytes {
+        col: u32,
+        utf8: bool,
+        path: u32,
+    },
+    /// `fixed` into a Binary column.
+    Fixed {
+        col: u32,
+        size: u32,
+        path: u32,
+    },
+    /// A decimal (`size` 0: length-prefixed bytes; else a fixed of `size`) into Decimal128.
+    Decimal {
+        col: u32,
+        size: u32,
+        precision: u8,
+        path: u32,
+    },
+    /// A `duration` fixed(12) into Interval(MonthDayNano).
+    Duration {
+        col: u32,
+        path: u32,
+    },
+    /// An enum's index, stored as its symbol (table `symbols` of [`Plan::enums`]).
+    Enum {
+        col: u32,
+        symbols: u32,
+        path: u32,
+    },
+    SkipVarint {
+        path: u32,
+    },
+    SkipBytes {
+        path: u32,
+    },
+    SkipFixed {
+        size: u32,
+        path: u32,
+    },
+    /// The operations of list `fields`, then a row of struct column `col` (`NONE`: none).
+    Record {
+        fields: u32,
+        col: u32,
+    },
+    /// Blocks of items, each read by operation `item`, then a row of list column `col`.
+    Array {
+        col: u32,
+        item: u32,
+        item_bytes: u32,
+        path: u32,
+    },
+    /// Blocks of entries (a string key into column `key`, operation `value`), each a row of the
+    /// entries struct `entries`, then a row of map column `col`.
+    Map {
+        col: u32,
+        entries: u32,
+        key: u32,
+        value: u32,
+        path: u32,
+    },
+    /// The branch index, then operation `branches[index]` (list `branches`).
+    Union {
+        branches: u32,
+        path: u32,
+    },
+    /// A union branch no column can hold: an error naming it.
+    Refuse {
+        branch: u32,
+        path: u32,
+    },
+    /// A declared column the writer does not have: a null.
+    Fill {
+        col: u32,
+    },
+}
+
+/// Everything decided once per writer schema and set of columns.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) lists: Vec<Vec<u32>>,
+    /// Per enum table: the bytes of each symbol, by the writer's index.
+    pub(crate) enums: Vec<Vec<Box<[u8]>>>,
+    pub(crate) paths: Vec<String>,
+    /// The root record's operation.
+    pub(crate) root: u32,
+    /// Empty column buffers, cloned for each decoder.
+    pub(crate) templates: Vec<Column>,
+    /// Top-level column ids in schema order.
+    pub(crate) top: Vec<usize>,
+    pub(crate) schema: SchemaRef,
+    pub(crate) max_depth: u32,
+    /// Columns the writer lacks (filled with nulls or defaults).
+    pub(crate) missing: usize,
+}
+
+/// Where a column's values go: its id and, for nested types, its children's.
+#[derive(Debug, Clone)]
+enum Target {
+    Leaf {
+        col: u32,
+        ty: DataType,
+    },
+    Struct {
+        col: u32,
+        children: Vec<(String, Target)>,
+    },
+    List {
+        col: u32,
+        item: Box<Target>,
+    },
+    Map {
+        col: u32,
+        entries: u32,
+        key: u32,
+        value: Box<Target>,
+    },
+}
+
+impl Target {
+    fn col(&self) -> u32 {
+        match self {
+            Target::Leaf { col, .. }
+            | Target::Struct { col, .. }
+            | Target::List { col, .. }
+            | Target::Map { col, .. } => *col,
+        }
+    }
+}
+
+/// A column (or struct child) still looking for its field: the rest of its path.
+struct Want {
+    segments: Vec<String>,
+    target: Target,
+    /// The declared column's name, for errors.
+    column: String,
+}
+
+/// What to do with a declared column the writer's schema lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// It is an error (the columns were declared against this very schema).
+    Error,
+    /// Nulls (another version of the schema: the field was added or removed).
+    Null,
+}
+
+/// Compiles the decoding of `writer` onto `columns`.
+pub(crate) fn compile(
+    writer: &AvroSchema,
+    columns: &[ColumnSpec],
+    missing: Missing,
+    capacity: usize,
+    max_depth: usize,
+) -> Result<Plan, PlanError> {
+    let mut c = Compiler {
+        w: writer,
+        plan: Plan {
+            ops: Vec::new(),
+            lists: Vec::new(),
+            enums: Vec::new(),
+            paths: Vec::new(),
+            root: 0,
+            templates: Vec::new(),
+            top: Vec::new(),
+            schema: Arc::new(Schema::empty()),
+            max_depth: u32::try_from(max_depth).unwrap_or(u32::MAX),
+            missing: 0,
+        },
+        skips: HashMap::new(),
+        capacity,
+        missing,
+    };
+    let Node::Record { .. } = writer.node(writer.root()) else {
+        return Err(PlanError::Unsupported {
+            column: columns.first().map_or_else(String::new, |c| c.name.clone()),
+            what: format!(
+                "an Avro schema whose top level is {} (weir reads a record's fields as columns)",
+                writer.describe(writer.root())
+            ),
+        });
+    };
+    let mut fields = Vec::with_capacity(columns.len());
+    let mut wants = Vec::with_capacity(columns.len());
+    for (i, col) in columns.iter().enumerate() {
+        if columns[..i].iter().any(|x| x.name == col.name) {
+            return Err(PlanError::Conflict {
+                column: col.name.clone(),
+                reason: "the column is declared twice".into(),
+            });
+        }
+        let (target, ty) = c.target(&col.data_type, &col.name)?;
+        c.plan.top.push(target.col() as usize);
+        fields.push(Field::new(&col.name, ty, true));
+        let path = col.path.as_deref().unwrap_or(&col.name);
+        wants.push(Want {
+            segments: path.split('.').map(str::to_string).collect(),
+            target,
+            column: col.name.clone(),
+        });
+    }
+    c.plan.schema = Arc::new(Schema::new(fields));
+    c.plan.root = c.record(writer.root(), wants, NONE, "")?;
+    Ok(c.plan)
+}
+
+struct Compiler<'a> {
+    w: &'a AvroSchema,
+    plan: Plan,
+    /// The skip operation of each writer node compiled so far (a recursive type's skip refers
+    /// to itself).
+    skips: HashMap<NodeId, u32>,
+    capacity: usize,
+    missing: Missing,
+}
+
+impl Compiler<'_> {
+    fn op(&mut self, op: Op) -> u32 {
+        self.plan.ops.push(op);
+        (self.plan.ops.len() - 1) as u32
+    }
+
+    fn list(&mut self, l: Vec<u32>) -> u32 {
+        self.plan.lists.push(l);
+        (self.plan.lists.len() - 1) as u32
+    }
+
+    fn path(&mut self, p: &str) -> u32 {
+        if let Some(i) = self.plan.paths.iter().position(|x| x == p) {
+            return i as u32;
+        }
+        self.plan.paths.push(p.to_string());
+        (self.plan.paths.len() - 1) as u32
+    }
+
+    fn column(&mut self, values: Values, ty: DataType) -> u32 {
+        self.plan
+            .templates
+            .push(Column::new(values, ty, self.capacity));
+        (self.plan.templates.len() - 1) as u32
+    }
+
+    /// The columns of declared type `ty` (children first) and the Arrow type they build.
+    fn target(&mut self, ty: &DataType, column: &str) -> Result<(Target, DataType), PlanError> {
+        let unsupported = |what: String| PlanError::Unsupported {
+            column: column.to_string(),
+            what,
+        };
+        Ok(match ty {
+            DataType::Struct(children) => {
+                let mut fields = Vec::with_capacity(children.len());
+                let mut targets = Vec::with_capacity(children.len());
+                let mut ids = Vec::with_capacity(children.len());
+                for f in children.iter() {
+                    let (t, ct) = self.target(f.data_type(), &format!("{column}.{}", f.name()))?;
+                    ids.push(t.col() as usize);
+                    targets.push((f.name().clone(), t));
+                    fields.push(Field::new(f.name(), ct, true));
+                }
+                let out = DataType::Struct(Fields::from(fields));
+                let col = self.column(
+                    Values::Struct {
+                        children: ids,
+                        len: 0,
+                    },
+                    out.clone(),
+                );
+                (
+                    Target::Struct {
+                        col,
+                        children: targets,
+                    },
+                    out,
+                )
+            }
+            DataType::List(item) => {
+                let (t, it) = self.target(item.data_type(), &format!("{column}[]"))?;
+                let out = DataType::List(Arc::new(Field::new(item.name(), it, true)));
+                let col = self.column(
+                    Values::List {
+                        offsets: Vec::new(),
+                        child: t.col() as usize,
+                    },
+                    out.clone(),
+                );
+                (
+                    Target::List {
+                        col,
+                        item: Box::new(t),
+                    },
+                    out,
+                )
+            }
+            DataType::Map(entries, sorted) => {
+                let DataType::Struct(kv) = entries.data_type() else {
+                    return Err(unsupported(format!(
+                        "a Map whose entries are {}",
+                        entries.data_type()
+                    )));
+                };
+                if *sorted || kv.len() != 2 || kv[0].data_type() != &DataType::Utf8 {
+                    return Err(unsupported(
+                        "a Map other than unsorted Map(Utf8, value) (Avro map keys are strings, \
+                         in the writer's order)"
+                            .into(),
+                    ));
+                }
+                let key = self.column(Values::bytes(), DataType::Utf8);
+                let (vt, vty) = self.target(kv[1].data_type(), &format!("{column}{{}}"))?;
+                let entries_type = DataType::Struct(Fields::from(vec![
+                    Field::new(kv[0].name(), DataType::Utf8, false),
+                    Field::new(kv[1].name(), vty, true),
+                ]));
+                let entries_col = self.column(
+                    Values::Struct {
+                        children: vec![key as usize, vt.col() as usize],
+                        len: 0,
+                    },
+                    entries_type.clone(),
+                );
+                let out = DataType::Map(
+                    Arc::new(Field::new(entries.name(), entries_type, false)),
+                    false,
+                );
+                let col = self.column(
+                    Values::List {
+                        offsets: Vec::new(),
+                        child: entries_col as usize,
+                    },
+                    out.clone(),
+                );
+                (
+                    Target::Map {
+                        col,
+                        entries: entries_col,
+                        key,
+                        value: Box::new(vt),
+                    },
+                    out,
+                )
+            }
+            other => {
+                let values = match other {
+                    DataType::Boolean => Values::Bool(Default::default()),
+                    DataType::Int32
+                    | DataType::Date32
+                    | DataType::Time32(TimeUnit::Millisecond) => Values::I32(Vec::new()),
+                    DataType::Int64
+                    | DataType::Timestamp(_, _)
+                    | DataType::Time64(TimeUnit::Microsecond | TimeUnit::Nanosecond) => {
+                        Values::I64(Vec::new())
+                    }
+                    DataType::Float32 => Values::F32(Vec::new()),
+                    DataType::Float64 => Values::F64(Vec::new()),
+                    DataType::Decimal128(_, _) | DataType::Interval(IntervalUnit::MonthDayNano) => {
+                        Values::I128(Vec::new())
+                    }
+                    DataType::Utf8 | DataType::Binary => Values::bytes(),
+                    _ => {
+                        return Err(unsupported(format!(
+                            "Arrow type {other} (the Avro decoder reads Boolean, Int32, Int64, \
+                             Float32, Float64, Decimal128, Date32, Time32(ms), Time64(us|ns), \
+                             Timestamp, Interval(MonthDayNano), Utf8, Binary, Struct, List and \
+                             Map)"
+                        )))
+                    }
+                };
+                let col = self.column(values, other.clone());
+                (
+                    Target::Leaf {
+                        col,
+                        ty: other.clone(),
+                    },
+                    other.clone(),
+                )
+            }
+        })
+    }
+
+    /// The operation reading writer record `node`, feeding `wants` (by field name or path) and
+    /// a row of struct column `col`.
+    fn record(
+        &mut self,
+        node: NodeId,
+        mut wants: Vec<Want>,
+        col: u32,
+        prefix: &str,
+    ) -> Result<u32, PlanError> {
+        let Node::Record { fields, .. } = self.w.node(node).clone() else {
+            return Ok(self.skip(node, prefix));
+        };
+        let mut ops = Vec::with_capacity(fields.len() + 1);
+        for f in &fields {
+            let path = if prefix.is_empty() {
+                f.name.clone()
+            } else {
+                format!("{prefix}.{}", f.name)
+            };
+            let (mine, rest): (Vec<Want>, Vec<Want>) =
+                wants.into_iter().partition(|w| w.segments[0] == f.name);
+            wants = rest;
+            let op = match mine.as_slice() {
+                [] => self.skip(f.schema, &path),
+                [one] if one.segments.len() == 1 => {
+                    let one = mine.into_iter().next().expect("one want");
+                    self.value(f.schema, &one.target, &one.column, &path)?
+                }
+                all if all.iter().all(|w| w.segments.len() > 1) => {
+                    let tails = mine
+                        .into_iter()
+                        .map(|mut w| {
+                            w.segments.remove(0);
+                            w
+                        })
+                        .collect();
+                    self.through(f.schema, tails, &path)?
+                }
+                all => {
+                    let names: Vec<&str> = all.iter().map(|w| w.column.as_str()).collect();
+                    return Err(PlanError::Conflict {
+                        column: names[0].to_string(),
+                        reason: format!(
+                            "columns {} all read field '{path}'; read it once, as a struct \
+                             column, or through paths below it only",
+                            names.join(", ")
+                        ),
+                    });
+                }
+            };
+            ops.push(op);
+        }
+        for w in wants {
+            if self.missing == Missing::Error {
+                return Err(PlanError::UnknownField {
+                    column: w.column,
+                    message: self.w.describe(node),
+                    field: w.segments.join("."),
+                });
+            }
+            self.plan.missing += 1;
+            let op = self.op(Op::Fill {
+                col: w.target.col(),
+            });
+            ops.push(op);
+        }
+        let fields = self.list(ops);
+        Ok(self.op(Op::Record { fields, col }))
+    }
+
+    /// A record (or `["null", record]`) on the path of deeper columns.
+    fn through(&mut self, node: NodeId, wants: Vec<Want>, path: &str) -> Result<u32, PlanError> {
+        match self.w.node(node).clone() {
+            Node::Record { .. } => self.record(node, wants, NONE, path),
+            Node::Union(branches) => {
+                let cols: Vec<u32> = wants.iter().map(|w| w.target.col()).collect();
+                let mut wants = Some(wants);
+                let mut ops = Vec::with_capacity(branches.len());
+                for (i, &b) in branches.iter().enumerate() {
+                    let op = match self.w.node(b) {
+                        Node::Null => {
+                            let cols = self.list(cols.clone());
+                            self.op(Op::Null { cols })
+                        }
+                        Node::Record { .. } if wants.is_some() => {
+                            let w = wants.take().expect("checked");
+                            self.record(b, w, NONE, path)?
+                        }
+                        _ => {
+                            let p = self.path(path);
+                            self.op(Op::Refuse {
+                                branch: i as u32,
+                                path: p,
+                            })
+                        }
+                    };
+                    ops.push(op);
+                }
+                if let Some(w) = wants {
+                    return Err(self.not_a_record(node, &w, path));
+                }
+                let branches = self.list(ops);
+                let p = self.path(path);
+                Ok(self.op(Op::Union { branches, path: p }))
+            }
+            _ => Err(self.not_a_record(node, &wants, path)),
+        }
+    }
+
+    fn not_a_record(&self, node: NodeId, wants: &[Want], path: &str) -> PlanError {
+        let column = wants.first().map_or_else(String::new, |w| w.column.clone());
+        PlanError::BadPath {
+            column,
+            path: format!(
+                "{path}.{}",
+                wants
+                    .first()
+                    .map_or_else(String::new, |w| w.segments.join("."))
+            ),
+            field: path.to_string(),
+            reason: format!("it is {}, not a record", self.w.describe(node)),
+        }
+    }
+
+    /// The operation reading writer `node` into `target`.
+    fn value(
+        &mut self,
+        node: NodeId,
+        target: &Target,
+        column: &str,
+        path: &str,
+    ) -> Result<u32, PlanError> {
+        let p = self.path(path);
+        let mismatch = |c: &Self, hint: &str| PlanError::AvroTypeMismatch {
+            column: column.to_string(),
+            field: path.to_string(),
+            reason: format!(
+                "is Avro {}, which cannot be read as Arrow {}{hint}",
+                c.w.describe(node),
+                match target {
+                    Target::Leaf { ty, .. } => ty.to_string(),
+                    Target::Struct { .. } => "Struct".into(),
+                    Target::List { .. } => "List".into(),
+                    Target::Map { .. } => "Map".into(),
+                }
+            ),
+        };
+        let node_def = self.w.node(node).clone();
+        let op = match (&node_def, target) {
+            (Node::Null, t) => {
+                let cols = self.list(vec![t.col()]);
+                Op::Null { cols }
+            }
+            (Node::Union(branches), t) => {
+                let mut ops = Vec::with_capacity(branches.len());
+                let mut any = false;
+                for (i, &b) in branches.iter().enumerate() {
+                    match self.value(b, t, column, path) {
+                        Ok(op) => {
+                            any |= !matches!(self.w.node(b), Node::Null);
+                            ops.push(op);
+                        }
+                        Err(_) => ops.push(self.op(Op::Refuse {
+                            branch: i as u32,
+                            path: p,
+                        })),
+                    }
+                }
+                if !any {
+                    return Err(mismatch(
+                        self,
+                        "; no branch of the union can be read as the column",
+                    ));
+                }
+                let branches = self.list(ops);
+                Op::Union { branches, path: p }
+            }
+            (Node::Record { .. }, Target::Struct { col, children }) => {
+                let wants = children
+                    .iter()
+                    .map(|(name, t)| Want {
+                        segments: vec![name.clone()],
+                        target: t.clone(),
+                        column: format!("{column}.{name}"),
+                    })
+                    .collect();
+                let saved = self.missing;
+                // A struct's children are matched by name; one the record lacks reads as null.
+                self.missing = Missing::Null;
+                let op = self.record(node, wants, *col, path);
+                self.missing = saved;
+                return op;
+            }
+            (Node::Array(item), Target::List { col, item: it }) => {
+                let item_bytes = self.min_bytes(*item, 0);
+                let item = self.value(*item, it, &format!("{column}[]"), &format!("{path}[]"))?;
+                Op::Array {
+                    col: *col,
+                    item,
+                    item_bytes,
+                    path: p,
+                }
+            }
+            (
+                Node::Map(v),
+                Target::Map {
+                    col,
+                    entries,
+                    key,
+                    value,
+                },
+            ) => {
+                let value =
+                    self.value(*v, value, &format!("{column}{{}}"), &format!("{path}{{}}"))?;
+                Op::Map {
+                    col: *col,
+                    entries: *entries,
+                    key: *key,
+                    value,
+                    path: p,
+                }
+            }
+            (n, Target::Leaf { col, ty }) => {
+                let col = *col;
+                match leaf(n, ty) {
+                    Some(Leaf::Bool) => Op::Bool { col, path: p },
+                    Some(Leaf::Int(to)) => Op::Int { col, to, path: p },
+                    Some(Leaf::Long(to)) => Op::Long { col, to, path: p },
+                    Some(Leaf::Float(to)) => Op::Float { col, to, path: p },
+                    Some(Leaf::Double) => Op::Double { col, path: p },
+                    Some(Leaf::Bytes { utf8 }) => Op::Bytes { col, utf8, path: p },
+                    Some(Leaf::Fixed(size)) => Op::Fixed { col, size, path: p },
+                    Some(Leaf::Decimal { size, precision }) => Op::Decimal {
+                        col,
+                        size,
+                        precision,
+                        path: p,
+                    },
+                    Some(Leaf::Duration) => Op::Duration { col, path: p },
+                    Some(Leaf::Enum(symbols)) => {
+                        self.plan
+                            .enums
+                            .push(symbols.iter().map(|s| s.as_bytes().into()).collect());
+                        Op::Enum {
+                            col,
+                            symbols: (self.plan.enums.len() - 1) as u32,
+                            path: p,
+                        }
+                    }
+                    None => return Err(mismatch(self, hint(n, ty))),
+                }
+            }
+            _ => return Err(mismatch(self, "")),
+        };
+        Ok(self.op(op))
+    }
+
+    /// The operation skipping a value of writer `node` (compiled once per node).
+    fn skip(&mut self, node: NodeId, path: &str) -> u32 {
+        if let Some(&op) = self.skips.get(&node) {
+            return op;
+        }
+        let p = self.path(path);
+        let op = match self.w.node(node).clone() {
+            Node::Null => {
+                let cols = self.list(Vec::new());
+                Op::Null { cols }
+            }
+            Node::Boolean => Op::SkipFixed { size: 1, path: p },
+            Node::Int(_) | Node::Long(_) | Node::Enum { .. } => Op::SkipVarint { path: p },
+            Node::Float => Op::SkipFixed { size: 4, path: p },
+            Node::Double => Op::SkipFixed { size: 8, path: p },
+            Node::Bytes(_) | Node::String(_) => Op::SkipBytes { path: p },
+            Node::Fixed { size, .. } => Op::SkipFixed {
+                size: u32::try_from(size).unwrap_or(u32::MAX),
+                path: p,
+            },
+            Node::Record { fields, .. } => {
+                // Registered before the fields, so a field of the record's own type finds it.
+                let at = self.op(Op::Record {
+                    fields: 0,
+                    col: NONE,
+                });
+                self.skips.insert(node, at);
+                let ops = fields
+                    .iter()
+                    .map(|f| self.skip(f.schema, &format!("{path}.{}", f.name)))
+                    .collect();
+                let fields = self.list(ops);
+                self.plan.ops[at as usize] = Op::Record { fields, col: NONE };
+                return at;
+            }
+            Node::Array(item) => {
+                let at = self.op(Op::SkipVarint { path: p });
+                self.skips.insert(node, at);
+                let item_bytes = self.min_bytes(item, 0);
+                let item = self.skip(item, &format!("{path}[]"));
+                self.plan.ops[at as usize] = Op::Array {
+                    col: NONE,
+                    item,
+                    item_bytes,
+                    path: p,
+                };
+                return at;
+            }
+            Node::Map(v) => {
+                let at = self.op(Op::SkipVarint { path: p });
+                self.skips.insert(node, at);
+                let value = self.skip(v, &format!("{path}{{}}"));
+                self.plan.ops[at as usize] = Op::Map {
+                    col: NONE,
+                    entries: NONE,
+                    key: NONE,
+                    value,
+                    path: p,
+                };
+                return at;
+            }
+            Node::Union(branches) => {
+                let at = self.op(Op::SkipVarint { path: p });
+                self.skips.insert(node, at);
+                let ops = branches.iter().map(|&b| self.skip(b, path)).collect();
+                let branches = self.list(ops);
+                self.plan.ops[at as usize] = Op::Union { branches, path: p };
+                return at;
+            }
+        };
+        let at = self.op(op);
+        self.skips.insert(node, at);
+        at
+    }
+
+    /// The fewest bytes a value of `node` takes (0 for null and for records of nothing): the
+    /// bound on a block's item count that a message's own length gives.
+    fn min_bytes(&self, node: NodeId, depth: u32) -> u32 {
+        if depth > 32 {
+            return 1;
+        }
+        match self.w.node(node) {
+            Node::Null => 0,
+            Node::Float => 4,
+            Node::Double => 8,
+            Node::Fixed { size, .. } => u32::try_from(*size).unwrap_or(u32::MAX),
+            Node::Record { fields, .. } => fields
+                .iter()
+                .map(|f| self.min_bytes(f.schema, depth + 1))
+                .fold(0u32, u32::saturating_add),
+            _ => 1,
+        }
+    }
+}
+
+/// How a writer scalar reads into a leaf column: an [`Op`] without its column and path.
+enum Leaf {
+    Bool,
+    Int(Num),
+    Long(Num),
+    Float(Num),
+    Double,
+    Bytes { utf8: bool },
+    Fixed(u32),
+    Decimal { size: u32, precision: u8 },
+    Duration,
+    Enum(Vec<String>),
+}
+
+/// The read of writer scalar `n` into a column of type `ty` (the Avro specification's
+/// promotions, and the logical types onto their Arrow types), or `None`.
+fn leaf(n: &Node, ty: &DataType) -> Option<Leaf> {
+    use DataType as D;
+    Some(match (n, ty) {
+        (Node::Boolean, D::Boolean) => Leaf::Bool,
+        (Node::Int(None), D::Int32)
+        | (Node::Int(Some(Logical::Date)), D::Date32)
+        | (Node::Int(Some(Logical::TimeMillis)), D::Time32(TimeUnit::Millisecond)) => {
+            Leaf::Int(Num::I32)
+        }
+        (Node::Int(None), D::Int64) => Leaf::Int(Num::I64),
+        (Node::Int(None), D::Float32) => Leaf::Int(Num::F32),
+        (Node::Int(None), D::Float64) => Leaf::Int(Num::F64),
+        (Node::Int(Some(Logical::TimeMillis)), D::Time64(TimeUnit::Microsecond)) => {
+            Leaf::Int(Num::Mul(1_000))
+        }
+        (Node::Int(Some(Logical::TimeMillis)), D::Time64(TimeUnit::Nanosecond)) => {
+            Leaf::Int(Num::Mul(1_000_000))
+        }
+        (Node::Long(None), D::Int64)
+        | (Node::Long(Some(Logical::TimeMicros)), D::Time64(TimeUnit::Microsecond)) => {
+            Leaf::Long(Num::I64)
+        }
+        (Node::Long(Some(Logical::TimeMicros)), D::Time64(TimeUnit::Nanosecond)) => {
+            Leaf::Long(Num::Mul(1_000))
+        }
+        (Node::Long(None), D::Float32) => Leaf::Long(Num::F32),
+        (Node::Long(None), D::Float64) => Leaf::Long(Num::F64),
+        (Node::Long(Some(l)), D::Timestamp(unit, _)) => {
+            let (from, _) = timestamp(*l)?;
+            Leaf::Long(match (from, unit) {
+                (a, b) if a == *b => Num::I64,
+                (TimeUnit::Millisecond, TimeUnit::Microsecond)
+                | (TimeUnit::Microsecond, TimeUnit::Nanosecond) => Num::Mul(1_000),
+                (TimeUnit::Millisecond, TimeUnit::Nanosecond) => Num::Mul(1_000_000),
+                _ => return None,
+            })
+        }
+        (Node::Float, D::Float32) => Leaf::Float(Num::F32),
+        (Node::Float, D::Float64) => Leaf::Float(Num::F64),
+        (Node::Double, D::Float64) => Leaf::Double,
+        (Node::String(_) | Node::Bytes(None), D::Utf8) => Leaf::Bytes { utf8: true },
+        (Node::String(_) | Node::Bytes(None), D::Binary) => Leaf::Bytes { utf8: false },
+        (Node::Bytes(Some(Logical::Decimal { precision, scale })), D::Decimal128(p, s))
+            if p >= precision && s == scale =>
+        {
+            Leaf::Decimal {
+                size: 0,
+                precision: *p,
+            }
+        }
+        (
+            Node::Fixed {
+                size,
+                logical: Some(Logical::Decimal { precision, scale }),
+                ..
+            },
+            D::Decimal128(p, s),
+        ) if p >= precision && s == scale && *size <= 16 => Leaf::Decimal {
+            size: *size as u32,
+            precision: *p,
+        },
+        (
+            Node::Fixed {
+                logical: Some(Logical::Duration),
+                ..
+            },
+            D::Interval(IntervalUnit::MonthDayNano),
+        ) => Leaf::Duration,
+        (Node::Fixed { size, .. }, D::Binary) => Leaf::Fixed(u32::try_from(*size).ok()?),
+        (Node::Enum { symbols, .. }, D::Utf8) => Leaf::Enum(symbols.clone()),
+        _ => return None,
+    })
+}
+
+/// A hint for a declared type that does not fit.
+fn hint(n: &Node, ty: &DataType) -> &'static str {
+    match (n, ty) {
+        (Node::Long(None), DataType::Timestamp(..)) => {
+            "; a plain long is not a timestamp: declare BIGINT, or give the field a \
+             timestamp-millis/-micros/-nanos logical type"
+        }
+        (Node::Long(Some(_)), DataType::Timestamp(..)) => {
+            "; a timestamp reads into its own unit or a finer one"
+        }
+        (Node::Bytes(Some(_)) | Node::Fixed { .. }, DataType::Decimal128(..)) => {
+            "; a decimal reads into the same scale and a precision at least the writer's"
+        }
+        (Node::Long(_), DataType::Int32) => "; a long does not narrow to INT: declare BIGINT",
+        (Node::Double, DataType::Float32) => "; a double does not narrow to REAL: declare DOUBLE",
+        _ => "",
+    }
+}

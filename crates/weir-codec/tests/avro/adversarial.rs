@@ -1,0 +1,380 @@
+//! Hand-built Avro bytes: every type mapping and promotion, and bad input (truncated data, long
+//! varints, negative lengths, unknown branches and symbols, deep nesting, trailing bytes,
+//! random mutations), which must be clear errors and never a panic or a corrupt batch.
+
+use weir_codec::{
+    AvroDecoder, AvroDecoderOptions, AvroFraming, AvroSchema, ColumnSpec, DataType, Decoder, Field,
+    TimeUnit,
+};
+use weir_testdata::Rng;
+
+use super::{bytes, long, row_json};
+
+const SCHEMA: &str = r#"{"type":"record","name":"T","namespace":"t","fields":[
+  {"name":"b","type":"boolean"},
+  {"name":"i","type":"int"},
+  {"name":"l","type":"long"},
+  {"name":"f","type":"float"},
+  {"name":"d","type":"double"},
+  {"name":"s","type":"string"},
+  {"name":"y","type":"bytes"},
+  {"name":"e","type":{"type":"enum","name":"Side","symbols":["BID","ASK"]}},
+  {"name":"x","type":{"type":"fixed","name":"Two","size":2}},
+  {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+  {"name":"dec","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+  {"name":"dur","type":{"type":"fixed","name":"Dur","size":12,"logicalType":"duration"}},
+  {"name":"n","type":["null",{"type":"record","name":"In","fields":[
+      {"name":"a","type":"int"},{"name":"tags","type":{"type":"array","items":"string"}}]}]},
+  {"name":"m","type":{"type":"map","values":["null","long"]}},
+  {"name":"u","type":["int","string"]}
+]}"#;
+
+/// One message of [`SCHEMA`]; `inner` chooses the union branch of `n`.
+fn message(inner: bool) -> Vec<u8> {
+    let mut m = Vec::new();
+    m.push(1); // b
+    long(&mut m, -7); // i
+    long(&mut m, 1 << 40); // l
+    m.extend_from_slice(&1.5f32.to_le_bytes());
+    m.extend_from_slice(&(-2.25f64).to_le_bytes());
+    bytes(&mut m, "héllo".as_bytes());
+    bytes(&mut m, &[0, 255]);
+    long(&mut m, 1); // ASK
+    m.extend_from_slice(&[7, 8]);
+    long(&mut m, 1_700_000_000_123);
+    bytes(&mut m, &[0xff, 0x85]); // -123 -> -1.23
+    for w in [1u32, 2, 3] {
+        m.extend_from_slice(&w.to_le_bytes());
+    }
+    if inner {
+        long(&mut m, 1);
+        long(&mut m, 42);
+        long(&mut m, -2); // a block of 2 items, with its byte size
+        long(&mut m, 4);
+        bytes(&mut m, b"p");
+        bytes(&mut m, b"q");
+        long(&mut m, 0);
+    } else {
+        long(&mut m, 0);
+    }
+    long(&mut m, 2); // two map entries
+    bytes(&mut m, b"k1");
+    long(&mut m, 1);
+    long(&mut m, 5);
+    bytes(&mut m, b"k2");
+    long(&mut m, 0); // null
+    long(&mut m, 0);
+    long(&mut m, 1); // u: string branch
+    bytes(&mut m, b"z");
+    m
+}
+
+fn decoder(columns: &[ColumnSpec]) -> AvroDecoder {
+    let schema = AvroSchema::parse(SCHEMA).unwrap();
+    AvroDecoder::new(&schema, columns, AvroDecoderOptions::default()).unwrap()
+}
+
+fn all_columns() -> Vec<ColumnSpec> {
+    let mut c = weir_codec::avro_default_columns(
+        &AvroSchema::parse(&SCHEMA.replace(r#"["int","string"]"#, r#""string""#)).unwrap(),
+    )
+    .unwrap();
+    // The general union reads into a column both branches fit? int does not fit Utf8: the
+    // int branch is refused per message, the string branch reads.
+    c.last_mut().unwrap().data_type = DataType::Utf8;
+    c
+}
+
+#[test]
+fn every_type_reads_as_documented() {
+    let mut d = decoder(&all_columns());
+    d.decode(&message(true)).unwrap();
+    d.decode(&message(false)).unwrap();
+    let b = d.flush().unwrap();
+    let row = row_json(&b, 0);
+    assert_eq!(row["b"], true);
+    assert_eq!(row["i"], -7);
+    assert_eq!(row["l"], 1i64 << 40);
+    assert_eq!(row["f"], 1.5);
+    assert_eq!(row["d"], -2.25);
+    assert_eq!(row["s"], "héllo");
+    assert_eq!(row["y"], "00ff");
+    assert_eq!(row["e"], "ASK");
+    assert_eq!(row["x"], "0708");
+    assert_eq!(row["ts"], 1_700_000_000_123i64);
+    assert_eq!(row["dec"], "-123");
+    assert_eq!(row["n"], serde_json::json!({"a": 42, "tags": ["p", "q"]}));
+    assert_eq!(row["m"], serde_json::json!([["k1", 5], ["k2", null]]));
+    assert_eq!(row["u"], "z");
+    assert_eq!(row_json(&b, 1)["n"], serde_json::Value::Null);
+    let schema = b.schema();
+    assert_eq!(
+        schema.field_with_name("ts").unwrap().data_type(),
+        &DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))
+    );
+    assert_eq!(
+        schema.field_with_name("dec").unwrap().data_type(),
+        &DataType::Decimal128(9, 2)
+    );
+    // The duration: 1 month, 2 days, 3 ms.
+    let dur = b
+        .column_by_name("dur")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<arrow_array::IntervalMonthDayNanoArray>()
+        .unwrap()
+        .value(0);
+    assert_eq!((dur.months, dur.days, dur.nanoseconds), (1, 2, 3_000_000));
+}
+
+#[test]
+fn promotions_and_paths_follow_the_declared_columns() {
+    let cols = [
+        ColumnSpec::new("i", DataType::Float64),
+        ColumnSpec::new("l", DataType::Float32),
+        ColumnSpec::new("f", DataType::Float64),
+        ColumnSpec::new("s", DataType::Binary),
+        ColumnSpec::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None)),
+        ColumnSpec::new("dec", DataType::Decimal128(20, 2)),
+        ColumnSpec::new("a", DataType::Int64).with_path("n.a"),
+    ];
+    let mut d = decoder(&cols);
+    d.decode(&message(true)).unwrap();
+    d.decode(&message(false)).unwrap();
+    let b = d.flush().unwrap();
+    let row = row_json(&b, 0);
+    assert_eq!(row["i"], -7.0);
+    assert_eq!(row["l"], (1u64 << 40) as f64);
+    assert_eq!(row["ts"], 1_700_000_000_123_000_000i64);
+    assert_eq!(row["dec"], "-123");
+    assert_eq!(row["a"], 42);
+    assert_eq!(row_json(&b, 1)["a"], serde_json::Value::Null);
+    assert_eq!(row["s"], super::hex("héllo".as_bytes()));
+    // Bytes into a Utf8 column must be valid UTF-8: [0, 255] is not.
+    let mut d = decoder(&[ColumnSpec::new("y", DataType::Utf8)]);
+    let e = d.decode(&message(true)).unwrap_err().to_string();
+    assert!(
+        e.contains("field 'y'") && e.contains("not valid UTF-8"),
+        "{e}"
+    );
+}
+
+#[test]
+fn declared_columns_that_do_not_fit_are_refused_at_plan_time() {
+    let schema = AvroSchema::parse(SCHEMA).unwrap();
+    let plan = |c: ColumnSpec| {
+        AvroDecoder::new(&schema, &[c], AvroDecoderOptions::default())
+            .unwrap_err()
+            .to_string()
+    };
+    let e = plan(ColumnSpec::new("l", DataType::Int32));
+    assert!(
+        e.contains("field 'l' is Avro long") && e.contains("declare BIGINT"),
+        "{e}"
+    );
+    let e = plan(ColumnSpec::new("nope", DataType::Int32));
+    assert!(e.contains("'nope'"), "{e}");
+    let e = plan(ColumnSpec::new(
+        "ts",
+        DataType::Timestamp(TimeUnit::Second, None),
+    ));
+    assert!(e.contains("timestamp-millis"), "{e}");
+    let e = plan(ColumnSpec::new("q", DataType::Int32).with_path("i.q"));
+    assert!(e.contains("not a record"), "{e}");
+    // A union reads into a column one of its branches fits (the others are refused per
+    // message); none fitting is refused now.
+    assert!(AvroDecoder::new(
+        &schema,
+        &[ColumnSpec::new("u", DataType::Int64)],
+        AvroDecoderOptions::default()
+    )
+    .is_ok());
+    let e = plan(ColumnSpec::new("u", DataType::Boolean));
+    assert!(
+        e.contains("Avro [int, string]") && e.contains("no branch"),
+        "{e}"
+    );
+}
+
+/// The error of decoding `m` with all columns, as text, and the decoder's rows after it.
+fn error_of(m: &[u8]) -> String {
+    let mut d = decoder(&all_columns());
+    let e = d.decode(m).unwrap_err().to_string();
+    assert_eq!(d.buffered_rows(), 0);
+    e
+}
+
+#[test]
+fn bad_input_is_a_clear_error_naming_the_field_and_offset() {
+    let good = message(true);
+    // Truncated anywhere: an error, never a panic; the next message still decodes.
+    let mut d = decoder(&all_columns());
+    for cut in 0..good.len() {
+        let e = d.decode(&good[..cut]);
+        assert!(e.is_err(), "a message cut at {cut} decoded");
+    }
+    d.decode(&good).unwrap();
+    assert_eq!(d.flush().unwrap().num_rows(), 1);
+
+    // A varint of 11 bytes in 'i' (byte 1).
+    let mut m = vec![1];
+    m.extend_from_slice(&[0xff; 11]);
+    let e = error_of(&m);
+    assert!(
+        e.contains("field 'i'") && e.contains("longer than 10 bytes") && e.contains("at byte 1"),
+        "{e}"
+    );
+    // An int past 32 bits.
+    let mut m = vec![1];
+    long(&mut m, 1 << 40);
+    let e = error_of(&m);
+    assert!(e.contains("does not fit an Avro int"), "{e}");
+    // A boolean of 2.
+    let e = error_of(&[2]);
+    assert!(
+        e.contains("field 'b'") && e.contains("boolean byte of 2"),
+        "{e}"
+    );
+    // A negative string length.
+    let mut m = good[..good.len()].to_vec();
+    let s_at = 1 + 1 + 6 + 4 + 8; // b, i (1 byte), l (6 bytes), f, d
+    m[s_at] = 0x03; // zigzag -2
+    let e = error_of(&m);
+    assert!(
+        e.contains("field 's'") && e.contains("negative length"),
+        "{e}"
+    );
+    // A string length past the end.
+    m[s_at] = 0x7e; // 63
+    let e = error_of(&m[..s_at + 5]);
+    assert!(e.contains("runs past the end"), "{e}");
+    // An unknown enum index and union branch; bytes after the record.
+    let mut m = good.clone();
+    let e_at = s_at + 1 + 6 + 1 + 2;
+    m[e_at] = 0x06; // 3
+    let e = error_of(&m);
+    assert!(e.contains("field 'e'") && e.contains("enum index 3"), "{e}");
+    let mut m = good.clone();
+    let u_at = m.len() - 3;
+    m[u_at] = 0x04; // branch 2
+    let e = error_of(&m);
+    assert!(
+        e.contains("field 'u'") && e.contains("union branch 2"),
+        "{e}"
+    );
+    let mut m = good.clone();
+    m[u_at] = 0x00; // the int branch: the Utf8 column cannot hold it
+    let e = error_of(&m);
+    assert!(
+        e.contains("union branch 0") && e.contains("cannot hold"),
+        "{e}"
+    );
+    let mut m = good.clone();
+    m.push(0);
+    let e = error_of(&m);
+    assert!(e.contains("1 bytes follow the record"), "{e}");
+}
+
+#[test]
+fn deep_recursion_is_bounded() {
+    // A linked list nested 150 deep, read through a column of its head only: the rest is
+    // skipped, and the skip stops at the depth limit.
+    let schema = AvroSchema::parse(
+        r#"{"type":"record","name":"L","fields":[{"name":"v","type":"int"},
+            {"name":"next","type":["null","L"]}]}"#,
+    )
+    .unwrap();
+    let mut m = Vec::new();
+    for i in 0..150 {
+        long(&mut m, i);
+        long(&mut m, 1);
+    }
+    long(&mut m, 150);
+    long(&mut m, 0);
+    let cols = [ColumnSpec::new("v", DataType::Int32)];
+    let mut d = AvroDecoder::new(&schema, &cols, AvroDecoderOptions::default()).unwrap();
+    let e = d.decode(&m).unwrap_err().to_string();
+    assert!(e.contains("nesting deeper than 100"), "{e}");
+    let deep = AvroDecoderOptions {
+        max_depth: 400,
+        ..AvroDecoderOptions::default()
+    };
+    let mut d = AvroDecoder::new(&schema, &cols, deep).unwrap();
+    d.decode(&m).unwrap();
+    // An array claiming 2^40 null items.
+    let schema = AvroSchema::parse(
+        r#"{"type":"record","name":"N","fields":[{"name":"a","type":{"type":"array","items":"null"}}]}"#,
+    )
+    .unwrap();
+    let cols = [ColumnSpec::new(
+        "a",
+        DataType::List(std::sync::Arc::new(Field::new(
+            "item",
+            DataType::Null,
+            true,
+        ))),
+    )];
+    if let Ok(mut d) = AvroDecoder::new(&schema, &cols, AvroDecoderOptions::default()) {
+        let mut m = Vec::new();
+        long(&mut m, 1 << 40);
+        assert!(d.decode(&m).is_err());
+    }
+}
+
+#[test]
+fn mutated_messages_never_panic() {
+    let cols = all_columns();
+    let mut d = decoder(&cols);
+    let seeds = [message(true), message(false)];
+    let mut rng = Rng::new(7);
+    let (mut ok, mut bad) = (0, 0);
+    for n in 0..30_000 {
+        let mut m = seeds[n % 2].clone();
+        for _ in 0..=rng.below(4) {
+            let at = rng.index(m.len());
+            match rng.below(4) {
+                0 => m[at] = rng.next_u64() as u8,
+                1 => m[at] ^= 1 << rng.below(8),
+                2 => m.truncate(at),
+                _ => m.insert(at, rng.next_u64() as u8),
+            }
+            if m.is_empty() {
+                break;
+            }
+        }
+        match d.decode(&m) {
+            Ok(()) => ok += 1,
+            Err(_) => bad += 1,
+        }
+        if n % 1000 == 999 {
+            // Built with full validation in debug builds: a corrupt column would panic here.
+            let b = d.flush();
+            assert_eq!(b.map_or(0, |b| b.num_rows()), ok);
+            ok = 0;
+        }
+    }
+    assert!(
+        bad > 1000,
+        "the mutations should break most messages ({bad})"
+    );
+}
+
+#[test]
+fn single_object_messages_carry_the_schema_fingerprint() {
+    let schema = AvroSchema::parse(SCHEMA).unwrap();
+    let options = AvroDecoderOptions {
+        framing: AvroFraming::SingleObject,
+        ..AvroDecoderOptions::default()
+    };
+    let mut d = AvroDecoder::new(&schema, &all_columns(), options).unwrap();
+    let mut m = vec![0xC3, 0x01];
+    m.extend_from_slice(&schema.fingerprint().to_le_bytes());
+    m.extend_from_slice(&message(true));
+    d.decode(&m).unwrap();
+    m[3] ^= 1;
+    let e = d.decode(&m).unwrap_err().to_string();
+    assert!(e.contains("schema fingerprint"), "{e}");
+    let e = d.decode(&message(true)).unwrap_err().to_string();
+    assert!(e.contains("C3 01"), "{e}");
+    assert_eq!(d.flush().unwrap().num_rows(), 1);
+}

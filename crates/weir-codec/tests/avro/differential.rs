@@ -1,0 +1,149 @@
+//! fastavro (Python) writes random schemas and records; weir decodes them, and every value is
+//! compared with what was written. The schemas nest records, arrays, maps, enums, fixed,
+//! `["null", T]` unions in both orders and every logical type fastavro writes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use weir_codec::{
+    avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroSchema, ColumnSpec, Decoder,
+};
+
+use super::row_json;
+
+/// The Python of the test command, with fastavro; `None` (and a notice) outside CI when it is
+/// not set. In CI a missing fastavro fails the test: the check must not vanish quietly.
+fn python() -> Option<String> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let Ok(python) = std::env::var("WEIR_TEST_PYTHON") else {
+        assert!(
+            !ci,
+            "WEIR_TEST_PYTHON must be set in CI (scripts/test.sh sets it)"
+        );
+        eprintln!(
+            "NOTICE: the fastavro differential test skipped: WEIR_TEST_PYTHON is not set \
+             (scripts/test.sh sets it)"
+        );
+        return None;
+    };
+    let ok = Command::new(&python)
+        .args(["-c", "import fastavro"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{python} cannot import fastavro (scripts/test.sh installs it)"
+    );
+    Some(python)
+}
+
+/// Runs the generator into a fresh directory.
+fn cases(python: &str, seed: u64, schemas: usize, records: usize) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-avro-cases-{}-{seed}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/avro/fastavro_cases.py");
+    let out = Command::new(python)
+        .arg(&script)
+        .arg(&dir)
+        .args([seed.to_string(), schemas.to_string(), records.to_string()])
+        .output()
+        .expect("run fastavro_cases.py");
+    assert!(
+        out.status.success(),
+        "fastavro_cases.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+/// The length-prefixed messages of `i.bin`.
+fn messages(data: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < data.len() {
+        let n = u32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+        out.push(&data[at + 4..at + 4 + n]);
+        at += 4 + n;
+    }
+    out
+}
+
+fn decode_all(d: &mut AvroDecoder, msgs: &[&[u8]], what: &str) -> Vec<serde_json::Value> {
+    let mut rows = Vec::new();
+    let mut take = |b: weir_codec::RecordBatch| {
+        for r in 0..b.num_rows() {
+            rows.push(row_json(&b, r));
+        }
+    };
+    for (n, m) in msgs.iter().enumerate() {
+        d.decode(m)
+            .unwrap_or_else(|e| panic!("{what}: record {n} does not decode: {e}"));
+        if let Some(b) = d.take_full_batch() {
+            take(b);
+        }
+    }
+    if let Some(b) = d.flush() {
+        take(b);
+    }
+    rows
+}
+
+#[test]
+fn fastavro_records_decode_value_for_value() {
+    let Some(python) = python() else { return };
+    const SCHEMAS: usize = 60;
+    let dir = cases(&python, 20261127, SCHEMAS, 80);
+    let mut values = 0usize;
+    for i in 0..SCHEMAS {
+        let text = std::fs::read_to_string(dir.join(format!("{i}.avsc"))).unwrap();
+        let schema = AvroSchema::parse(&text).unwrap_or_else(|e| panic!("schema {i}: {e}"));
+        // The canonical form and its fingerprint agree with fastavro's.
+        let meta = std::fs::read_to_string(dir.join(format!("{i}.meta"))).unwrap();
+        let mut lines = meta.lines();
+        assert_eq!(schema.canonical_form(), lines.next().unwrap(), "schema {i}");
+        assert_eq!(
+            super::hex(&schema.fingerprint().to_le_bytes()),
+            lines.next().unwrap(),
+            "fingerprint of schema {i}"
+        );
+
+        let data = std::fs::read(dir.join(format!("{i}.bin"))).unwrap();
+        let msgs = messages(&data);
+        let expected: Vec<serde_json::Value> =
+            std::fs::read_to_string(dir.join(format!("{i}.jsonl")))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        let columns = avro_default_columns(&schema).unwrap_or_else(|e| panic!("schema {i}: {e}"));
+        // Small batches, so rows cross batch boundaries.
+        let options = AvroDecoderOptions {
+            batch_size: 7,
+            ..AvroDecoderOptions::default()
+        };
+        let mut d = AvroDecoder::new(&schema, &columns, options)
+            .unwrap_or_else(|e| panic!("schema {i}: {e}"));
+        let got = decode_all(&mut d, &msgs, &format!("schema {i}"));
+        assert_eq!(got.len(), expected.len());
+        for (r, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(g, e, "schema {i} ({text}), record {r}");
+        }
+        values += got.len() * columns.len();
+
+        // Every other column only: the others are skipped, the rest reads the same.
+        let some: Vec<ColumnSpec> = columns.iter().step_by(2).cloned().collect();
+        let mut d = AvroDecoder::new(&schema, &some, options).unwrap();
+        let got = decode_all(&mut d, &msgs, &format!("schema {i}, every other column"));
+        for (r, (g, e)) in got.iter().zip(&expected).enumerate() {
+            for c in &some {
+                assert_eq!(
+                    g[&c.name], e[&c.name],
+                    "schema {i}, column {}, record {r}",
+                    c.name
+                );
+            }
+        }
+    }
+    eprintln!("{SCHEMAS} schemas, {values} top-level values compared with fastavro's");
+    let _ = std::fs::remove_dir_all(&dir);
+}
