@@ -31,8 +31,8 @@ mod schema;
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use avro::{
-    avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroFactory, AvroFraming, AvroSchema,
-    AvroSchemaError, AVRO_OPTIONS,
+    avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroFactory, AvroFraming, AvroPlan,
+    AvroPlanSource, AvroSchema, AvroSchemaError, FramedAvroDecoder, AVRO_OPTIONS,
 };
 pub use error::{CodecError, DecodeError, DecodeErrorKind, PlanError, SchemaError, SchemaIdError};
 pub use factory::{

@@ -43,6 +43,7 @@
 
 mod decode;
 mod factory;
+mod framed;
 mod plan;
 mod schema;
 
@@ -52,6 +53,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 pub use factory::{AvroFactory, AVRO_OPTIONS};
+pub use framed::{AvroPlan, AvroPlanSource, FramedAvroDecoder};
 pub use schema::{AvroSchema, AvroSchemaError};
 
 use crate::error::{DecodeError, DecodeErrorKind, PlanError};

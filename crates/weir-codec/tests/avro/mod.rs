@@ -1,8 +1,10 @@
 //! The Avro decoder: against fastavro's writing of random schemas and records
-//! (`differential`), and against hand-built and mutated bytes (`adversarial`).
+//! (`differential`), against hand-built and mutated bytes (`adversarial`), and registry-framed
+//! messages of several schema versions (`evolution`).
 
 mod adversarial;
 mod differential;
+mod evolution;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{

@@ -67,6 +67,7 @@ impl Engine {
             registry::Use::open(&name, &options, &encoding, &stats).map_err(|e| fail(e.into()))?;
         let factory: Arc<dyn DecoderFactory> = match &registry {
             registry::Use::Decode(r) => Arc::new(registry::RegistryFactory(Arc::clone(r))),
+            registry::Use::Avro(r) => Arc::new(registry::AvroRegistryFactory(Arc::clone(r))),
             _ => factory,
         };
         let connector_options: &[&[OptionSpec]] = match connector {
@@ -93,7 +94,7 @@ impl Engine {
             SourceSettings::parse(&name, &options, factory.confluent_message_indexes())?;
         match registry {
             // The registry's decoder reads the framing itself (it selects the schema).
-            registry::Use::Decode(_) => settings.confluent = None,
+            registry::Use::Decode(_) | registry::Use::Avro(_) => settings.confluent = None,
             registry::Use::Framing => {
                 settings.confluent = Some(factory.confluent_message_indexes())
             }

@@ -13,19 +13,24 @@
 //! newest version that has them; messages of the latest schema are then read as any other
 //! schema id is (a field it lacks reads as null, a field whose type changed fails the message).
 //!
-//! With the `json` encoding (or a local `'location'`), the registry framing is stripped and the
-//! registry is not asked anything: the JSON decoder needs no schema.
+//! With the `avro` encoding and no `'avro.schema'`, the same holds for Avro writers' schemas
+//! (see [`avro`]).
+//!
+//! With the `json` encoding (or a local `'location'` or `'avro.schema'`), the registry framing
+//! is stripped and the registry is not asked anything.
 //!
 //! A new schema id met while the registry is unreachable is retried with backoff; the message
 //! then fails under `'on.error'`, and other messages with that id fail at once for the next
 //! [`RETRY_AFTER`] before the registry is asked again. Ids already cached need no registry.
 
+mod avro;
+mod cache;
 pub(crate) mod client;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_codec::registry::{
     indexes_for_message, message_for_indexes, registry_prefix, FramedProtoDecoder, PlanSource,
@@ -38,6 +43,8 @@ use weir_codec::{
 };
 use weir_kafka::{PemSource, Secret};
 
+pub(crate) use self::avro::{AvroRegistry, AvroRegistryFactory};
+use self::cache::SchemaCache;
 use self::client::{Auth, ClientSettings, RegisteredSchema, RegistryClient, RegistryTls};
 use crate::metrics::SourceStats;
 
@@ -67,8 +74,8 @@ pub(crate) const URL: OptionSpec = OptionSpec::new(
     "schema.registry.url",
     OptionKind::List,
     "a Confluent-compatible schema registry (`http(s)://host:port[/path]`, several tried in \
-     order): protobuf without 'location' takes each message's schema from its schema id; the \
-     registry framing is stripped (protobuf and JSON)",
+     order): protobuf without 'location' and avro without 'avro.schema' take each message's \
+     schema from its schema id; the registry framing is stripped (protobuf, avro and JSON)",
 );
 const SUBJECT: OptionSpec = OptionSpec::new(
     "schema.registry.subject",
@@ -165,14 +172,10 @@ pub(crate) struct Registry {
     latest_id: u32,
     latest_message: String,
     latest: Arc<Compiled>,
-    schemas: Mutex<HashMap<u32, Arc<Compiled>>>,
+    schemas: SchemaCache<Compiled>,
     /// The older schema (id, version) the declared columns were bound to because the latest
     /// lacks them, under an `'on.error'` that tolerates messages that do not fit.
     bound: Mutex<Option<(u32, i64)>>,
-    /// Ids that could not be fetched, when, and why.
-    failures: Mutex<HashMap<u32, (Instant, SchemaIdError)>>,
-    /// Every schema id met (fetched or not), for the run summary.
-    seen: Mutex<HashSet<u32>>,
     stats: Arc<SourceStats>,
     max_depth: usize,
 }
@@ -218,12 +221,15 @@ pub(crate) enum Use {
     Framing,
     /// Protobuf schemas by id from the registry.
     Decode(Arc<Registry>),
+    /// Avro writers' schemas by id from the registry.
+    Avro(Arc<AvroRegistry>),
 }
 
 impl Use {
     /// Reads the registry options of source `source` for `encoding`; with the protobuf
-    /// encoding and no `'location'`, connects to the registry and fetches the subject's latest
-    /// schema (an unreachable registry or a missing subject is an error here).
+    /// encoding and no `'location'` (or the avro encoding and no `'avro.schema'`), connects to
+    /// the registry and fetches the subject's latest schema (an unreachable registry or a
+    /// missing subject is an error here).
     pub(crate) fn open(
         source: &str,
         options: &Options,
@@ -234,7 +240,14 @@ impl Use {
         if urls.is_empty() {
             return Ok(Self::None);
         }
-        let local = options.iter().any(|(k, _)| k == "location");
+        let local = options
+            .iter()
+            .any(|(k, _)| matches!(k, "location" | "avro.schema" | "avro.schema.file"));
+        if encoding == "avro" && !local {
+            return Ok(Self::Avro(Arc::new(AvroRegistry::open(
+                source, options, urls, stats,
+            )?)));
+        }
         if encoding != "protobuf" || local {
             return Ok(Self::Framing);
         }
@@ -270,6 +283,7 @@ impl Use {
             })?,
         };
         stats.schema_ids.fetch_add(1, Ordering::Relaxed);
+        let subject_name = subject.clone();
         Ok(Self::Decode(Arc::new(Registry {
             client,
             subject,
@@ -277,10 +291,8 @@ impl Use {
             latest_id,
             latest_message,
             latest: Arc::clone(&compiled),
-            schemas: Mutex::new(HashMap::from([(latest_id, compiled)])),
+            schemas: SchemaCache::new(&subject_name, stats, (latest_id, compiled)),
             bound: Mutex::default(),
-            failures: Mutex::default(),
-            seen: Mutex::new(HashSet::from([latest_id])),
             stats: Arc::clone(stats),
             max_depth,
         })))
@@ -532,61 +544,14 @@ fn descriptor(text: &str) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// Failed schema ids remembered before the ones due for a retry are forgotten.
-const MAX_FAILURES: usize = 1024;
-
 impl Registry {
     /// The schema of `id`, compiled: from the cache, or fetched (with retries) and compiled.
     fn schema(&self, id: u32) -> Result<Arc<Compiled>, SchemaIdError> {
-        if let Some(c) = self
-            .schemas
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-        {
-            return Ok(Arc::clone(c));
-        }
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, why)) = failures.get(&id) {
-            if at.elapsed() < RETRY_AFTER {
-                return Err(why.clone());
-            }
-        }
-        if self
-            .seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id)
-        {
-            self.stats.schema_ids.fetch_add(1, Ordering::Relaxed);
-        }
-        // Held while fetching: the partitions that meet the same new id wait for one request.
-        let fetched = self
-            .client
-            .schema_by_id(id)
-            .and_then(|s| compile(&self.client, &s, id, &self.subject));
-        match fetched {
-            Ok(c) => {
-                failures.remove(&id);
-                let c = Arc::new(c);
-                self.schemas
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, Arc::clone(&c));
-                Ok(c)
-            }
-            Err(e) => {
-                let why =
-                    SchemaIdError::unavailable(id, format!("source subject '{}'", self.subject), e);
-                // Ids from damaged messages are random: forget the failures that are due again
-                // rather than keep one for every id ever met.
-                if failures.len() >= MAX_FAILURES {
-                    failures.retain(|_, (at, _)| at.elapsed() < RETRY_AFTER);
-                }
-                failures.insert(id, (Instant::now(), why.clone()));
-                Err(why)
-            }
-        }
+        self.schemas.get(id, || {
+            self.client
+                .schema_by_id(id)
+                .and_then(|s| compile(&self.client, &s, id, &self.subject))
+        })
     }
 
     /// The message type of schema `c` for the message-index list `indexes`.
@@ -738,10 +703,7 @@ impl RegistryFactory {
                 None => match compile(&r.client, &registered, id, &r.subject) {
                     Ok(c) => {
                         let c = Arc::new(c);
-                        r.schemas
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(id, Arc::clone(&c));
+                        r.schemas.insert(id, Arc::clone(&c));
                         c
                     }
                     Err(_) => continue,
@@ -772,11 +734,7 @@ impl RegistryFactory {
 impl Registry {
     /// Schema `id`, when compiled already.
     fn cached(&self, id: u32) -> Option<Arc<Compiled>> {
-        self.schemas
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-            .cloned()
+        self.schemas.cached(id)
     }
 
     /// The request's columns read from schema `id`, if it has them.
