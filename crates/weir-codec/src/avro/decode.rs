@@ -1,7 +1,7 @@
 //! The per-message loop: runs the plan's operations over Avro binary data, appending to the
 //! column arena. Every read is bounded by the message; a failed message is rolled back.
 
-use super::plan::{Num, Op, Plan, NONE};
+use super::plan::{Const, Num, Op, Plan, NONE};
 use crate::columns::{self, push_offset, Column, Native, Values};
 use crate::error::{DecodeError, DecodeErrorKind};
 
@@ -24,6 +24,7 @@ enum Problem {
     InvalidUtf8,
     UnknownBranch { index: i64, branches: usize },
     UnknownSymbol { index: i64, symbols: usize },
+    SymbolNotRead { index: i64 },
     Refused { branch: u32 },
     TooDeep(u32),
     TooLarge,
@@ -111,6 +112,9 @@ impl Fault {
             Problem::UnknownSymbol { index, symbols } => {
                 format!("enum index {index} does not exist (the enum has {symbols} symbols)")
             }
+            Problem::SymbolNotRead { index } => format!(
+                "the writer's enum symbol {index} is not in the reader's enum, which has no default"
+            ),
             Problem::Refused { branch } => {
                 format!("the value is in union branch {branch}, whose type the column cannot hold")
             }
@@ -526,11 +530,14 @@ fn value(
         Op::Enum { col, symbols, path } => {
             let i = read_long(buf, pos).map_err(fault(path))?;
             let table = &plan.enums[symbols as usize];
-            let Some(s) = usize::try_from(i).ok().and_then(|i| table.get(i)) else {
+            let Some(entry) = usize::try_from(i).ok().and_then(|i| table.get(i)) else {
                 return Err(fault(path)(Problem::UnknownSymbol {
                     index: i,
                     symbols: table.len(),
                 }));
+            };
+            let Some(s) = entry else {
+                return Err(fault(path)(Problem::SymbolNotRead { index: i }));
             };
             push_bytes(cols, col, s).map_err(fault(path))?;
         }
@@ -543,7 +550,22 @@ fn value(
         Op::SkipFixed { size, path } => {
             take(buf, pos, size as usize).map_err(fault(path))?;
         }
-        Op::Fill { col } => columns::push_null(cols, col as usize),
+        Op::Fill { col, value: NONE } => columns::push_null(cols, col as usize),
+        Op::Fill { col, value } => match &plan.consts[value as usize] {
+            Const::Bool(b) => {
+                let c = &mut cols[col as usize];
+                if let Values::Bool(bits) = &mut c.values {
+                    bits.push(*b);
+                }
+                c.valid();
+            }
+            Const::I32(v) => push(cols, col, *v),
+            Const::I64(v) => push(cols, col, *v),
+            Const::F32(v) => push(cols, col, *v),
+            Const::F64(v) => push(cols, col, *v),
+            Const::Bytes(b) => push_bytes(cols, col, b).map_err(fault(NONE))?,
+            Const::Empty => close_list(cols, col).map_err(fault(NONE))?,
+        },
         Op::Record { .. }
         | Op::Array { .. }
         | Op::Map { .. }

@@ -29,9 +29,12 @@ pub struct AvroPlan {
 impl AvroPlan {
     /// Compiles the reading of `writer` (registered under `schema_id`) into `columns`. With
     /// `exact`, every column must be a field of `writer` (the schema the columns were declared
-    /// against); otherwise a column the writer lacks reads as null.
+    /// against); otherwise a column the writer lacks reads as null, or as the default of
+    /// `reader` (the schema the columns were declared against), whose aliases and enum
+    /// symbols also resolve the writer's fields and symbols, as the Avro specification says.
     pub fn compile(
         writer: &AvroSchema,
+        reader: Option<&AvroSchema>,
         schema_id: u32,
         columns: &[ColumnSpec],
         exact: bool,
@@ -40,6 +43,7 @@ impl AvroPlan {
         let missing = if exact { Missing::Error } else { Missing::Null };
         let plan = plan::compile(
             writer,
+            reader,
             columns,
             missing,
             options.batch_size.min(1 << 16),

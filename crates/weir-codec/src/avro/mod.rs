@@ -112,6 +112,7 @@ impl AvroDecoder {
     ) -> Result<Self, PlanError> {
         let plan = plan::compile(
             schema,
+            None,
             columns,
             plan::Missing::Error,
             options.batch_size.min(1 << 16),

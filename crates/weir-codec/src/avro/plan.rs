@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Fields, IntervalUnit, Schema, SchemaRef, TimeUnit};
 
-use super::schema::{timestamp, AvroSchema, Logical, Node, NodeId};
+use serde_json::Value;
+
+use super::schema::{timestamp, AvroSchema, Logical, Node, NodeId, RecordField};
 use crate::columns::{Column, Values};
 use crate::error::PlanError;
 use crate::ColumnSpec;
@@ -130,10 +132,25 @@ pub(crate) enum Op {
         branch: u32,
         path: u32,
     },
-    /// A declared column the writer does not have: a null.
+    /// A declared column the writer does not have: the reader's default (`Plan::consts`), or a
+    /// null when `value` is `NONE`.
     Fill {
         col: u32,
+        value: u32,
     },
+}
+
+/// A reader's default for a field the writer lacks, as a column value.
+#[derive(Debug, Clone)]
+pub(crate) enum Const {
+    Bool(bool),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Bytes(Box<[u8]>),
+    /// An empty list or map.
+    Empty,
 }
 
 /// Everything decided once per writer schema and set of columns.
@@ -141,8 +158,10 @@ pub(crate) enum Op {
 pub(crate) struct Plan {
     pub(crate) ops: Vec<Op>,
     pub(crate) lists: Vec<Vec<u32>>,
-    /// Per enum table: the bytes of each symbol, by the writer's index.
-    pub(crate) enums: Vec<Vec<Box<[u8]>>>,
+    /// Per enum table: the bytes of the symbol read for each of the writer's indexes (`None`:
+    /// the reader's enum has no such symbol and no default).
+    pub(crate) enums: Vec<Vec<Option<Box<[u8]>>>>,
+    pub(crate) consts: Vec<Const>,
     pub(crate) paths: Vec<String>,
     /// The root record's operation.
     pub(crate) root: u32,
@@ -196,6 +215,9 @@ struct Want {
     target: Target,
     /// The declared column's name, for errors.
     column: String,
+    /// The reader's field of the first segment (when a reader's schema is known): its aliases
+    /// match writer fields too, its default fills in for a writer without it.
+    reader: Option<RecordField>,
 }
 
 /// What to do with a declared column the writer's schema lacks.
@@ -207,9 +229,13 @@ pub(crate) enum Missing {
     Null,
 }
 
-/// Compiles the decoding of `writer` onto `columns`.
+/// Compiles the decoding of `writer` onto `columns`; with `reader` (the schema the columns
+/// were declared against, when it is another), the Avro specification's resolution of a writer
+/// against a reader: fields also by the reader's aliases, the reader's defaults for fields the
+/// writer lacks, writer enum symbols by the reader's symbols.
 pub(crate) fn compile(
     writer: &AvroSchema,
+    reader: Option<&AvroSchema>,
     columns: &[ColumnSpec],
     missing: Missing,
     capacity: usize,
@@ -217,10 +243,12 @@ pub(crate) fn compile(
 ) -> Result<Plan, PlanError> {
     let mut c = Compiler {
         w: writer,
+        r: reader,
         plan: Plan {
             ops: Vec::new(),
             lists: Vec::new(),
             enums: Vec::new(),
+            consts: Vec::new(),
             paths: Vec::new(),
             root: 0,
             templates: Vec::new(),
@@ -259,15 +287,18 @@ pub(crate) fn compile(
             segments: path.split('.').map(str::to_string).collect(),
             target,
             column: col.name.clone(),
+            reader: None,
         });
     }
     c.plan.schema = Arc::new(Schema::new(fields));
-    c.plan.root = c.record(writer.root(), wants, NONE, "")?;
+    let reader_root = reader.map(AvroSchema::root);
+    c.plan.root = c.record(writer.root(), wants, NONE, "", reader_root)?;
     Ok(c.plan)
 }
 
 struct Compiler<'a> {
     w: &'a AvroSchema,
+    r: Option<&'a AvroSchema>,
     plan: Plan,
     /// The skip operation of each writer node compiled so far (a recursive type's skip refers
     /// to itself).
@@ -447,10 +478,16 @@ impl Compiler<'_> {
         mut wants: Vec<Want>,
         col: u32,
         prefix: &str,
+        reader: Option<NodeId>,
     ) -> Result<u32, PlanError> {
         let Node::Record { fields, .. } = self.w.node(node).clone() else {
             return Ok(self.skip(node, prefix));
         };
+        if let (Some(r), Some(rec)) = (self.r, reader) {
+            for w in &mut wants {
+                w.reader = r.field(rec, &w.segments[0]).cloned();
+            }
+        }
         let mut ops = Vec::with_capacity(fields.len() + 1);
         for f in &fields {
             let path = if prefix.is_empty() {
@@ -458,16 +495,27 @@ impl Compiler<'_> {
             } else {
                 format!("{prefix}.{}", f.name)
             };
-            let (mine, rest): (Vec<Want>, Vec<Want>) =
-                wants.into_iter().partition(|w| w.segments[0] == f.name);
+            let (mine, rest): (Vec<Want>, Vec<Want>) = wants.into_iter().partition(|w| {
+                w.segments[0] == f.name
+                    || w.reader
+                        .as_ref()
+                        .is_some_and(|r| r.aliases.contains(&f.name))
+            });
             wants = rest;
             let op = match mine.as_slice() {
                 [] => self.skip(f.schema, &path),
                 [one] if one.segments.len() == 1 => {
                     let one = mine.into_iter().next().expect("one want");
-                    self.value(f.schema, &one.target, &one.column, &path)?
+                    let rnode = one.reader.as_ref().map(|r| r.schema);
+                    self.value(f.schema, &one.target, &one.column, &path, rnode)?
                 }
                 all if all.iter().all(|w| w.segments.len() > 1) => {
+                    // The reader's record below (all share the first segment, so its field).
+                    let rnode = all[0]
+                        .reader
+                        .as_ref()
+                        .zip(self.r)
+                        .map(|(f, r)| r.non_null(f.schema));
                     let tails = mine
                         .into_iter()
                         .map(|mut w| {
@@ -475,7 +523,7 @@ impl Compiler<'_> {
                             w
                         })
                         .collect();
-                    self.through(f.schema, tails, &path)?
+                    self.through(f.schema, tails, &path, rnode)?
                 }
                 all => {
                     let names: Vec<&str> = all.iter().map(|w| w.column.as_str()).collect();
@@ -500,8 +548,13 @@ impl Compiler<'_> {
                 });
             }
             self.plan.missing += 1;
+            let value = match w.reader.as_ref().and_then(|f| f.default.as_ref()) {
+                Some(d) if w.segments.len() == 1 => self.default(d, &w, prefix)?,
+                _ => NONE,
+            };
             let op = self.op(Op::Fill {
                 col: w.target.col(),
+                value,
             });
             ops.push(op);
         }
@@ -510,9 +563,15 @@ impl Compiler<'_> {
     }
 
     /// A record (or `["null", record]`) on the path of deeper columns.
-    fn through(&mut self, node: NodeId, wants: Vec<Want>, path: &str) -> Result<u32, PlanError> {
+    fn through(
+        &mut self,
+        node: NodeId,
+        wants: Vec<Want>,
+        path: &str,
+        reader: Option<NodeId>,
+    ) -> Result<u32, PlanError> {
         match self.w.node(node).clone() {
-            Node::Record { .. } => self.record(node, wants, NONE, path),
+            Node::Record { .. } => self.record(node, wants, NONE, path, reader),
             Node::Union(branches) => {
                 let cols: Vec<u32> = wants.iter().map(|w| w.target.col()).collect();
                 let mut wants = Some(wants);
@@ -525,7 +584,7 @@ impl Compiler<'_> {
                         }
                         Node::Record { .. } if wants.is_some() => {
                             let w = wants.take().expect("checked");
-                            self.record(b, w, NONE, path)?
+                            self.record(b, w, NONE, path, reader)?
                         }
                         _ => {
                             let p = self.path(path);
@@ -570,7 +629,10 @@ impl Compiler<'_> {
         target: &Target,
         column: &str,
         path: &str,
+        reader: Option<NodeId>,
     ) -> Result<u32, PlanError> {
+        // The reader's type of this value, `["null", T]` unwrapped.
+        let rtype = reader.zip(self.r).map(|(n, r)| r.non_null(n));
         let p = self.path(path);
         let mismatch = |c: &Self, hint: &str| PlanError::AvroTypeMismatch {
             column: column.to_string(),
@@ -596,7 +658,7 @@ impl Compiler<'_> {
                 let mut ops = Vec::with_capacity(branches.len());
                 let mut any = false;
                 for (i, &b) in branches.iter().enumerate() {
-                    match self.value(b, t, column, path) {
+                    match self.value(b, t, column, path, reader) {
                         Ok(op) => {
                             any |= !matches!(self.w.node(b), Node::Null);
                             ops.push(op);
@@ -623,18 +685,29 @@ impl Compiler<'_> {
                         segments: vec![name.clone()],
                         target: t.clone(),
                         column: format!("{column}.{name}"),
+                        reader: None,
                     })
                     .collect();
                 let saved = self.missing;
                 // A struct's children are matched by name; one the record lacks reads as null.
                 self.missing = Missing::Null;
-                let op = self.record(node, wants, *col, path);
+                let op = self.record(node, wants, *col, path, rtype);
                 self.missing = saved;
                 return op;
             }
             (Node::Array(item), Target::List { col, item: it }) => {
                 let item_bytes = self.min_bytes(*item, 0);
-                let item = self.value(*item, it, &format!("{column}[]"), &format!("{path}[]"))?;
+                let ritem = rtype.zip(self.r).and_then(|(n, r)| match r.node(n) {
+                    Node::Array(i) => Some(*i),
+                    _ => None,
+                });
+                let item = self.value(
+                    *item,
+                    it,
+                    &format!("{column}[]"),
+                    &format!("{path}[]"),
+                    ritem,
+                )?;
                 Op::Array {
                     col: *col,
                     item,
@@ -651,8 +724,17 @@ impl Compiler<'_> {
                     value,
                 },
             ) => {
-                let value =
-                    self.value(*v, value, &format!("{column}{{}}"), &format!("{path}{{}}"))?;
+                let rvalue = rtype.zip(self.r).and_then(|(n, r)| match r.node(n) {
+                    Node::Map(v) => Some(*v),
+                    _ => None,
+                });
+                let value = self.value(
+                    *v,
+                    value,
+                    &format!("{column}{{}}"),
+                    &format!("{path}{{}}"),
+                    rvalue,
+                )?;
                 Op::Map {
                     col: *col,
                     entries: *entries,
@@ -679,9 +761,26 @@ impl Compiler<'_> {
                     },
                     Some(Leaf::Duration) => Op::Duration { col, path: p },
                     Some(Leaf::Enum(symbols)) => {
-                        self.plan
-                            .enums
-                            .push(symbols.iter().map(|s| s.as_bytes().into()).collect());
+                        // Against a reader's enum: each writer symbol by name, else the
+                        // reader's default, else an error for the messages that hold it.
+                        let reader_enum = rtype.zip(self.r).and_then(|(n, r)| match r.node(n) {
+                            Node::Enum {
+                                symbols, default, ..
+                            } => Some((symbols.clone(), default.clone())),
+                            _ => None,
+                        });
+                        let table = symbols
+                            .iter()
+                            .map(|s| match &reader_enum {
+                                None => Some(s.as_bytes().into()),
+                                Some((known, default)) => known
+                                    .iter()
+                                    .find(|k| *k == s)
+                                    .or(default.as_ref())
+                                    .map(|k| k.as_bytes().into()),
+                            })
+                            .collect();
+                        self.plan.enums.push(table);
                         Op::Enum {
                             col,
                             symbols: (self.plan.enums.len() - 1) as u32,
@@ -694,6 +793,66 @@ impl Compiler<'_> {
             _ => return Err(mismatch(self, "")),
         };
         Ok(self.op(op))
+    }
+
+    /// The constant of the reader's default `d` for want `w`'s column (the Avro specification's
+    /// JSON form of a default: numbers, strings, booleans, `[]` and `{}`).
+    fn default(&mut self, d: &Value, w: &Want, prefix: &str) -> Result<u32, PlanError> {
+        let ty = match &w.target {
+            Target::Leaf { ty, .. } => ty.clone(),
+            Target::List { .. } => {
+                DataType::List(Arc::new(Field::new("item", DataType::Null, true)))
+            }
+            Target::Map { .. } => DataType::Null,
+            Target::Struct { .. } => DataType::Struct(Fields::empty()),
+        };
+        let c = match (d, &w.target, &ty) {
+            (Value::Null, _, _) => return Ok(NONE),
+            (Value::Bool(b), _, DataType::Boolean) => Const::Bool(*b),
+            (Value::Number(n), _, DataType::Int32) => n
+                .as_i64()
+                .and_then(|v| i32::try_from(v).ok())
+                .map(Const::I32)
+                .ok_or(())
+                .map_err(|_| self.bad_default(d, w, prefix))?,
+            (Value::Number(n), _, DataType::Int64) => {
+                Const::I64(n.as_i64().ok_or_else(|| self.bad_default(d, w, prefix))?)
+            }
+            (Value::Number(n), _, DataType::Float32) => {
+                Const::F32(n.as_f64().ok_or_else(|| self.bad_default(d, w, prefix))? as f32)
+            }
+            (Value::Number(n), _, DataType::Float64) => {
+                Const::F64(n.as_f64().ok_or_else(|| self.bad_default(d, w, prefix))?)
+            }
+            (Value::String(t), _, DataType::Utf8) => Const::Bytes(t.as_bytes().into()),
+            // Avro's JSON form of bytes: each code point 0-255 is one byte.
+            (Value::String(t), _, DataType::Binary) => Const::Bytes(
+                t.chars()
+                    .map(|c| u8::try_from(u32::from(c)).ok())
+                    .collect::<Option<Vec<u8>>>()
+                    .ok_or_else(|| self.bad_default(d, w, prefix))?
+                    .into(),
+            ),
+            (Value::Array(a), Target::List { .. }, _) if a.is_empty() => Const::Empty,
+            (Value::Object(o), Target::Map { .. }, _) if o.is_empty() => Const::Empty,
+            _ => return Err(self.bad_default(d, w, prefix)),
+        };
+        self.plan.consts.push(c);
+        Ok((self.plan.consts.len() - 1) as u32)
+    }
+
+    fn bad_default(&self, d: &Value, w: &Want, prefix: &str) -> PlanError {
+        let field = if prefix.is_empty() {
+            w.segments.join(".")
+        } else {
+            format!("{prefix}.{}", w.segments.join("."))
+        };
+        PlanError::Unsupported {
+            column: w.column.clone(),
+            what: format!(
+                "the reader's default {d} of field '{field}', which the writer lacks, as a value                  of this column (weir fills in null, boolean, number and string defaults, and                  empty arrays and maps)"
+            ),
+        }
     }
 
     /// The operation skipping a value of writer `node` (compiled once per node).

@@ -33,7 +33,11 @@ pub(crate) enum Logical {
 #[derive(Debug, Clone)]
 pub(crate) struct RecordField {
     pub(crate) name: String,
+    /// Other names of the field (a reader's field matches a writer's of any of them).
+    pub(crate) aliases: Vec<String>,
     pub(crate) schema: NodeId,
+    /// The value a reader gives the field when the writer's record lacks it.
+    pub(crate) default: Option<Value>,
 }
 
 /// One schema node.
@@ -54,6 +58,8 @@ pub(crate) enum Node {
     Enum {
         name: String,
         symbols: Vec<String>,
+        /// The symbol a reader gives a writer's symbol it does not know.
+        default: Option<String>,
     },
     Array(NodeId),
     Map(NodeId),
@@ -111,6 +117,30 @@ impl AvroSchema {
 
     pub(crate) fn node(&self, id: NodeId) -> &Node {
         &self.inner.nodes[id]
+    }
+
+    /// The field `name` of record node `record` (none when it is not a record).
+    pub(crate) fn field(&self, record: NodeId, name: &str) -> Option<&RecordField> {
+        match &self.inner.nodes[record] {
+            Node::Record { fields, .. } => fields.iter().find(|f| f.name == name),
+            _ => None,
+        }
+    }
+
+    /// `T` of a `["null", T]` union (the node itself otherwise).
+    pub(crate) fn non_null(&self, id: NodeId) -> NodeId {
+        match &self.inner.nodes[id] {
+            Node::Union(b) => {
+                let mut rest = b
+                    .iter()
+                    .filter(|&&x| !matches!(self.inner.nodes[x], Node::Null));
+                match (rest.next(), rest.next()) {
+                    (Some(&one), None) => one,
+                    _ => id,
+                }
+            }
+            _ => id,
+        }
     }
 
     /// The Parsing Canonical Form (what two schemas must share to read each other's data
@@ -418,6 +448,7 @@ impl Parser {
                     "enum" => Node::Enum {
                         name: full.clone(),
                         symbols: Vec::new(),
+                        default: None,
                     },
                     "fixed" => Node::Fixed {
                         name: full.clone(),
@@ -449,6 +480,7 @@ impl Parser {
                         };
                         Node::Enum {
                             name: full,
+                            default: str_of(obj, "default").map(str::to_string),
                             symbols,
                         }
                     }
@@ -505,7 +537,15 @@ impl Parser {
                                 self.node(ft, &space, &format!("{here}, field '{fname}'"))?;
                             fields.push(RecordField {
                                 name: fname.to_string(),
+                                aliases: match fo.get("aliases") {
+                                    Some(Value::Array(a)) => a
+                                        .iter()
+                                        .filter_map(|v| v.as_str().map(str::to_string))
+                                        .collect(),
+                                    _ => Vec::new(),
+                                },
                                 schema,
+                                default: fo.get("default").cloned(),
                             });
                         }
                         Node::Record { name: full, fields }

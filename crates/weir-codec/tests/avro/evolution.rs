@@ -35,8 +35,10 @@ impl AvroPlanSource for Schemas {
             .get(&id)
             .ok_or_else(|| SchemaIdError::unavailable(id, "test", "not registered"))?;
         let schema = AvroSchema::parse(text).unwrap();
+        let reader = AvroSchema::parse(V2).unwrap();
         Ok(Arc::new(AvroPlan::compile(
             &schema,
+            Some(&reader),
             id,
             &self.columns,
             false,
@@ -124,4 +126,102 @@ fn schema_ids_interleave_in_message_order() {
     );
     // Each id was compiled once; the switches back and forth asked nothing.
     assert_eq!(*source.asked.lock().unwrap(), vec![2, 1, 3, 77]);
+}
+
+#[test]
+fn the_readers_defaults_aliases_and_enum_symbols_resolve_an_older_writer() {
+    // The writer: `amt` (later renamed), a side with a symbol the reader dropped, no region,
+    // no tags.
+    let writer = AvroSchema::parse(
+        r#"{"type":"record","name":"Order","fields":[
+            {"name":"amt","type":"double"},
+            {"name":"side","type":{"type":"enum","name":"Side","symbols":["BUY","SELL","SHORT"]}}]}"#,
+    )
+    .unwrap();
+    let reader = AvroSchema::parse(
+        r#"{"type":"record","name":"Order","fields":[
+            {"name":"amount","type":"double","aliases":["amt"]},
+            {"name":"side","type":{"type":"enum","name":"Side","symbols":["BUY","SELL","OTHER"],
+                                   "default":"OTHER"}},
+            {"name":"region","type":"string","default":"EU"},
+            {"name":"level","type":"int","default":3},
+            {"name":"tags","type":{"type":"array","items":"string"},"default":[]}]}"#,
+    )
+    .unwrap();
+    let columns = vec![
+        ColumnSpec::new("amount", DataType::Float64),
+        ColumnSpec::new("side", DataType::Utf8),
+        ColumnSpec::new("region", DataType::Utf8),
+        ColumnSpec::new("level", DataType::Int64),
+        ColumnSpec::new(
+            "tags",
+            DataType::List(Arc::new(weir_codec::Field::new(
+                "item",
+                DataType::Utf8,
+                true,
+            ))),
+        ),
+    ];
+    let plan = AvroPlan::compile(
+        &writer,
+        Some(&reader),
+        5,
+        &columns,
+        false,
+        AvroDecoderOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(plan.missing_columns(), 3);
+    /// A source that knows no other id.
+    struct One;
+    impl AvroPlanSource for One {
+        fn plan(&self, id: u32) -> Result<Arc<AvroPlan>, SchemaIdError> {
+            Err(SchemaIdError::unavailable(id, "test", "only one"))
+        }
+    }
+    let plan = Arc::new(plan);
+    let mut d = FramedAvroDecoder::new(Arc::new(One), plan, 10);
+    for (amt, side) in [(1.5, 0), (2.5, 2)] {
+        let mut b = Vec::new();
+        b.extend_from_slice(&f64::to_le_bytes(amt));
+        long(&mut b, side);
+        d.decode(&framed(5, &b)).unwrap();
+    }
+    let batch = d.flush().unwrap();
+    assert_eq!(
+        row_json(&batch, 0),
+        serde_json::json!({"amount": 1.5, "side": "BUY", "region": "EU", "level": 3, "tags": []})
+    );
+    assert_eq!(row_json(&batch, 1)["side"], "OTHER");
+
+    // Without a default, a symbol the reader lacks fails its message only.
+    let strict = AvroSchema::parse(
+        r#"{"type":"record","name":"Order","fields":[
+            {"name":"side","type":{"type":"enum","name":"Side","symbols":["BUY","SELL"]}}]}"#,
+    )
+    .unwrap();
+    let cols = [ColumnSpec::new("side", DataType::Utf8)];
+    let plan = Arc::new(
+        AvroPlan::compile(
+            &writer,
+            Some(&strict),
+            5,
+            &cols,
+            false,
+            AvroDecoderOptions::default(),
+        )
+        .unwrap(),
+    );
+    let mut d = FramedAvroDecoder::new(Arc::new(One), plan, 10);
+    let mut b = 0.0f64.to_le_bytes().to_vec();
+    long(&mut b, 2);
+    let e = d.decode(&framed(5, &b)).unwrap_err().to_string();
+    assert!(
+        e.contains("field 'side'") && e.contains("not in the reader's enum"),
+        "{e}"
+    );
+    let mut b = 0.0f64.to_le_bytes().to_vec();
+    long(&mut b, 1);
+    d.decode(&framed(5, &b)).unwrap();
+    assert_eq!(row_json(&d.flush().unwrap(), 0)["side"], "SELL");
 }

@@ -1,10 +1,11 @@
 //! Avro schemas by id from the registry: with `'encoding' = 'avro'` and no local schema, each
 //! message's schema id gives its writer's schema, fetched once per id, resolved against the
 //! declared columns (or, when none are declared, the columns of the subject's latest schema,
-//! fetched when the source is created) and cached. Rows of every schema id land in the same
-//! columns: a field a version adds is not read unless declared, a declared field a version
-//! lacks reads as null, a narrower number widens (`int` into `BIGINT`), and a type a column
-//! cannot hold fails the message under `'on.error'`.
+//! fetched when the source is created) and cached, with the latest schema as the reader. Rows
+//! of every schema id land in the same columns: a field a version adds is not read unless
+//! declared, a declared field a version lacks reads as the reader's default (or null), a
+//! narrower number widens (`int` into `BIGINT`), and a type a column cannot hold fails the
+//! message under `'on.error'`.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -127,9 +128,17 @@ impl AvroPlanSource for AvroPlans {
             return p.clone();
         }
         let schema = self.registry.schema(schema_id)?;
-        let plan = AvroPlan::compile(&schema, schema_id, &self.columns, false, self.options)
-            .map(Arc::new)
-            .map_err(SchemaIdError::from);
+        let reader = Some(self.registry.latest.as_ref());
+        let plan = AvroPlan::compile(
+            &schema,
+            reader,
+            schema_id,
+            &self.columns,
+            false,
+            self.options,
+        )
+        .map(Arc::new)
+        .map_err(SchemaIdError::from);
         self.registry
             .stats
             .schema_plans
@@ -179,6 +188,7 @@ fn prepared(
 ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
     let reference = AvroPlan::compile(
         &registry.latest,
+        None,
         registry.latest_id,
         &columns,
         true,
