@@ -85,12 +85,16 @@ enum Command {
     },
     /// Decode a file of messages and print them (like `protoc --decode` meets `kcat`).
     Decode {
-        /// The schema: a .proto file or a descriptor set (.pb, .desc).
+        /// How the messages are encoded.
+        #[arg(long, value_enum, default_value_t = DecodeEncoding::Protobuf)]
+        encoding: DecodeEncoding,
+        /// The schema: a .proto file or a descriptor set (.pb, .desc) for protobuf; the
+        /// writer's schema (.avsc) for avro.
         #[arg(long)]
         location: PathBuf,
-        /// The full message name, for example stocks.QuoteNBBO.
+        /// The full message name, for example stocks.QuoteNBBO (protobuf only, required there).
         #[arg(long)]
-        message: String,
+        message: Option<String>,
         /// The file (or directory, or glob) of messages.
         #[arg(long)]
         input: String,
@@ -222,6 +226,13 @@ enum GenWhat {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum DecodeEncoding {
+    Protobuf,
+    /// Binary Avro datums of the schema given by --location.
+    Avro,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum FormatArg {
     Protobuf,
     Json,
@@ -338,6 +349,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             per_second,
         }),
         Command::Decode {
+            encoding,
             location,
             message,
             input,
@@ -347,6 +359,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             limit,
             skip_errors,
         } => cli::decode::decode(cli::decode::DecodeArgs {
+            avro: matches!(encoding, DecodeEncoding::Avro),
             location,
             message,
             input,

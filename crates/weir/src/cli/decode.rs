@@ -1,4 +1,5 @@
-//! `weir decode`: prints the messages of a file in file order, like `protoc --decode` meets
+//! `weir decode`: prints the protobuf or Avro messages of a file in file order, like
+//! `protoc --decode` meets
 //! `kcat`. It runs a one-source script on the engine, so the output is exactly what a query sees.
 
 use std::path::PathBuf;
@@ -11,8 +12,10 @@ use super::progress::count;
 
 /// What `weir decode` was given.
 pub(crate) struct DecodeArgs {
+    /// Avro datums of the schema at `location` instead of protobuf.
+    pub(crate) avro: bool,
     pub(crate) location: PathBuf,
-    pub(crate) message: String,
+    pub(crate) message: Option<String>,
     pub(crate) input: String,
     pub(crate) framing: Framing,
     pub(crate) includes: Vec<PathBuf>,
@@ -32,20 +35,31 @@ pub(crate) fn decode(a: DecodeArgs) -> Result<()> {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(":");
+    if !a.avro && a.message.is_none() {
+        anyhow::bail!(
+            "--message is required with --encoding protobuf (for example stocks.QuoteNBBO)"
+        );
+    }
+    let location = quote(&a.location.display().to_string());
+    let encoding = if a.avro {
+        format!("'encoding' = 'avro', 'avro.schema.file' = '{location}'")
+    } else {
+        format!(
+            "'encoding' = 'protobuf', 'message' = '{}', 'location' = '{location}'{}",
+            quote(a.message.as_deref().unwrap_or_default()),
+            if include.is_empty() {
+                String::new()
+            } else {
+                format!(", 'proto.include' = '{}'", quote(&include))
+            }
+        )
+    };
     let mut script = format!(
         "CREATE SOURCE input WITH ('connector' = 'file', 'path' = '{}', 'framing' = '{}', \
-         'encoding' = 'protobuf', 'message' = '{}', 'location' = '{}', 'on.error' = '{}'{});\n\
-         SELECT * FROM input",
+         {encoding}, 'on.error' = '{}');\nSELECT * FROM input",
         quote(&a.input),
         a.framing,
-        quote(&a.message),
-        quote(&a.location.display().to_string()),
         if a.skip_errors { "skip" } else { "fail" },
-        if include.is_empty() {
-            String::new()
-        } else {
-            format!(", 'proto.include' = '{}'", quote(&include))
-        },
     );
     if let Some(n) = a.limit {
         script.push_str(&format!(" LIMIT {n}"));

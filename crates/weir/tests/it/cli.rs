@@ -115,6 +115,44 @@ fn gen_then_decode_prints_the_generated_quotes() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+#[test]
+fn gen_avro_then_decode_prints_the_same_quotes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = gen(dir.path(), "20", "avro", "q.avro.bin");
+    let avsc = dir.path().join("schema/stocks.avsc").display().to_string();
+    let o = weir(&[
+        "decode",
+        "--encoding",
+        "avro",
+        "--location",
+        &avsc,
+        "--input",
+        &data,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let lines: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 20);
+    let mut g = QuoteGenerator::new(weir_testdata::DEFAULT_SEED);
+    for line in &lines {
+        let q = g.next_quote();
+        assert_eq!(line["base"]["ticker"], q.ticker);
+        assert_eq!(line["bid_price"], q.bid_price);
+        assert_eq!(line["bid_size"], q.bid_size);
+        assert_eq!(line["conditions"], q.conditions);
+    }
+    // Protobuf needs its message name.
+    let o = weir(&["decode", "--location", &avsc, "--input", &data]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("--message is required"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 /// `weir decode` on `data` with the generated schema and `args`.
 fn decode(dir: &Path, data: &Path, args: &[&str]) -> Output {
     let pb = dir.join("schema/stocks.pb").display().to_string();
