@@ -315,7 +315,9 @@ pub enum DecodeErrorKind {
     /// The Confluent schema-registry framing is missing or malformed.
     Confluent(String),
     /// The message's schema id has no plan (its cause is the error's source).
-    SchemaId(SchemaIdError),
+    /// Boxed: the per-message `Result` carries a `DecodeError`, and a schema's evolution error
+    /// (four names and two ids) would triple its size.
+    SchemaId(Box<SchemaIdError>),
     /// Avro binary data that does not follow its schema.
     Avro {
         /// The field's path in the record ("" for the record itself).
@@ -437,7 +439,7 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
-            DecodeErrorKind::SchemaId(e) => Some(e),
+            DecodeErrorKind::SchemaId(e) => Some(e.as_ref()),
             _ => None,
         }
     }
@@ -446,6 +448,17 @@ impl std::error::Error for DecodeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_decode_error_stays_small() {
+        // Every decoder returns `Result<(), DecodeError>` per message; a schema id error held
+        // inline (104 bytes) made it at least 112.
+        assert!(
+            size_of::<DecodeError>() <= 72,
+            "{}",
+            size_of::<DecodeError>()
+        );
+    }
 
     #[test]
     fn a_long_cause_is_cut_at_a_character_boundary() {

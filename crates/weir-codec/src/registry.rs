@@ -578,7 +578,7 @@ impl FramedProtoDecoder {
                 let plan = self
                     .source
                     .plan(framing.schema_id, framing.indexes)
-                    .map_err(|e| DecodeError::new(1, DecodeErrorKind::SchemaId(e)))?;
+                    .map_err(|e| DecodeError::new(1, DecodeErrorKind::SchemaId(Box::new(e))))?;
                 let index = match self.locals.iter().position(|l| l.plan.decodes_as(&plan)) {
                     Some(i) => i,
                     None => {
@@ -1066,7 +1066,7 @@ mod tests {
         assert!(err.to_string().contains("schema id 9"), "{err}");
         assert!(matches!(
             &err.kind,
-            DecodeErrorKind::SchemaId(SchemaIdError::Unavailable { schema_id: 9, .. })
+            DecodeErrorKind::SchemaId(e) if matches!(**e, SchemaIdError::Unavailable { schema_id: 9, .. })
         ));
         let cause = std::error::Error::source(&err).and_then(std::error::Error::source);
         assert_eq!(

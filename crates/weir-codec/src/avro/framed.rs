@@ -132,7 +132,7 @@ impl FramedAvroDecoder {
                 let plan = self
                     .source
                     .plan(id)
-                    .map_err(|e| DecodeError::new(1, DecodeErrorKind::SchemaId(e)))?;
+                    .map_err(|e| DecodeError::new(1, DecodeErrorKind::SchemaId(Box::new(e))))?;
                 self.plans.push(plan);
                 self.plans.len() - 1
             }
