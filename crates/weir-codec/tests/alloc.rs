@@ -1,5 +1,5 @@
 //! Decoding allocates per batch, not per message: counted with a global allocator, for the
-//! protobuf and the JSON decoder. A binary of its own, since it installs the allocator; the count
+//! protobuf, JSON and Avro decoders. A binary of its own, since it installs the allocator; the count
 //! is kept per thread, so the two tests may run at once.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -8,8 +8,9 @@ use std::cell::Cell;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampNanosecondType, UInt32Type};
 use weir_codec::{
-    ColumnSpec, DataType, Decoder, JsonDecoder, JsonDecoderOptions, ProtoDecoder,
-    ProtoDecoderOptions, ProtoSchema, RecordBatch, TimeUnit,
+    AvroDecoder, AvroDecoderOptions, AvroPlan, AvroPlanSource, AvroSchema, ColumnSpec, DataType,
+    Decoder, FramedAvroDecoder, JsonDecoder, JsonDecoderOptions, ProtoDecoder, ProtoDecoderOptions,
+    ProtoSchema, RecordBatch, SchemaIdError, TimeUnit,
 };
 
 struct Counting;
@@ -168,7 +169,7 @@ fn a_million_framed_messages_allocate_per_batch() {
 
     struct Plans(Vec<Arc<SchemaPlan>>);
     impl PlanSource for Plans {
-        fn plan(&self, id: u32, _: &[u8]) -> Result<Arc<SchemaPlan>, weir_codec::SchemaIdError> {
+        fn plan(&self, id: u32, _: &[u8]) -> Result<Arc<SchemaPlan>, SchemaIdError> {
             Ok(Arc::clone(&self.0[id as usize - 1]))
         }
     }
@@ -272,5 +273,81 @@ fn a_million_json_messages_allocate_per_batch() {
             "caf\u{e9} \"2\""
         );
         assert_eq!(batch.column(7).as_primitive::<Int64Type>().value(2), -2);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// avro
+// ---------------------------------------------------------------------------------------------
+
+/// The quotes as Avro (`stocks.avsc`), every field read, `base` through paths.
+fn avro_columns() -> Vec<ColumnSpec> {
+    vec![
+        ColumnSpec::new("ticker", DataType::Utf8).with_path("base.ticker"),
+        ColumnSpec::new("timestamp", DataType::Timestamp(TimeUnit::Nanosecond, None))
+            .with_path("base.timestamp"),
+        ColumnSpec::new("bid_price", DataType::Float64),
+        ColumnSpec::new("bid_size", DataType::Int64),
+        ColumnSpec::new("ask_price", DataType::Float64),
+        ColumnSpec::new("conditions", DataType::Int32),
+        ColumnSpec::new("tape", DataType::Int64),
+    ]
+}
+
+fn avro_quotes() -> Vec<Vec<u8>> {
+    let mut g = weir_testdata::QuoteGenerator::new(5);
+    (0..1000)
+        .map(|_| {
+            let mut m = Vec::new();
+            g.next_quote().encode_avro(&mut m);
+            m
+        })
+        .collect()
+}
+
+#[test]
+fn a_million_avro_messages_allocate_per_batch() {
+    let schema = AvroSchema::parse(weir_testdata::STOCKS_AVSC).unwrap();
+    let mut dec =
+        AvroDecoder::new(&schema, &avro_columns(), AvroDecoderOptions::default()).unwrap();
+    let msgs = avro_quotes();
+    let first = weir_testdata::QuoteGenerator::new(5)
+        .next_quote()
+        .ticker
+        .to_string();
+    per_batch_only(&mut dec, &msgs, |batch| {
+        assert_eq!(batch.column(0).as_string::<i32>().value(0), first);
+        assert_eq!(batch.num_columns(), 7);
+    });
+}
+
+/// Two schema ids, alternating message by message: switching plans allocates nothing either.
+#[test]
+fn a_million_registry_framed_avro_messages_allocate_per_batch() {
+    struct Two(std::sync::Arc<AvroPlan>);
+    impl AvroPlanSource for Two {
+        fn plan(&self, _id: u32) -> Result<std::sync::Arc<AvroPlan>, SchemaIdError> {
+            Ok(std::sync::Arc::clone(&self.0))
+        }
+    }
+    let schema = AvroSchema::parse(weir_testdata::STOCKS_AVSC).unwrap();
+    let options = AvroDecoderOptions::default();
+    let plan = |id| {
+        std::sync::Arc::new(
+            AvroPlan::compile(&schema, None, id, &avro_columns(), true, options).unwrap(),
+        )
+    };
+    let mut dec = FramedAvroDecoder::new(std::sync::Arc::new(Two(plan(2))), plan(1), 8192);
+    let msgs: Vec<Vec<u8>> = avro_quotes()
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let mut m = vec![0, 0, 0, 0, 1 + (i % 2) as u8];
+            m.extend_from_slice(&body);
+            m
+        })
+        .collect();
+    per_batch_only(&mut dec, &msgs, |batch| {
+        assert_eq!(batch.num_columns(), 7);
     });
 }
