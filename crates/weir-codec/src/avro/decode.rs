@@ -40,8 +40,8 @@ struct Fault {
     problem: Problem,
 }
 
-/// The most items of zero bytes each (nulls, empty records) one message may hold: their count
-/// is not bounded by the message's length.
+/// The most items of zero bytes each (nulls, empty records) one message may hold, in all its
+/// arrays together: their count is not bounded by the message's length.
 const MAX_EMPTY_ITEMS: u64 = 1 << 20;
 
 impl State {
@@ -55,7 +55,16 @@ impl State {
     /// Decodes one message as one row; on error its partial row is rolled back.
     pub(crate) fn decode_row(&mut self, plan: &Plan, message: &[u8]) -> Result<(), DecodeError> {
         let mut pos = 0;
-        let fault = match run(plan, plan.root, message, &mut pos, &mut self.cols, 0) {
+        let mut empty = 0u64;
+        let fault = match run(
+            plan,
+            plan.root,
+            message,
+            &mut pos,
+            &mut self.cols,
+            0,
+            &mut empty,
+        ) {
             Ok(()) if pos == message.len() => {
                 self.rows += 1;
                 return Ok(());
@@ -291,6 +300,7 @@ fn run(
     pos: &mut usize,
     cols: &mut [Column],
     depth: u32,
+    empty: &mut u64,
 ) -> Result<(), Fault> {
     let at = *pos;
     let fault = |path: u32| move |problem| Fault { at, path, problem };
@@ -304,7 +314,7 @@ fn run(
                 });
             }
             for &f in &plan.lists[fields as usize] {
-                run(plan, f, buf, pos, cols, depth + 1)?;
+                run(plan, f, buf, pos, cols, depth + 1, empty)?;
             }
             if col != NONE {
                 push_struct_row(cols, col);
@@ -319,7 +329,6 @@ fn run(
             if depth > plan.max_depth {
                 return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
             }
-            let mut empty_items = 0u64;
             loop {
                 let block = *pos;
                 let fail = |problem| Fault {
@@ -342,9 +351,9 @@ fn run(
                         continue;
                     }
                 }
-                check_count(n, item_bytes, buf.len() - *pos, &mut empty_items).map_err(fail)?;
+                check_count(n, item_bytes, buf.len() - *pos, empty).map_err(fail)?;
                 for _ in 0..n {
-                    run(plan, item, buf, pos, cols, depth + 1)?;
+                    run(plan, item, buf, pos, cols, depth + 1, empty)?;
                 }
             }
             if col != NONE {
@@ -361,7 +370,6 @@ fn run(
             if depth > plan.max_depth {
                 return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
             }
-            let mut empty_items = 0u64;
             loop {
                 let block = *pos;
                 let fail = |problem| Fault {
@@ -384,7 +392,7 @@ fn run(
                     }
                 }
                 // Each entry holds at least its key's length byte.
-                check_count(n, 1, buf.len() - *pos, &mut empty_items).map_err(fail)?;
+                check_count(n, 1, buf.len() - *pos, empty).map_err(fail)?;
                 for _ in 0..n {
                     let k = *pos;
                     let name = read_bytes(buf, pos).map_err(fault_at(k, path))?;
@@ -398,7 +406,7 @@ fn run(
                         }
                         push_bytes(cols, key, name).map_err(fault_at(k, path))?;
                     }
-                    run(plan, value, buf, pos, cols, depth + 1)?;
+                    run(plan, value, buf, pos, cols, depth + 1, empty)?;
                     if entries != NONE {
                         push_struct_row(cols, entries);
                     }
@@ -420,7 +428,7 @@ fn run(
             if depth > plan.max_depth {
                 return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
             }
-            run(plan, b, buf, pos, cols, depth + 1)?;
+            run(plan, b, buf, pos, cols, depth + 1, empty)?;
         }
         Op::Refuse { branch, path } => {
             // `at` is past the branch index already; point at the index.

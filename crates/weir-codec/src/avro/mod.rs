@@ -229,16 +229,18 @@ pub fn avro_default_columns(schema: &AvroSchema) -> Result<Vec<ColumnSpec>, Plan
             ),
         });
     };
-    fields
-        .iter()
-        .map(|f| {
-            let (t, _) = schema
-                .field_type(f.schema, 0)
-                .map_err(|what| PlanError::Unsupported {
-                    column: f.name.clone(),
-                    what,
-                })?;
-            Ok(ColumnSpec::new(&f.name, t))
-        })
-        .collect()
+    let mut columns = Vec::with_capacity(fields.len());
+    for f in fields {
+        let (t, _) = schema
+            .field_type(f.schema, 0)
+            .map_err(|what| PlanError::Unsupported {
+                column: f.name.clone(),
+                what,
+            })?;
+        // A field that is always null holds nothing to read.
+        if t != arrow_schema::DataType::Null {
+            columns.push(ColumnSpec::new(&f.name, t));
+        }
+    }
+    Ok(columns)
 }

@@ -16,6 +16,10 @@ use crate::columns::{Column, Values};
 use crate::error::PlanError;
 use crate::ColumnSpec;
 
+/// The deepest nesting `'avro.max.depth'` may allow: each level is a frame of the recursive
+/// reader, and a thread's stack is finite.
+pub(crate) const MAX_DEPTH_LIMIT: usize = 1024;
+
 /// No column (a value read only to be skipped).
 pub(crate) const NONE: u32 = u32::MAX;
 
@@ -258,9 +262,16 @@ pub(crate) fn compile(
             missing: 0,
         },
         skips: HashMap::new(),
+        sizes: HashMap::new(),
+        empty: HashMap::new(),
         capacity,
         missing,
     };
+    if max_depth == 0 || max_depth > MAX_DEPTH_LIMIT {
+        return Err(PlanError::Options(format!(
+            "'avro.max.depth' must be between 1 and {MAX_DEPTH_LIMIT}"
+        )));
+    }
     let Node::Record { .. } = writer.node(writer.root()) else {
         return Err(PlanError::Unsupported {
             column: columns.first().map_or_else(String::new, |c| c.name.clone()),
@@ -303,6 +314,10 @@ struct Compiler<'a> {
     /// The skip operation of each writer node compiled so far (a recursive type's skip refers
     /// to itself).
     skips: HashMap<NodeId, u32>,
+    /// The fewest bytes of each writer node, and whether it always takes none (memoised: a
+    /// schema that uses a record twice in the next, and so on, would make them exponential).
+    sizes: HashMap<NodeId, u32>,
+    empty: HashMap<NodeId, bool>,
     capacity: usize,
     missing: Missing,
 }
@@ -488,19 +503,31 @@ impl Compiler<'_> {
                 w.reader = r.field(rec, &w.segments[0]).cloned();
             }
         }
+        // Each want's writer field: the one of its name, else (by the reader's aliases) one of
+        // another name, as the specification orders them.
+        let bound: Vec<Option<usize>> = wants
+            .iter()
+            .map(|w| {
+                fields
+                    .iter()
+                    .position(|f| f.name == w.segments[0])
+                    .or_else(|| {
+                        let aliases = &w.reader.as_ref()?.aliases;
+                        fields.iter().position(|f| aliases.contains(&f.name))
+                    })
+            })
+            .collect();
+        let mut wants: Vec<(Option<usize>, Want)> = bound.into_iter().zip(wants).collect();
         let mut ops = Vec::with_capacity(fields.len() + 1);
-        for f in &fields {
+        for (index, f) in fields.iter().enumerate() {
             let path = if prefix.is_empty() {
                 f.name.clone()
             } else {
                 format!("{prefix}.{}", f.name)
             };
-            let (mine, rest): (Vec<Want>, Vec<Want>) = wants.into_iter().partition(|w| {
-                w.segments[0] == f.name
-                    || w.reader
-                        .as_ref()
-                        .is_some_and(|r| r.aliases.contains(&f.name))
-            });
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                wants.into_iter().partition(|(b, _)| *b == Some(index));
+            let mine: Vec<Want> = mine.into_iter().map(|(_, w)| w).collect();
             wants = rest;
             let op = match mine.as_slice() {
                 [] => self.skip(f.schema, &path),
@@ -539,7 +566,7 @@ impl Compiler<'_> {
             };
             ops.push(op);
         }
-        for w in wants {
+        for (_, w) in wants {
             if self.missing == Missing::Error {
                 return Err(PlanError::UnknownField {
                     column: w.column,
@@ -657,23 +684,36 @@ impl Compiler<'_> {
             (Node::Union(branches), t) => {
                 let mut ops = Vec::with_capacity(branches.len());
                 let mut any = false;
+                let mut first_error = None;
                 for (i, &b) in branches.iter().enumerate() {
                     match self.value(b, t, column, path, reader) {
                         Ok(op) => {
                             any |= !matches!(self.w.node(b), Node::Null);
                             ops.push(op);
                         }
-                        Err(_) => ops.push(self.op(Op::Refuse {
-                            branch: i as u32,
-                            path: p,
-                        })),
+                        // A branch of another type is refused per message; anything else
+                        // (a default, a conflict inside it) is the plan's error.
+                        Err(e @ PlanError::AvroTypeMismatch { .. }) => {
+                            first_error.get_or_insert(e);
+                            ops.push(self.op(Op::Refuse {
+                                branch: i as u32,
+                                path: p,
+                            }));
+                        }
+                        Err(e) => return Err(e),
                     }
                 }
                 if !any {
-                    return Err(mismatch(
-                        self,
-                        "; no branch of the union can be read as the column",
-                    ));
+                    // One branch's own mismatch says most (a struct child of another type).
+                    let nullable = branches
+                        .iter()
+                        .filter(|&&b| !matches!(self.w.node(b), Node::Null))
+                        .count()
+                        == 1;
+                    return Err(match first_error {
+                        Some(e) if nullable => e,
+                        _ => mismatch(self, "; no branch of the union can be read as the column"),
+                    });
                 }
                 let branches = self.list(ops);
                 Op::Union { branches, path: p }
@@ -696,7 +736,7 @@ impl Compiler<'_> {
                 return op;
             }
             (Node::Array(item), Target::List { col, item: it }) => {
-                let item_bytes = self.min_bytes(*item, 0);
+                let item_bytes = self.min_bytes(*item);
                 let ritem = rtype.zip(self.r).and_then(|(n, r)| match r.node(n) {
                     Node::Array(i) => Some(*i),
                     _ => None,
@@ -806,35 +846,57 @@ impl Compiler<'_> {
             Target::Map { .. } => DataType::Null,
             Target::Struct { .. } => DataType::Struct(Fields::empty()),
         };
-        let c = match (d, &w.target, &ty) {
-            (Value::Null, _, _) => return Ok(NONE),
-            (Value::Bool(b), _, DataType::Boolean) => Const::Bool(*b),
-            (Value::Number(n), _, DataType::Int32) => n
+        // A number in the reader's logical type (a date, a time, a timestamp) reads as the
+        // writer's value would: in the column's unit.
+        let numeric = w
+            .reader
+            .as_ref()
+            .zip(self.r)
+            .and_then(|(f, r)| leaf(r.node(r.non_null(f.schema)), &ty));
+        let c = match (d, &w.target, &ty, numeric) {
+            (Value::Null, _, _, _) => return Ok(NONE),
+            (Value::Number(n), _, _, Some(Leaf::Int(to) | Leaf::Long(to))) => {
+                let v = n.as_i64().ok_or_else(|| self.bad_default(d, w, prefix))?;
+                match to {
+                    Num::I32 => {
+                        Const::I32(i32::try_from(v).map_err(|_| self.bad_default(d, w, prefix))?)
+                    }
+                    Num::I64 => Const::I64(v),
+                    Num::F32 => Const::F32(v as f32),
+                    Num::F64 => Const::F64(v as f64),
+                    Num::Mul(k) => Const::I64(
+                        v.checked_mul(k)
+                            .ok_or_else(|| self.bad_default(d, w, prefix))?,
+                    ),
+                }
+            }
+            (Value::Bool(b), _, DataType::Boolean, _) => Const::Bool(*b),
+            (Value::Number(n), _, DataType::Int32, _) => n
                 .as_i64()
                 .and_then(|v| i32::try_from(v).ok())
                 .map(Const::I32)
                 .ok_or(())
                 .map_err(|_| self.bad_default(d, w, prefix))?,
-            (Value::Number(n), _, DataType::Int64) => {
+            (Value::Number(n), _, DataType::Int64, _) => {
                 Const::I64(n.as_i64().ok_or_else(|| self.bad_default(d, w, prefix))?)
             }
-            (Value::Number(n), _, DataType::Float32) => {
+            (Value::Number(n), _, DataType::Float32, _) => {
                 Const::F32(n.as_f64().ok_or_else(|| self.bad_default(d, w, prefix))? as f32)
             }
-            (Value::Number(n), _, DataType::Float64) => {
+            (Value::Number(n), _, DataType::Float64, _) => {
                 Const::F64(n.as_f64().ok_or_else(|| self.bad_default(d, w, prefix))?)
             }
-            (Value::String(t), _, DataType::Utf8) => Const::Bytes(t.as_bytes().into()),
+            (Value::String(t), _, DataType::Utf8, _) => Const::Bytes(t.as_bytes().into()),
             // Avro's JSON form of bytes: each code point 0-255 is one byte.
-            (Value::String(t), _, DataType::Binary) => Const::Bytes(
+            (Value::String(t), _, DataType::Binary, _) => Const::Bytes(
                 t.chars()
                     .map(|c| u8::try_from(u32::from(c)).ok())
                     .collect::<Option<Vec<u8>>>()
                     .ok_or_else(|| self.bad_default(d, w, prefix))?
                     .into(),
             ),
-            (Value::Array(a), Target::List { .. }, _) if a.is_empty() => Const::Empty,
-            (Value::Object(o), Target::Map { .. }, _) if o.is_empty() => Const::Empty,
+            (Value::Array(a), Target::List { .. }, _, _) if a.is_empty() => Const::Empty,
+            (Value::Object(o), Target::Map { .. }, _, _) if o.is_empty() => Const::Empty,
             _ => return Err(self.bad_default(d, w, prefix)),
         };
         self.plan.consts.push(c);
@@ -861,6 +923,12 @@ impl Compiler<'_> {
             return op;
         }
         let p = self.path(path);
+        if self.always_empty(node) {
+            let cols = self.list(Vec::new());
+            let at = self.op(Op::Null { cols });
+            self.skips.insert(node, at);
+            return at;
+        }
         let op = match self.w.node(node).clone() {
             Node::Null => {
                 let cols = self.list(Vec::new());
@@ -893,7 +961,7 @@ impl Compiler<'_> {
             Node::Array(item) => {
                 let at = self.op(Op::SkipVarint { path: p });
                 self.skips.insert(node, at);
-                let item_bytes = self.min_bytes(item, 0);
+                let item_bytes = self.min_bytes(item);
                 let item = self.skip(item, &format!("{path}[]"));
                 self.plan.ops[at as usize] = Op::Array {
                     col: NONE,
@@ -932,21 +1000,50 @@ impl Compiler<'_> {
 
     /// The fewest bytes a value of `node` takes (0 for null and for records of nothing): the
     /// bound on a block's item count that a message's own length gives.
-    fn min_bytes(&self, node: NodeId, depth: u32) -> u32 {
-        if depth > 32 {
-            return 1;
+    fn min_bytes(&mut self, node: NodeId) -> u32 {
+        if let Some(&n) = self.sizes.get(&node) {
+            return n;
         }
-        match self.w.node(node) {
+        // In progress (a record that holds itself without a union has no finite value): any
+        // answer will do.
+        self.sizes.insert(node, 1);
+        let n = match self.w.node(node).clone() {
             Node::Null => 0,
             Node::Float => 4,
             Node::Double => 8,
-            Node::Fixed { size, .. } => u32::try_from(*size).unwrap_or(u32::MAX),
+            Node::Fixed { size, .. } => u32::try_from(size).unwrap_or(u32::MAX),
             Node::Record { fields, .. } => fields
                 .iter()
-                .map(|f| self.min_bytes(f.schema, depth + 1))
+                .map(|f| self.min_bytes(f.schema))
                 .fold(0u32, u32::saturating_add),
             _ => 1,
+        };
+        self.sizes.insert(node, n);
+        n
+    }
+
+    /// True when every value of `node` takes no bytes (null, records of nothing but such
+    /// fields): skipping it is nothing, however many times the schema nests it.
+    fn always_empty(&mut self, node: NodeId) -> bool {
+        match self.w.node(node) {
+            Node::Null => true,
+            Node::Record { .. } => self.min_bytes(node) == 0 && self.only_empty(node),
+            _ => false,
         }
+    }
+
+    fn only_empty(&mut self, node: NodeId) -> bool {
+        if let Some(&e) = self.empty.get(&node) {
+            return e;
+        }
+        self.empty.insert(node, false);
+        let e = match self.w.node(node).clone() {
+            Node::Null => true,
+            Node::Record { fields, .. } => fields.iter().all(|f| self.only_empty(f.schema)),
+            _ => false,
+        };
+        self.empty.insert(node, e);
+        e
     }
 }
 
@@ -1023,7 +1120,7 @@ fn leaf(n: &Node, ty: &DataType) -> Option<Leaf> {
                 ..
             },
             D::Decimal128(p, s),
-        ) if p >= precision && s == scale && *size <= 16 => Leaf::Decimal {
+        ) if p >= precision && s == scale => Leaf::Decimal {
             size: *size as u32,
             precision: *p,
         },

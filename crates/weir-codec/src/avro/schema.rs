@@ -166,6 +166,12 @@ impl AvroSchema {
         if depth > 64 {
             return Err("a recursive record cannot be a column type; declare the columns".into());
         }
+        if self.type_size(id) > MAX_INFERRED_TYPE {
+            return Err(format!(
+                "{} spells out as more than {MAX_INFERRED_TYPE} Arrow types; declare the columns",
+                self.describe(id)
+            ));
+        }
         let n = &self.inner.nodes;
         Ok(match &n[id] {
             Node::Null => DataType::Null,
@@ -240,6 +246,41 @@ impl AvroSchema {
             }
             _ => Ok((self.arrow_type(id, depth)?, false)),
         }
+    }
+}
+
+/// The most Arrow types (fields and items, nested) one inferred column may spell out: a schema
+/// that uses a record twice in the next, and so on, would otherwise make an exponential type.
+const MAX_INFERRED_TYPE: usize = 10_000;
+
+impl AvroSchema {
+    /// The Arrow types node `id` spells out as a column, counted up to past
+    /// [`MAX_INFERRED_TYPE`] (recursion counts as too many).
+    fn type_size(&self, id: NodeId) -> usize {
+        fn walk(nodes: &[Node], id: NodeId, seen: &mut usize, depth: usize) {
+            *seen += 1;
+            if *seen > MAX_INFERRED_TYPE || depth > 64 {
+                *seen = MAX_INFERRED_TYPE + 1;
+                return;
+            }
+            match &nodes[id] {
+                Node::Record { fields, .. } => {
+                    for f in fields {
+                        walk(nodes, f.schema, seen, depth + 1);
+                    }
+                }
+                Node::Array(x) | Node::Map(x) => walk(nodes, *x, seen, depth + 1),
+                Node::Union(b) => {
+                    for &x in b {
+                        walk(nodes, x, seen, depth + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut seen = 0;
+        walk(&self.inner.nodes, id, &mut seen, 0);
+        seen
     }
 }
 
@@ -432,9 +473,11 @@ impl Parser {
             "record" | "error" | "enum" | "fixed" => {
                 let name = str_of(obj, "name")
                     .ok_or_else(|| AvroSchemaError(format!("{at}: a {ty} needs a \"name\"")))?;
-                let space = match str_of(obj, "namespace") {
-                    Some(s) => s.to_string(),
-                    None => name.rsplit_once('.').map_or(ns, |(s, _)| s).to_string(),
+                // A dotted name is a full name: its own namespace wins over the attribute.
+                let space = match (name.rsplit_once('.'), str_of(obj, "namespace")) {
+                    (Some((s, _)), _) => s.to_string(),
+                    (None, Some(s)) => s.to_string(),
+                    (None, None) => ns.to_string(),
                 };
                 let full = full_name(name, &space);
                 if self.names.contains_key(&full) {
@@ -758,6 +801,20 @@ mod tests {
         assert_eq!(
             AvroSchema::parse("\"int\"").unwrap().fingerprint(),
             0x7275_d51a_3f39_5c8f
+        );
+    }
+
+    #[test]
+    fn a_dotted_name_gives_its_own_namespace_to_nested_types() {
+        let s = AvroSchema::parse(
+            r#"{"type":"record","name":"a.R","namespace":"x","fields":[
+                {"name":"e","type":{"type":"enum","name":"E","symbols":["A"]}}]}"#,
+        )
+        .unwrap();
+        assert!(
+            s.canonical_form().contains(r#""name":"a.E""#),
+            "{}",
+            s.canonical_form()
         );
     }
 

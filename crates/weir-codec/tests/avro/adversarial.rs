@@ -301,24 +301,89 @@ fn deep_recursion_is_bounded() {
     };
     let mut d = AvroDecoder::new(&schema, &cols, deep).unwrap();
     d.decode(&m).unwrap();
-    // An array claiming 2^40 null items.
+    // Arrays of null items: their count is not bounded by the message's length, so all the
+    // arrays of one message share one budget (a few bytes must not claim a billion rows).
     let schema = AvroSchema::parse(
-        r#"{"type":"record","name":"N","fields":[{"name":"a","type":{"type":"array","items":"null"}}]}"#,
+        r#"{"type":"record","name":"N","fields":[
+            {"name":"a","type":{"type":"array","items":{"type":"array","items":"null"}}},
+            {"name":"x","type":"int"}]}"#,
     )
     .unwrap();
-    let cols = [ColumnSpec::new(
-        "a",
-        DataType::List(std::sync::Arc::new(Field::new(
-            "item",
-            DataType::Null,
-            true,
-        ))),
-    )];
-    if let Ok(mut d) = AvroDecoder::new(&schema, &cols, AvroDecoderOptions::default()) {
-        let mut m = Vec::new();
-        long(&mut m, 1 << 40);
-        assert!(d.decode(&m).is_err());
+    let item = Field::new("item", DataType::Int64, true);
+    let inner = DataType::List(std::sync::Arc::new(item));
+    let nested = DataType::List(std::sync::Arc::new(Field::new("item", inner, true)));
+    let mut m = Vec::new();
+    long(&mut m, 1000);
+    for _ in 0..1000 {
+        long(&mut m, 1 << 20);
+        long(&mut m, 0);
     }
+    long(&mut m, 0);
+    long(&mut m, 7);
+    for cols in [
+        vec![ColumnSpec::new("a", nested)],
+        // Skipped, the same bytes would still be a billion steps.
+        vec![ColumnSpec::new("x", DataType::Int32)],
+    ] {
+        let mut d = AvroDecoder::new(&schema, &cols, AvroDecoderOptions::default()).unwrap();
+        let e = d.decode(&m).unwrap_err().to_string();
+        assert!(e.contains("items of zero bytes"), "{e}");
+    }
+}
+
+#[test]
+fn schemas_that_nest_a_record_twice_per_level_stay_linear() {
+    // R0 is empty; each Rk holds two R(k-1): 2^40 empty records per value, none of them bytes.
+    let mut types = String::from(r#"{"type":"record","name":"R0","fields":[]}"#);
+    for k in 1..=40 {
+        types = format!(
+            r#"{{"type":"record","name":"R{k}","fields":[{{"name":"a","type":{types}}},{{"name":"b","type":"R{}"}}]}}"#,
+            k - 1
+        );
+    }
+    let text = format!(
+        r#"{{"type":"record","name":"Top","fields":[{{"name":"f","type":{types}}},{{"name":"x","type":"int"}}]}}"#
+    );
+    let schema = AvroSchema::parse(&text).unwrap();
+    let cols = [ColumnSpec::new("x", DataType::Int32)];
+    let mut d = AvroDecoder::new(&schema, &cols, AvroDecoderOptions::default()).unwrap();
+    d.decode(&[14]).unwrap();
+    assert_eq!(row_json(&d.flush().unwrap(), 0)["x"], 7);
+    // Inferred columns would spell out 2^40 fields: refused, naming the field.
+    let e = weir_codec::avro_default_columns(&schema)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("'f'") && e.contains("declare the columns"),
+        "{e}"
+    );
+    // The nesting limit is bounded too: each level is a stack frame.
+    let deep = AvroDecoderOptions {
+        max_depth: 100_000,
+        ..AvroDecoderOptions::default()
+    };
+    let e = AvroDecoder::new(&schema, &cols, deep)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("between 1 and 1024"), "{e}");
+}
+
+#[test]
+fn wide_fixed_decimals_and_always_null_fields() {
+    // A decimal in a fixed of 20 bytes (leading sign bytes), and a field that is only null.
+    let schema = AvroSchema::parse(
+        r#"{"type":"record","name":"W","fields":[
+            {"name":"d","type":{"type":"fixed","name":"D20","size":20,"logicalType":"decimal","precision":30,"scale":3}},
+            {"name":"nothing","type":"null"}]}"#,
+    )
+    .unwrap();
+    let cols = weir_codec::avro_default_columns(&schema).unwrap();
+    assert_eq!(cols.len(), 1, "the null field has no column");
+    let mut d = AvroDecoder::new(&schema, &cols, AvroDecoderOptions::default()).unwrap();
+    let mut m = vec![0xff; 18];
+    m.extend_from_slice(&(-5i16).to_be_bytes());
+    d.decode(&m).unwrap();
+    assert_eq!(row_json(&d.flush().unwrap(), 0)["d"], "-5");
 }
 
 #[test]

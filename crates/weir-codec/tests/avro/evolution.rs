@@ -225,3 +225,49 @@ fn the_readers_defaults_aliases_and_enum_symbols_resolve_an_older_writer() {
     d.decode(&framed(5, &b)).unwrap();
     assert_eq!(row_json(&d.flush().unwrap(), 0)["side"], "SELL");
 }
+
+#[test]
+fn a_fields_own_name_wins_over_an_alias_and_defaults_follow_the_readers_units() {
+    let writer = AvroSchema::parse(
+        r#"{"type":"record","name":"R","fields":[{"name":"y","type":"int"},{"name":"x","type":"int"}]}"#,
+    )
+    .unwrap();
+    let reader = AvroSchema::parse(
+        r#"{"type":"record","name":"R","fields":[
+            {"name":"x","type":"int","aliases":["y"]},
+            {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"},"default":1500}]}"#,
+    )
+    .unwrap();
+    let columns = [
+        ColumnSpec::new("x", DataType::Int32),
+        ColumnSpec::new(
+            "at",
+            DataType::Timestamp(weir_codec::TimeUnit::Microsecond, None),
+        ),
+    ];
+    let plan = Arc::new(
+        AvroPlan::compile(
+            &writer,
+            Some(&reader),
+            1,
+            &columns,
+            false,
+            AvroDecoderOptions::default(),
+        )
+        .unwrap(),
+    );
+    struct None_;
+    impl AvroPlanSource for None_ {
+        fn plan(&self, id: u32) -> Result<Arc<AvroPlan>, SchemaIdError> {
+            Err(SchemaIdError::unavailable(id, "test", "none"))
+        }
+    }
+    let mut d = FramedAvroDecoder::new(Arc::new(None_), plan, 10);
+    let mut b = Vec::new();
+    long(&mut b, 1);
+    long(&mut b, 2);
+    d.decode(&framed(1, &b)).unwrap();
+    let row = row_json(&d.flush().unwrap(), 0);
+    assert_eq!(row["x"], 2, "x is read from x, not from its alias y");
+    assert_eq!(row["at"], 1_500_000, "1500 ms as microseconds");
+}
