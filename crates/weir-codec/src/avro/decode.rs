@@ -124,9 +124,12 @@ impl Fault {
             Problem::SymbolNotRead { index } => format!(
                 "the writer's enum symbol {index} is not in the reader's enum, which has no default"
             ),
-            Problem::Refused { branch } => {
-                format!("the value is in union branch {branch}, whose type the column cannot hold")
-            }
+            Problem::Refused { branch } => format!(
+                "the value is in union branch {}, whose type the column cannot hold",
+                plan.refusals
+                    .get(branch as usize)
+                    .map_or("?", String::as_str)
+            ),
             Problem::TooDeep(limit) => format!("nesting deeper than {limit} ('avro.max.depth')"),
             Problem::TooLarge => "a column past 2 GiB in one batch".into(),
             Problem::OutOfRange => "the value does not fit its column type".into(),

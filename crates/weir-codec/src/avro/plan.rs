@@ -131,7 +131,7 @@ pub(crate) enum Op {
         branches: u32,
         path: u32,
     },
-    /// A union branch no column can hold: an error naming it.
+    /// A union branch the column cannot hold: an error naming it (`Plan::refusals`).
     Refuse {
         branch: u32,
         path: u32,
@@ -167,6 +167,8 @@ pub(crate) struct Plan {
     pub(crate) enums: Vec<Vec<Option<Box<[u8]>>>>,
     pub(crate) consts: Vec<Const>,
     pub(crate) paths: Vec<String>,
+    /// The union branches refused ([`Op::Refuse`]), as their errors name them.
+    pub(crate) refusals: Vec<String>,
     /// The root record's operation.
     pub(crate) root: u32,
     /// Empty column buffers, cloned for each decoder.
@@ -254,6 +256,7 @@ pub(crate) fn compile(
             enums: Vec::new(),
             consts: Vec::new(),
             paths: Vec::new(),
+            refusals: Vec::new(),
             root: 0,
             templates: Vec::new(),
             top: Vec::new(),
@@ -331,6 +334,14 @@ impl Compiler<'_> {
     fn list(&mut self, l: Vec<u32>) -> u32 {
         self.plan.lists.push(l);
         (self.plan.lists.len() - 1) as u32
+    }
+
+    /// The text naming union branch `i` (writer node `b`) for a refusal's error.
+    fn refusal(&mut self, i: usize, b: NodeId) -> u32 {
+        self.plan
+            .refusals
+            .push(format!("{i} ({})", self.w.describe(b)));
+        (self.plan.refusals.len() - 1) as u32
     }
 
     fn path(&mut self, p: &str) -> u32 {
@@ -615,10 +626,8 @@ impl Compiler<'_> {
                         }
                         _ => {
                             let p = self.path(path);
-                            self.op(Op::Refuse {
-                                branch: i as u32,
-                                path: p,
-                            })
+                            let branch = self.refusal(i, b);
+                            self.op(Op::Refuse { branch, path: p })
                         }
                     };
                     ops.push(op);
@@ -695,10 +704,8 @@ impl Compiler<'_> {
                         // (a default, a conflict inside it) is the plan's error.
                         Err(e @ PlanError::AvroTypeMismatch { .. }) => {
                             first_error.get_or_insert(e);
-                            ops.push(self.op(Op::Refuse {
-                                branch: i as u32,
-                                path: p,
-                            }));
+                            let branch = self.refusal(i, b);
+                            ops.push(self.op(Op::Refuse { branch, path: p }));
                         }
                         Err(e) => return Err(e),
                     }

@@ -266,7 +266,7 @@ fn bad_input_is_a_clear_error_naming_the_field_and_offset() {
     m[u_at] = 0x00; // the int branch: the Utf8 column cannot hold it
     let e = error_of(&m);
     assert!(
-        e.contains("union branch 0") && e.contains("cannot hold"),
+        e.contains("union branch 0 (int)") && e.contains("cannot hold"),
         "{e}"
     );
     let mut m = good.clone();
