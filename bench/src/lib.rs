@@ -16,6 +16,7 @@
 //! The library holds the inputs and the decoders; `benches/protobuf.rs` (criterion) and
 //! `src/bin/report.rs` (a Markdown table with ratios) both use it.
 
+pub mod avro;
 pub mod check;
 pub mod corpus;
 pub mod json;

@@ -1,7 +1,9 @@
 //! Runs one contender in a loop, for a sampling profiler:
 //! `perf record -e cpu-clock -g target/release/profile quote|after|wide5|wide50 [loops]`, and for
 //! the JSON decoder `json_quote|json_order|json_wide5|json_wide50|json_wide1` (`json_wide1`:
-//! the last key only, the skip loop's floor).
+//! the last key only, the skip loop's floor), and for the Avro decoder
+//! `avro_quote|avro_quote_flat|avro_wide50|avro_wide5` (weir) and
+//! `arrow_avro_quote|arrow_avro_wide50|arrow_avro_wide5` (arrow-avro, for comparison).
 
 use std::time::Instant;
 
@@ -48,6 +50,25 @@ fn main() -> Result<()> {
                 "json_wide5" => Box::new(w.weir_five()?),
                 "json_wide1" => Box::new(w.weir_last()?),
                 _ => Box::new(w.weir_all()?),
+            };
+            (c, w.corpus)
+        }
+        "avro_quote" | "avro_quote_flat" | "arrow_avro_quote" => {
+            let w = weir_bench::avro::QuoteAvroWorkload::new(1_000_000)?;
+            let c: Box<dyn Contender> = match which {
+                "avro_quote" => Box::new(w.weir()?),
+                "avro_quote_flat" => Box::new(w.weir_flat()?),
+                _ => Box::new(w.arrow_avro()?),
+            };
+            (c, w.corpus)
+        }
+        "avro_wide50" | "avro_wide5" | "arrow_avro_wide50" | "arrow_avro_wide5" => {
+            let w = weir_bench::avro::WideAvroWorkload::new(200_000)?;
+            let c: Box<dyn Contender> = match which {
+                "avro_wide50" => Box::new(w.weir_all()?),
+                "avro_wide5" => Box::new(w.weir_five()?),
+                "arrow_avro_wide50" => Box::new(w.arrow_all()?),
+                _ => Box::new(w.arrow_five()?),
             };
             (c, w.corpus)
         }
