@@ -17,6 +17,7 @@ pub(crate) struct State {
 enum Problem {
     Truncated,
     VarintTooLong,
+    VarintOverflow,
     IntOutOfRange(i64),
     NegativeLength(i64),
     LengthPastEnd { length: u64, remaining: usize },
@@ -108,6 +109,7 @@ impl Fault {
         let problem = match self.problem {
             Problem::Truncated => "the data ends inside the value".to_string(),
             Problem::VarintTooLong => "a varint longer than 10 bytes".into(),
+            Problem::VarintOverflow => "a 10-byte varint past 64 bits".into(),
             Problem::IntOutOfRange(v) => format!("{v} does not fit an Avro int"),
             Problem::NegativeLength(v) => format!("negative length or count {v}"),
             Problem::LengthPastEnd { length, remaining } => {
@@ -141,36 +143,20 @@ impl Fault {
     }
 }
 
-/// Reads a zigzag varint `long`.
-#[inline(always)]
+/// Reads a zigzag varint `long`, with the protobuf reader's word-at-a-time varint (the same
+/// base-128 encoding): the quotes' timestamps and sequence numbers are 5 to 9 bytes. A call
+/// of its own in debug builds, where inlining it would grow the recursive reader's frames.
+#[cfg_attr(not(debug_assertions), inline(always))]
+#[cfg_attr(debug_assertions, inline(never))]
 fn read_long(buf: &[u8], pos: &mut usize) -> Result<i64, Problem> {
-    let p = *pos;
-    if let Some(&b) = buf.get(p) {
-        if b < 0x80 {
-            *pos = p + 1;
-            return Ok(i64::from(b >> 1) ^ -i64::from(b & 1));
-        }
+    match crate::protobuf::wire::read_varint(buf, pos, buf.len()) {
+        Ok(v) => Ok((v >> 1) as i64 ^ -((v & 1) as i64)),
+        Err(e) => Err(match e.kind {
+            DecodeErrorKind::TruncatedVarint => Problem::Truncated,
+            DecodeErrorKind::VarintOverflow => Problem::VarintOverflow,
+            _ => Problem::VarintTooLong,
+        }),
     }
-    read_long_slow(buf, pos)
-}
-
-#[inline(never)]
-fn read_long_slow(buf: &[u8], pos: &mut usize) -> Result<i64, Problem> {
-    let mut v: u64 = 0;
-    for i in 0..10 {
-        let Some(&b) = buf.get(*pos + i) else {
-            return Err(Problem::Truncated);
-        };
-        v |= u64::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            if i == 9 && b > 1 {
-                return Err(Problem::VarintTooLong);
-            }
-            *pos += i + 1;
-            return Ok((v >> 1) as i64 ^ -((v & 1) as i64));
-        }
-    }
-    Err(Problem::VarintTooLong)
 }
 
 #[inline(always)]
@@ -317,7 +303,16 @@ fn run(
                 });
             }
             for &f in &plan.lists[fields as usize] {
-                run(plan, f, buf, pos, cols, depth + 1, empty)?;
+                // A record's values are read here, without a call per field; only nested
+                // records, arrays, maps and unions recurse.
+                match plan.ops[f as usize] {
+                    Op::Record { .. }
+                    | Op::Array { .. }
+                    | Op::Map { .. }
+                    | Op::Union { .. }
+                    | Op::Refuse { .. } => run(plan, f, buf, pos, cols, depth + 1, empty)?,
+                    other => value(plan, other, buf, pos, cols)?,
+                }
             }
             if col != NONE {
                 push_struct_row(cols, col);
@@ -400,7 +395,7 @@ fn run(
                     let k = *pos;
                     let name = read_bytes(buf, pos).map_err(fault_at(k, path))?;
                     if key != NONE {
-                        if simdutf8::basic::from_utf8(name).is_err() {
+                        if crate::protobuf::utf8_error_at(name, 0, name.len()).is_some() {
                             return Err(Fault {
                                 at: k,
                                 path,
@@ -446,8 +441,9 @@ fn run(
     Ok(())
 }
 
-/// Reads one value (anything but a record, array, map or union).
-#[inline]
+/// Reads one value (anything but a record, array, map or union). Inlined into the record loop
+/// of optimised builds; a call of its own in debug builds, whose frames are large.
+#[cfg_attr(not(debug_assertions), inline(always))]
 fn value(
     plan: &Plan,
     op: Op,
@@ -499,7 +495,7 @@ fn value(
         }
         Op::Bytes { col, utf8, path } => {
             let b = read_bytes(buf, pos).map_err(fault(path))?;
-            if utf8 && simdutf8::basic::from_utf8(b).is_err() {
+            if utf8 && crate::protobuf::utf8_error_at(b, 0, b.len()).is_some() {
                 return Err(fault(path)(Problem::InvalidUtf8));
             }
             push_bytes(cols, col, b).map_err(fault(path))?;

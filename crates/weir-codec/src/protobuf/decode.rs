@@ -1242,9 +1242,10 @@ fn is_ascii_prefix(chunk: &[u8; SHORT], len: usize) -> bool {
     high & 0x8080_8080_8080_8080_8080_8080_8080_8080 == 0
 }
 
-/// Where `buf[start..end]` stops being UTF-8, or None if it is valid.
+/// Where `buf[start..end]` stops being UTF-8, or None if it is valid. (The Avro decoder's
+/// strings are checked with it too.)
 #[inline(always)]
-fn utf8_error_at(buf: &[u8], start: usize, end: usize) -> Option<usize> {
+pub(crate) fn utf8_error_at(buf: &[u8], start: usize, end: usize) -> Option<usize> {
     let bytes = &buf[start..end];
     // Most string fields (tickers, ids, codes) are short ASCII: check eight bytes at a time
     // before handing anything else to the SIMD validator, whose setup dominates for short input.

@@ -10,9 +10,11 @@
 //! - `encode.rs`: the other way, Arrow rows into messages.
 
 mod decode;
+pub(crate) use decode::utf8_error_at;
 mod encode;
 mod plan;
-mod wire;
+// The Avro decoder reads its varints (the same base-128 encoding) with these too.
+pub(crate) mod wire;
 
 pub use encode::ProtoEncoder;
 

@@ -295,12 +295,34 @@ fn deep_recursion_is_bounded() {
     let mut d = AvroDecoder::new(&schema, &cols, AvroDecoderOptions::default()).unwrap();
     let e = d.decode(&m).unwrap_err().to_string();
     assert!(e.contains("nesting deeper than 100"), "{e}");
-    let deep = AvroDecoderOptions {
-        max_depth: 400,
-        ..AvroDecoderOptions::default()
-    };
-    let mut d = AvroDecoder::new(&schema, &cols, deep).unwrap();
-    d.decode(&m).unwrap();
+    // Deeper limits, on a thread with room for unoptimised frames (a debug build's are many
+    // times an optimised one's).
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || {
+            let deep = AvroDecoderOptions {
+                max_depth: 400,
+                ..AvroDecoderOptions::default()
+            };
+            let mut d = AvroDecoder::new(&schema, &cols, deep).unwrap();
+            d.decode(&m).unwrap();
+            // The highest limit allowed holds against a list nested deeper still.
+            let mut m = Vec::new();
+            for i in 0..2000 {
+                long(&mut m, i);
+                long(&mut m, 1);
+            }
+            let deepest = AvroDecoderOptions {
+                max_depth: 1024,
+                ..AvroDecoderOptions::default()
+            };
+            let mut d = AvroDecoder::new(&schema, &cols, deepest).unwrap();
+            let e = d.decode(&m).unwrap_err().to_string();
+            assert!(e.contains("nesting deeper than 1024"), "{e}");
+        })
+        .unwrap()
+        .join()
+        .unwrap();
     // Arrays of null items: their count is not bounded by the message's length, so all the
     // arrays of one message share one budget (a few bytes must not claim a billion rows).
     let schema = AvroSchema::parse(
