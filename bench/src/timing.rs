@@ -86,3 +86,23 @@ pub fn per_round(fast: &Timing, slow: &Timing) -> (f64, f64, f64) {
         _ => (f64::NAN, f64::NAN, f64::NAN),
     }
 }
+
+/// The machine's load average (1, 5 and 15 minutes) as /proc/loadavg gives it, for a report's
+/// header.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+/// The rounds per contender a report runs: `WEIR_BENCH_REPS`, 11 when unset.
+pub fn reps() -> Result<usize> {
+    let reps: usize = match std::env::var("WEIR_BENCH_REPS") {
+        Ok(v) => v.parse()?,
+        Err(_) => 11,
+    };
+    if reps == 0 {
+        return Err("WEIR_BENCH_REPS must be at least 1".into());
+    }
+    Ok(reps)
+}

@@ -7,7 +7,7 @@
 use weir_bench::avro::peers::ValueRead;
 use weir_bench::avro::{self, QuoteAvroWorkload, WideAvroWorkload};
 use weir_bench::check::same_batches;
-use weir_bench::timing::{per_round, time_all, Timing};
+use weir_bench::timing::{load_average, per_round, reps, time_all, Timing};
 use weir_bench::{Contender, Corpus, Result, BATCH_SIZE};
 
 fn describe(name: &str) -> &'static str {
@@ -193,20 +193,8 @@ fn run_wide(reps: usize) -> Result<()> {
     Ok(())
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".to_string())
-}
-
 fn main() -> Result<()> {
-    let reps: usize = match std::env::var("WEIR_BENCH_REPS") {
-        Ok(v) => v.parse()?,
-        Err(_) => 11,
-    };
-    if reps == 0 {
-        return Err("WEIR_BENCH_REPS must be at least 1".into());
-    }
+    let reps = reps()?;
     let only = std::env::var("WEIR_AVRO_ONLY").unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("# weir-bench Avro report\n");

@@ -86,11 +86,17 @@ fn main() -> Result<()> {
     prost_times.remove(0);
     let (w, p) = (median(weir_times), median(prost_times));
     let n = structs.len() as f64;
-    println!("{} messages, {bytes} bytes encoded, median of {reps}", structs.len());
+    println!(
+        "{} messages, {bytes} bytes encoded, median of {reps}",
+        structs.len()
+    );
     println!();
     println!("| encoder | ms | ns a message | MB/s |");
     println!("|---|---|---|---|");
-    for (name, d) in [("weir ProtoEncoder (Arrow batches)", w), ("prost derive `encode` (structs)", p)] {
+    for (name, d) in [
+        ("weir ProtoEncoder (Arrow batches)", w),
+        ("prost derive `encode` (structs)", p),
+    ] {
         println!(
             "| {name} | {:.1} | {:.1} | {:.0} |",
             d.as_secs_f64() * 1e3,
@@ -99,6 +105,9 @@ fn main() -> Result<()> {
         );
     }
     println!();
-    println!("weir / prost speed: {:.2}x", p.as_secs_f64() / w.as_secs_f64());
+    println!(
+        "weir / prost speed: {:.2}x",
+        p.as_secs_f64() / w.as_secs_f64()
+    );
     Ok(())
 }

@@ -10,7 +10,7 @@ use arrow_array::builder::BinaryBuilder;
 
 use weir_bench::check::same_batches;
 use weir_bench::quote::{self, QuoteWorkload};
-use weir_bench::timing::{per_round, time_all, Timing};
+use weir_bench::timing::{load_average, per_round, reps, time_all, Timing};
 use weir_bench::wide::{self, WideWorkload};
 use weir_bench::{Contender, Corpus, Result, BATCH_SIZE};
 
@@ -146,20 +146,8 @@ fn check_wide(w: &WideWorkload) -> Result<()> {
 }
 
 /// `/proc/loadavg`'s 1/5/15-minute figures: a busy machine makes every number noisier.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".to_string())
-}
-
 fn main() -> Result<()> {
-    let reps: usize = match std::env::var("WEIR_BENCH_REPS") {
-        Ok(v) => v.parse()?,
-        Err(_) => 11,
-    };
-    if reps == 0 {
-        return Err("WEIR_BENCH_REPS must be at least 1".into());
-    }
+    let reps = reps()?;
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("# weir-bench report\n");
     println!(
