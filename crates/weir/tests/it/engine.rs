@@ -436,7 +436,7 @@ async fn bad_input_stops_with_one_clear_message() {
     let data = fx.quotes("q.bin", 10, 1, Framing::Varint);
     let cases: Vec<(String, &str)> = vec![
         (fx.source("q", "", &fx.path("missing.bin"), ""), "missing.bin"),
-        (fx.source("q", "", &data, "").replace("'protobuf'", "'protobuff'"), "unknown encoding 'protobuff'; registered encodings with a decoder: json, protobuf, raw"),
+        (fx.source("q", "", &data, "").replace("'protobuf'", "'protobuff'"), "unknown encoding 'protobuff'; registered encodings with a decoder: avro, json, protobuf, raw"),
         (fx.source("q", "", &data, "").replace("stocks.QuoteNBBO", "stocks.Quote"), "message 'stocks.Quote' is not in the schema"),
         (fx.source("q", "(bid_price VARCHAR)", &data, ""), "column 'bid_price': field 'stocks.QuoteNBBO.bid_price' has protobuf type double, which cannot be read as Arrow Utf8"),
         (fx.source("q", "(nope INT)", &data, ""), "no field 'nope'"),
