@@ -328,28 +328,13 @@ fn run(
                 return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
             }
             loop {
-                let block = *pos;
-                let fail = |problem| Fault {
-                    at: block,
-                    path,
-                    problem,
+                let at = *pos;
+                let n = match next_block(buf, pos, col == NONE, item_bytes, empty) {
+                    Ok(Block::End) => break,
+                    Ok(Block::Skipped) => continue,
+                    Ok(Block::Items(n)) => n,
+                    Err(problem) => return Err(Fault { at, path, problem }),
                 };
-                let count = read_long(buf, pos).map_err(fail)?;
-                if count == 0 {
-                    break;
-                }
-                let n = count.unsigned_abs();
-                if count < 0 {
-                    let size = read_long(buf, pos).map_err(fail)?;
-                    let size =
-                        usize::try_from(size).map_err(|_| fail(Problem::NegativeLength(size)))?;
-                    if col == NONE {
-                        // A block that gives its size is skipped whole.
-                        take(buf, pos, size).map_err(fail)?;
-                        continue;
-                    }
-                }
-                check_count(n, item_bytes, buf.len() - *pos, empty).map_err(fail)?;
                 for _ in 0..n {
                     run(plan, item, buf, pos, cols, depth + 1, empty)?;
                 }
@@ -369,28 +354,14 @@ fn run(
                 return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
             }
             loop {
-                let block = *pos;
-                let fail = |problem| Fault {
-                    at: block,
-                    path,
-                    problem,
-                };
-                let count = read_long(buf, pos).map_err(fail)?;
-                if count == 0 {
-                    break;
-                }
-                let n = count.unsigned_abs();
-                if count < 0 {
-                    let size = read_long(buf, pos).map_err(fail)?;
-                    let size =
-                        usize::try_from(size).map_err(|_| fail(Problem::NegativeLength(size)))?;
-                    if col == NONE {
-                        take(buf, pos, size).map_err(fail)?;
-                        continue;
-                    }
-                }
+                let at = *pos;
                 // Each entry holds at least its key's length byte.
-                check_count(n, 1, buf.len() - *pos, empty).map_err(fail)?;
+                let n = match next_block(buf, pos, col == NONE, 1, empty) {
+                    Ok(Block::End) => break,
+                    Ok(Block::Skipped) => continue,
+                    Ok(Block::Items(n)) => n,
+                    Err(problem) => return Err(Fault { at, path, problem }),
+                };
                 for _ in 0..n {
                     let k = *pos;
                     let name = read_bytes(buf, pos).map_err(fault_at(k, path))?;
@@ -586,6 +557,44 @@ fn value(
 
 fn fault_at(at: usize, path: u32) -> impl Fn(Problem) -> Fault {
     move |problem| Fault { at, path, problem }
+}
+
+/// What the header of an array's or a map's next block says.
+enum Block {
+    /// The count 0: the array or map ends.
+    End,
+    /// A block that gave its byte size, skipped whole (nothing reads its items).
+    Skipped,
+    /// This many items follow.
+    Items(u64),
+}
+
+/// Reads a block header at `*pos`: its count (negative: followed by the block's byte size,
+/// which lets a block nobody reads (`skip`) be skipped whole), checked against the bytes left
+/// ([`check_count`]).
+#[inline]
+fn next_block(
+    buf: &[u8],
+    pos: &mut usize,
+    skip: bool,
+    item_bytes: u32,
+    empty: &mut u64,
+) -> Result<Block, Problem> {
+    let count = read_long(buf, pos)?;
+    if count == 0 {
+        return Ok(Block::End);
+    }
+    if count < 0 {
+        let size = read_long(buf, pos)?;
+        let size = usize::try_from(size).map_err(|_| Problem::NegativeLength(size))?;
+        if skip {
+            take(buf, pos, size)?;
+            return Ok(Block::Skipped);
+        }
+    }
+    let n = count.unsigned_abs();
+    check_count(n, item_bytes, buf.len() - *pos, empty)?;
+    Ok(Block::Items(n))
 }
 
 /// A block of `n` items of at least `item_bytes` bytes each must fit in the `remaining` bytes;

@@ -191,13 +191,13 @@ impl Decoder for FramedAvroDecoder {
         if rows == 0 {
             return None;
         }
-        let plan = &self.plans[self.current].plan;
-        let arrays = plan
-            .top
-            .iter()
-            .map(|&c| crate::columns::finish(&mut self.state.cols, c))
-            .collect();
         self.state.rows = 0;
-        Some(crate::batch_of(&self.schema, arrays, rows))
+        let top = &self.plans[self.current].plan.top;
+        Some(crate::columns::take_batch(
+            &mut self.state.cols,
+            top,
+            &self.schema,
+            rows,
+        ))
     }
 }

@@ -206,14 +206,14 @@ impl Decoder for AvroDecoder {
         if rows == 0 {
             return None;
         }
-        let arrays = self
-            .plan
-            .top
-            .iter()
-            .map(|&c| crate::columns::finish(&mut self.state.cols, c))
-            .collect();
         self.state.rows = 0;
-        Some(crate::batch_of(&self.plan.schema, arrays, rows))
+        let (cols, plan) = (&mut self.state.cols, &self.plan);
+        Some(crate::columns::take_batch(
+            cols,
+            &plan.top,
+            &plan.schema,
+            rows,
+        ))
     }
 }
 

@@ -407,6 +407,18 @@ pub(crate) fn retain_rows(cols: &mut [Column], id: usize, from: usize, keep: &[b
     }
 }
 
+/// Moves the `rows` rows of the top-level columns `top` into one batch of `schema` and leaves
+/// the columns empty (a decoder's `flush`).
+pub(crate) fn take_batch(
+    cols: &mut [Column],
+    top: &[usize],
+    schema: &arrow_schema::SchemaRef,
+    rows: usize,
+) -> arrow_array::RecordBatch {
+    let arrays = top.iter().map(|&c| finish(cols, c)).collect();
+    crate::batch_of(schema, arrays, rows)
+}
+
 /// Moves the rows of column `id` into an Arrow array and leaves the column empty.
 pub(crate) fn finish(cols: &mut [Column], id: usize) -> ArrayRef {
     let len = cols[id].len();
