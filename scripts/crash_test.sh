@@ -107,7 +107,7 @@ while [ "$landed" -lt "$KILLS" ]; do
   run_and_kill "$chunk"
 done
 echo "crash test: $landed kills landed, $finished_early runs ended before their kill; finishing"
-"$WEIR" run --quiet "$WORK/p.sql"
+finish_run
 
 if [ "$SINK_KIND" = delta-stateless ]; then
 "$VENV/bin/python" - "$WORK" "$chunk" "$TABLE" <<'PY'
@@ -142,7 +142,7 @@ print(f"crash test: {sent} messages sent; the Delta table (version {dt.version()
 assert positions and not wrong, f"positions, txn versions and rows disagree: {wrong}"
 assert doubled == 0 and missing == 0 and len(got) == sent, "exactly-once violated"
 PY
-echo "crash test: passed"
+echo "crash test: passed$(store_crash_note)"
 exit 0
 fi
 "$WEIR" stats "$WORK/state"
@@ -195,7 +195,7 @@ assert not wrong, f"table txn versions differ from the committed positions: {wro
 assert doubled == 0 and not missing and not extra, "exactly-once violated"
 assert len(expected) < sent, "the stream had no duplicates to drop"
 PY
-echo "crash test: passed"
+echo "crash test: passed$(store_crash_note)"
 exit 0
 fi
 
@@ -248,7 +248,7 @@ assert len(set(offsets)) == len(offsets) and all(p in (0, 1, 2) for p, _ in offs
 assert doubled == 0 and not missing and not extra, "exactly-once violated"
 assert len(expected) < sent, "the stream had no duplicates to drop"
 PY
-echo "crash test: passed"
+echo "crash test: passed$(store_crash_note)"
 exit 0
 fi
 
@@ -281,4 +281,4 @@ print(f"crash test: {sent} messages sent, {len(expected)} distinct keys; "
 assert doubled == 0 and not missing and not extra, "exactly-once violated"
 assert len(expected) < sent, "the stream had no duplicates to drop"
 PY
-echo "crash test: passed"
+echo "crash test: passed$(store_crash_note)"

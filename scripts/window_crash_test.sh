@@ -99,7 +99,7 @@ while [ "$landed" -lt "$KILLS" ]; do
   run_and_kill "$chunk"
 done
 echo "window crash test: $landed kills landed, $finished_early runs ended before their kill; finishing"
-"$WEIR" run --quiet "$WORK/p.sql"
+finish_run
 "$WEIR" stats "$WORK/state"
 
 check_failed() {
@@ -231,4 +231,4 @@ if copies:
 assert doubled == 0 and not missing and not extra and not wrong, "exactly-once windows violated"
 assert len(seen) < sent, "the stream had no duplicates to drop"
 PY
-echo "window crash test: passed"
+echo "window crash test: passed$(store_crash_note)"
