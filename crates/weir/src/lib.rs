@@ -46,10 +46,10 @@ pub use error::{df_message, EngineError, FileError, SourceError, SourceErrorKind
 pub use metrics::server::MetricsServer;
 pub use metrics::MetricsHandle;
 pub use output::{ResultOutput, ResultWriter, StdoutFormat};
+pub use pipeline::reader::file_feed::{for_each_message, MessagesError};
 pub use registry::client::RegistryError;
 pub use sink::delta::{compact_delta_table, Compaction};
 pub use sink::SinkError;
-pub use source::file::{for_each_message, MessagesError};
 pub use sql::SqlError;
 
 /// The option tables the README documents, by the heading that shows each: every declaration

@@ -24,10 +24,12 @@ use datafusion::physical_plan::{
 use super::plan::QueryPlan;
 use crate::error::{SourceError, SourceErrorKind};
 use crate::pipeline::decode::{ScanShape, SourceDecoder};
+use crate::pipeline::live_source::LiveSource;
+use crate::pipeline::reader::file_feed::FileFeed;
 use crate::pipeline::reader::{FileReader, KafkaReader, Next, PositionedReader};
 use crate::pipeline::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::pipeline::window::time::NONE;
-use crate::source::{Connector, SourceDefinition};
+use crate::source::Connector;
 
 /// A continuous query as a DataFusion plan node (one output partition).
 pub(crate) struct ContinuousExec {
@@ -168,8 +170,7 @@ async fn readers(query: &Arc<ContinuousQuery>, partitions: usize) -> Result<Vec<
     match &source.connector {
         Connector::File(settings) => {
             let feed = Arc::new(
-                settings
-                    .feed(source.follow, &source.stats.stages)
+                FileFeed::open(settings, source.follow, &source.stats.stages)
                     .map_err(|e| SourceError::new(&source.name, e).into_df())?,
             );
             Ok((0..partitions.max(1))
@@ -331,7 +332,7 @@ fn merge(
     rx: &std::sync::mpsc::Receiver<Message>,
     tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
 ) -> Result<()> {
-    let source: &SourceDefinition = &query.source;
+    let source: &LiveSource = &query.source;
     let mut merge = Merge::new(query, readers);
     let mut done = 0;
     let mut out = Vec::new();

@@ -11,12 +11,12 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
+use crate::pipeline::live_source::LiveSource;
 use crate::pipeline::window::aggregate::AggregateStage;
 use crate::pipeline::window::join::{JoinSpec, StaticJoin};
 use crate::pipeline::window::ops::Op;
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::pipeline::window::WindowKind;
-use crate::source::SourceDefinition;
 
 /// A stateless step as planned (a join's table is read when the query starts).
 #[derive(Clone)]
@@ -51,7 +51,7 @@ pub(crate) struct JoinPlan {
 /// A continuous query as planned: what [`ContinuousExec`](super::exec::ContinuousExec) runs.
 #[derive(Clone)]
 pub(crate) struct QueryPlan {
-    pub(crate) source: Arc<SourceDefinition>,
+    pub(crate) source: Arc<LiveSource>,
     pub(super) read: Vec<usize>,
     pub(super) time_in_read: usize,
     pub(super) time_type: DataType,
@@ -73,7 +73,7 @@ impl QueryPlan {
     /// The scan of a window table: `projection` indexes the source's columns followed by
     /// `window_start` and `window_end`.
     pub(crate) fn scan(
-        source: Arc<SourceDefinition>,
+        source: Arc<LiveSource>,
         time: usize,
         window: WindowKind,
         projection: &[usize],

@@ -18,11 +18,11 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::exec::ContinuousExec;
 use super::plan::QueryPlan;
+use crate::pipeline::live_source::LiveSource;
 use crate::pipeline::window::{in_unit, WindowKind};
-use crate::source::SourceDefinition;
 
 /// The sources a window function can name.
-pub(crate) type Sources = Arc<Mutex<Vec<Arc<SourceDefinition>>>>;
+pub(crate) type Sources = Arc<Mutex<Vec<Arc<LiveSource>>>>;
 
 /// `TUMBLE`, `HOP` or `SESSION`.
 #[derive(Debug)]
@@ -179,7 +179,7 @@ fn interval_nanos(e: &Expr) -> Option<i128> {
 /// A window table function's result: the source's columns and the window's.
 #[derive(Debug)]
 pub(crate) struct WindowedTable {
-    source: Arc<SourceDefinition>,
+    source: Arc<LiveSource>,
     time: usize,
     kind: WindowKind,
     partitions: usize,
@@ -187,12 +187,7 @@ pub(crate) struct WindowedTable {
 }
 
 impl WindowedTable {
-    fn new(
-        source: Arc<SourceDefinition>,
-        time: usize,
-        kind: WindowKind,
-        partitions: usize,
-    ) -> Self {
+    fn new(source: Arc<LiveSource>, time: usize, kind: WindowKind, partitions: usize) -> Self {
         let time_type = source.schema.field(time).data_type().clone();
         let mut fields: Vec<Field> = source
             .schema

@@ -15,6 +15,7 @@ use crate::continuous::exec::ContinuousExec;
 use crate::error::StatementError;
 use crate::kafka_security::KAFKA_SECURITY_OPTIONS;
 use crate::pipeline::ledger::TableLedger;
+use crate::pipeline::live_source::LiveSource;
 use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
@@ -25,14 +26,13 @@ use crate::sink::{
     open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, StepSink,
     Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
 };
-use crate::source::SourceDefinition;
 use crate::sql::{CreateSink, SqlText};
 use weir_kafka::Settled;
 
 /// What an exactly-once sink writes.
 enum ExactlyOnce {
     /// The rows of a source with state, as they are.
-    Rows(Arc<SourceDefinition>),
+    Rows(Arc<LiveSource>),
     /// A continuous query over a source with state.
     Query(Arc<ContinuousQuery>),
 }

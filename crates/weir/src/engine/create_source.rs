@@ -16,6 +16,7 @@ use super::Engine;
 use crate::error::{df_message, SourceError, SourceErrorKind, StatementError};
 use crate::kafka_security::KAFKA_SECURITY_OPTIONS;
 use crate::metrics::SourceStats;
+use crate::pipeline::live_source::LiveSource;
 use crate::pipeline::table::SourceTable;
 use crate::registry;
 use crate::source::file::{FileSettings, FILE_OPTIONS};
@@ -24,8 +25,8 @@ use crate::source::meta::MetaKind;
 use crate::source::state::{CommitInterval, StateSpec, STATE_OPTIONS};
 use crate::source::WatermarkSpec;
 use crate::source::{
-    Connector, SourceDefinition, SourceParts, SourceSettings, CONNECTOR, ENCODING, FIELDS,
-    SCAN_BOUNDED, SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
+    Connector, SourceDefinition, SourceSettings, CONNECTOR, ENCODING, FIELDS, SCAN_BOUNDED,
+    SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
 };
 use crate::sql::{ColumnDecl, CreateSource};
 
@@ -130,42 +131,46 @@ impl Engine {
                 columns.len()
             ))));
         }
-        let schema = SourceDefinition::table_schema(prepared.as_ref(), &includes);
+        let schema = SourceDefinition::table_schema(&prepared.schema(), &includes);
         let state = StateSpec::parse(&name, &options, &schema)?;
         let commit = CommitInterval::of(&name, &options)?;
         let watermark = self
             .watermark(&s, &options, &schema)
             .await
             .map_err(|e| fail(SourceErrorKind::Columns(e)))?;
-        let definition = Arc::new(SourceDefinition::new(SourceParts {
+        let definition = SourceDefinition {
             name: name.clone(),
             connector,
             settings,
-            prepared,
             includes,
+            schema,
             follow: self.options.follow
                 && !options.flag(&SCAN_BOUNDED).map_err(|e| fail(e.into()))?,
-            stop: Arc::clone(&self.stop),
-            bad_message_hint: self.options.bad_message_hint,
-            stats,
             state,
             commit,
             commit_declared: CommitInterval::declared(&options),
             watermark,
-        }));
+            bad_message_hint: self.options.bad_message_hint,
+        };
+        let source = Arc::new(LiveSource::new(
+            definition,
+            prepared,
+            stats,
+            Arc::clone(&self.stop),
+        ));
         let partitions = self.ctx.state().config().target_partitions();
         self.ctx.register_table(
             name.as_str(),
-            Arc::new(SourceTable::new(Arc::clone(&definition), partitions)),
+            Arc::new(SourceTable::new(Arc::clone(&source), partitions)),
         )?;
         self.source_stats
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::clone(&definition.stats));
+            .push(Arc::clone(&source.stats));
         self.sources
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(definition);
+            .push(source);
         Ok(())
     }
 

@@ -25,7 +25,7 @@ pub use self::report::{
 };
 use crate::error::{EngineError, StatementError};
 use crate::output::{CollectRows, ResultOutput};
-use crate::source::SourceDefinition;
+use crate::pipeline::live_source::LiveSource;
 use crate::sql::{parse_script, SqlText, Statement};
 
 /// What a bad-message error tells a SQL user to do.
@@ -91,7 +91,7 @@ pub struct Engine {
     ctx: SessionContext,
     options: EngineOptions,
     encodings: Encodings,
-    sources: Arc<Mutex<Vec<Arc<SourceDefinition>>>>,
+    sources: Arc<Mutex<Vec<Arc<LiveSource>>>>,
     sinks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<SinkState>>>>,
     pipelines: Mutex<Vec<Pipeline>>,
     stop: Arc<AtomicBool>,
@@ -115,7 +115,7 @@ impl Engine {
         // weir's decoders produce Utf8; keep SQL string types on Utf8 to match.
         config.options_mut().sql_parser.map_string_types_to_utf8view = false;
         let ctx = SessionContext::new_with_config(config);
-        let sources: Arc<Mutex<Vec<Arc<SourceDefinition>>>> = Arc::default();
+        let sources: Arc<Mutex<Vec<Arc<LiveSource>>>> = Arc::default();
         let partitions = ctx.state().config().target_partitions();
         for (name, function) in crate::continuous::tvf::WindowFunction::all(&sources, partitions) {
             // DataFusion looks table functions up by the name as written.

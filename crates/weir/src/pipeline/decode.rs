@@ -11,8 +11,9 @@ use arrow::datatypes::{Schema, SchemaRef};
 use weir_codec::{strip_confluent, DecodeError, Decoder, PreparedDecoder};
 
 use crate::error::{SourceError, SourceErrorKind};
+use crate::pipeline::live_source::LiveSource;
 use crate::source::meta::{MetaColumn, MetaKind, Position};
-use crate::source::{OnError, SourceDefinition};
+use crate::source::OnError;
 
 /// Which value goes into each output column.
 #[derive(Debug, Clone, Copy)]
@@ -34,7 +35,7 @@ impl ScanShape {
     /// The shape of a scan of `projection` (every column when `None`). Only the projected
     /// columns are decoded: the decoder skips the other fields unread.
     pub(crate) fn new(
-        source: &SourceDefinition,
+        source: &LiveSource,
         projection: Option<&[usize]>,
     ) -> Result<Self, SourceError> {
         Self::with_hidden(source, projection, &[])
@@ -43,7 +44,7 @@ impl ScanShape {
     /// The same, with metadata columns `hidden` appended after the projection even if the
     /// source does not include them (a continuous query's positions of late rows).
     pub(crate) fn with_hidden(
-        source: &SourceDefinition,
+        source: &LiveSource,
         projection: Option<&[usize]>,
         hidden: &[MetaKind],
     ) -> Result<Self, SourceError> {
@@ -99,7 +100,7 @@ struct Counts {
 
 /// Decodes one partition's messages into batches of its scan's shape.
 pub(crate) struct SourceDecoder {
-    source: Arc<SourceDefinition>,
+    source: Arc<LiveSource>,
     decoder: Box<dyn Decoder>,
     meta: Vec<MetaColumn>,
     slots: Arc<[Slot]>,
@@ -115,7 +116,7 @@ pub(crate) struct SourceDecoder {
 
 impl SourceDecoder {
     /// A decoder of its own for one partition of a scan of `shape`.
-    pub(crate) fn new(source: &Arc<SourceDefinition>, shape: &ScanShape) -> Self {
+    pub(crate) fn new(source: &Arc<LiveSource>, shape: &ScanShape) -> Self {
         let decoder = shape.prepared.decoder();
         let batch_size = decoder.batch_size().max(1);
         Self {
@@ -151,7 +152,7 @@ impl SourceDecoder {
     }
 
     /// The source this decodes for.
-    pub(crate) fn source(&self) -> &Arc<SourceDefinition> {
+    pub(crate) fn source(&self) -> &Arc<LiveSource> {
         &self.source
     }
 

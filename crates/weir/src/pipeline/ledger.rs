@@ -8,7 +8,7 @@ use weir_dedup::{Checkpoint, StateStore};
 
 use super::dedup::dedup;
 use crate::error::SourceError;
-use crate::source::SourceDefinition;
+use crate::pipeline::live_source::LiveSource;
 
 /// The record of a pipeline's committed steps.
 pub(crate) trait Ledger {
@@ -19,20 +19,16 @@ pub(crate) trait Ledger {
     fn dedup(&mut self, batch: RecordBatch, source: &str) -> Result<RecordBatch, SourceError>;
 
     /// Records the step that ends now (its number is the last one's plus one).
-    fn commit(
-        &mut self,
-        checkpoint: Checkpoint,
-        source: &SourceDefinition,
-    ) -> Result<(), SourceError>;
+    fn commit(&mut self, checkpoint: Checkpoint, source: &LiveSource) -> Result<(), SourceError>;
 
     /// Waits until the last commit is durable.
-    fn sync(&mut self, source: &SourceDefinition) -> Result<(), SourceError>;
+    fn sync(&mut self, source: &LiveSource) -> Result<(), SourceError>;
 
     /// True when the last commit is durable; waits for nothing.
-    fn try_sync(&mut self, source: &SourceDefinition) -> Result<bool, SourceError>;
+    fn try_sync(&mut self, source: &LiveSource) -> Result<bool, SourceError>;
 
     /// The end of the run: every commit durable.
-    fn finish(&mut self, source: &SourceDefinition) -> Result<(), SourceError>;
+    fn finish(&mut self, source: &LiveSource) -> Result<(), SourceError>;
 }
 
 impl Ledger for StateStore {
@@ -44,11 +40,7 @@ impl Ledger for StateStore {
         dedup(self, batch, source)
     }
 
-    fn commit(
-        &mut self,
-        checkpoint: Checkpoint,
-        source: &SourceDefinition,
-    ) -> Result<(), SourceError> {
+    fn commit(&mut self, checkpoint: Checkpoint, source: &LiveSource) -> Result<(), SourceError> {
         // The commit before this one is durable now (a commit waits for it): its figures are
         // what `weir stats` would read. This one's keys are written on the commit thread.
         let durable = !self.is_committing();
@@ -59,7 +51,7 @@ impl Ledger for StateStore {
         Ok(())
     }
 
-    fn sync(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
+    fn sync(&mut self, source: &LiveSource) -> Result<(), SourceError> {
         let was = self.is_committing();
         StateStore::sync(self).map_err(|e| SourceError::new(&source.name, e))?;
         if was {
@@ -68,7 +60,7 @@ impl Ledger for StateStore {
         Ok(())
     }
 
-    fn try_sync(&mut self, source: &SourceDefinition) -> Result<bool, SourceError> {
+    fn try_sync(&mut self, source: &LiveSource) -> Result<bool, SourceError> {
         let was = self.is_committing();
         let durable = StateStore::try_sync(self).map_err(|e| SourceError::new(&source.name, e))?;
         // Once per commit, when it is found durable: the keys it wrote are counted now.
@@ -78,7 +70,7 @@ impl Ledger for StateStore {
         Ok(durable)
     }
 
-    fn finish(&mut self, source: &SourceDefinition) -> Result<(), SourceError> {
+    fn finish(&mut self, source: &LiveSource) -> Result<(), SourceError> {
         StateStore::finish(self).map_err(|e| SourceError::new(&source.name, e))?;
         source.stats.remember_state(self);
         Ok(())
@@ -108,25 +100,21 @@ impl Ledger for TableLedger {
         Ok(batch)
     }
 
-    fn commit(
-        &mut self,
-        mut checkpoint: Checkpoint,
-        _: &SourceDefinition,
-    ) -> Result<(), SourceError> {
+    fn commit(&mut self, mut checkpoint: Checkpoint, _: &LiveSource) -> Result<(), SourceError> {
         checkpoint.step = self.committed.step + 1;
         self.committed = checkpoint;
         Ok(())
     }
 
-    fn sync(&mut self, _: &SourceDefinition) -> Result<(), SourceError> {
+    fn sync(&mut self, _: &LiveSource) -> Result<(), SourceError> {
         Ok(())
     }
 
-    fn try_sync(&mut self, _: &SourceDefinition) -> Result<bool, SourceError> {
+    fn try_sync(&mut self, _: &LiveSource) -> Result<bool, SourceError> {
         Ok(true)
     }
 
-    fn finish(&mut self, _: &SourceDefinition) -> Result<(), SourceError> {
+    fn finish(&mut self, _: &LiveSource) -> Result<(), SourceError> {
         Ok(())
     }
 }

@@ -20,6 +20,7 @@
 pub(crate) mod decode;
 pub(crate) mod dedup;
 pub(crate) mod ledger;
+pub(crate) mod live_source;
 pub(crate) mod reader;
 pub(crate) mod scan;
 pub(crate) mod steps;

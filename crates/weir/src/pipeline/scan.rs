@@ -17,10 +17,12 @@ use weir_dedup::Checkpoint;
 
 use super::decode::{ScanShape, SourceDecoder};
 use super::dedup::dedup;
+use super::reader::file_feed::FileFeed;
 use super::reader::{FileReader, KafkaReader, Next, PositionedReader};
 use super::threads::{thread_stream, with_read_ahead};
 use crate::error::SourceError;
-use crate::source::{Connector, SourceDefinition};
+use crate::pipeline::live_source::LiveSource;
+use crate::source::Connector;
 
 /// Opens the reader of one partition of a scan (called when the partition starts).
 type OpenReader = Arc<dyn Fn() -> Result<Box<dyn PositionedReader>, SourceError> + Send + Sync>;
@@ -28,7 +30,7 @@ type OpenReader = Arc<dyn Fn() -> Result<Box<dyn PositionedReader>, SourceError>
 /// The plan of a scan of `source`: its `projection` (every column when `None`), on at most
 /// `partitions` readers.
 pub(crate) async fn plan(
-    source: &Arc<SourceDefinition>,
+    source: &Arc<LiveSource>,
     projection: Option<&[usize]>,
     limit: Option<usize>,
     partitions: usize,
@@ -68,15 +70,14 @@ pub(crate) async fn plan(
 
 /// The readers of a stateless scan, and whether each needs a thread of its own.
 async fn readers(
-    source: &Arc<SourceDefinition>,
+    source: &Arc<LiveSource>,
     shape: &Arc<ScanShape>,
     partitions: usize,
 ) -> Result<Vec<(OpenReader, bool)>, SourceError> {
     match &source.connector {
         Connector::File(settings) => {
             let feed = Arc::new(
-                settings
-                    .feed(source.follow, &source.stats.stages)
+                FileFeed::open(settings, source.follow, &source.stats.stages)
                     .map_err(|e| SourceError::new(&source.name, e))?,
             );
             Ok((0..partitions.max(1))
@@ -122,7 +123,7 @@ async fn readers(
 
 /// A reader of every column of `source` from `checkpoint` (sources with state are read by one).
 pub(crate) fn open_whole(
-    source: &Arc<SourceDefinition>,
+    source: &Arc<LiveSource>,
     checkpoint: &Checkpoint,
 ) -> Result<Box<dyn PositionedReader>, SourceError> {
     open_positioned(source, checkpoint, &[], false)
@@ -132,7 +133,7 @@ pub(crate) fn open_whole(
 /// `checkpoint`; with `by_partition`, each Kafka batch holds one partition's records (event
 /// time is tracked per partition).
 pub(crate) fn open_positioned(
-    source: &Arc<SourceDefinition>,
+    source: &Arc<LiveSource>,
     checkpoint: &Checkpoint,
     hidden: &[crate::source::meta::MetaKind],
     by_partition: bool,
@@ -141,8 +142,7 @@ pub(crate) fn open_positioned(
     let decoder = SourceDecoder::new(source, &shape);
     Ok(match &source.connector {
         Connector::File(settings) => Box::new(FileReader::resume(
-            settings
-                .feed(source.follow, &source.stats.stages)
+            FileFeed::open(settings, source.follow, &source.stats.stages)
                 .map_err(|e| SourceError::new(&source.name, e))?,
             decoder,
             &checkpoint.positions,
@@ -233,7 +233,7 @@ impl PartitionStream for ReaderPartition {
 
 /// The one partition of a scan of a source with state.
 struct StatefulPartition {
-    source: Arc<SourceDefinition>,
+    source: Arc<LiveSource>,
     projection: Option<Vec<usize>>,
     schema: SchemaRef,
 }
@@ -269,7 +269,7 @@ impl PartitionStream for StatefulPartition {
 /// when a crash comes, so this is at least once; `CREATE SINK ... FROM source` is exactly once
 /// (`super::steps`).
 fn read_with_state(
-    source: &Arc<SourceDefinition>,
+    source: &Arc<LiveSource>,
     projection: Option<&[usize]>,
     tx: &tokio::sync::mpsc::Sender<DfResult<arrow::array::RecordBatch>>,
 ) -> Result<(), SourceError> {

@@ -35,9 +35,9 @@ use super::scan::{open_positioned, open_whole};
 use super::threads::{with_read_ahead, ReadItem};
 use super::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::error::{SourceError, SourceErrorKind};
+use crate::pipeline::live_source::LiveSource;
 use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{open_writer, BatchWriter, SinkError, SinkFormat, StepSink, Target};
-use crate::source::SourceDefinition;
 
 /// Where a checkpointed sink's files are completed.
 enum StepDir {
@@ -435,7 +435,7 @@ impl StepTransform for Query {
 /// write each batch, and at each step's end seal the file before the commit to `ledger` that
 /// records it (the state directory, or a table sink's own log). Returns the rows written.
 pub(crate) fn run(
-    source: &Arc<SourceDefinition>,
+    source: &Arc<LiveSource>,
     ledger: &mut dyn Ledger,
     files: &mut dyn StepSink,
 ) -> Result<u64, SourceError> {
@@ -483,7 +483,7 @@ pub(crate) fn run_query(
 
 /// The loop of [`run`] and [`run_query`], fed by the reading thread.
 fn step_loop(
-    source: &Arc<SourceDefinition>,
+    source: &Arc<LiveSource>,
     store: &mut dyn Ledger,
     files: &mut dyn StepSink,
     read: &mut dyn FnMut() -> ReadItem,

@@ -13,12 +13,12 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::SourceError;
-use crate::source::SourceDefinition;
+use crate::pipeline::live_source::LiveSource;
 
 /// A source as a DataFusion table.
 #[derive(Debug)]
 pub(crate) struct SourceTable {
-    source: Arc<SourceDefinition>,
+    source: Arc<LiveSource>,
     partitions: usize,
 }
 
@@ -29,7 +29,7 @@ impl SourceTable {
     }
 
     /// A table over `source`, scanned by `partitions` readers in parallel.
-    pub(crate) fn new(source: Arc<SourceDefinition>, partitions: usize) -> Self {
+    pub(crate) fn new(source: Arc<LiveSource>, partitions: usize) -> Self {
         Self {
             source,
             partitions: partitions.max(1),

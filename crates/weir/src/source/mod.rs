@@ -3,29 +3,24 @@
 //! the metadata columns, the error policy and the state settings. Reading it is the pipeline's
 //! job (`crate::pipeline`), which also makes it a DataFusion table (`pipeline::table`).
 
-pub(crate) mod block;
 pub(crate) mod dead_letter;
 pub(crate) mod file;
-mod file_ranges;
 pub(crate) mod kafka;
 pub(crate) mod meta;
 pub(crate) mod state;
-mod walk_ahead;
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use std::time::Duration;
 
 use arrow::datatypes::{Field, Schema, SchemaRef, TimeUnit};
-use weir_codec::{OptionKind, OptionSpec, Options, PreparedDecoder};
+use weir_codec::{OptionKind, OptionSpec, Options};
 
 use self::dead_letter::DeadLetterFile;
 use self::meta::MetaKind;
 use self::state::{CommitInterval, StateSpec};
 use crate::error::{SourceError, SourceErrorKind};
-use crate::metrics::SourceStats;
 
 /// The options of every source, whatever its connector and encoding.
 pub(crate) const SOURCE_OPTIONS: &[OptionSpec] = &[
@@ -205,10 +200,9 @@ pub(crate) struct WatermarkSpec {
     pub(crate) idle_timeout: Duration,
 }
 
-/// A preparation narrowed to some decoded columns, and those columns.
-type Projection = (Vec<usize>, Arc<dyn PreparedDecoder>);
-
-/// Everything a scan of a source needs, fixed at `CREATE SOURCE`.
+/// What `CREATE SOURCE` declared, as checked and resolved then; never changed afterwards. What
+/// a run changes (counters, the stop flag) and the decoder prepared for the columns are the
+/// engine's, in `pipeline::live_source::LiveSource`.
 pub(crate) struct SourceDefinition {
     /// The source's name.
     pub(crate) name: String,
@@ -216,20 +210,12 @@ pub(crate) struct SourceDefinition {
     pub(crate) connector: Connector,
     /// The common settings (encoding name, error policy, framing).
     pub(crate) settings: SourceSettings,
-    /// The encoding prepared for every declared column, once.
-    pub(crate) prepared: Arc<dyn PreparedDecoder>,
-    /// Preparations narrowed to a scan's columns, by the decoded columns they keep.
-    projections: Mutex<Vec<Projection>>,
     /// Metadata columns, after the decoded ones.
     pub(crate) includes: Vec<(MetaKind, String)>,
     /// The table schema: the decoded columns, then the metadata columns.
     pub(crate) schema: SchemaRef,
     /// Keep reading at the end of the data.
     pub(crate) follow: bool,
-    /// Set when a follow-mode run is asked to stop: the source ends at its next wait.
-    pub(crate) stop: Arc<AtomicBool>,
-    /// Counters.
-    pub(crate) stats: Arc<SourceStats>,
     /// Dedup and checkpoints (`'state.dir'`), if set.
     pub(crate) state: Option<StateSpec>,
     /// `'commit.interval'`: when a step of an exactly-once sink ends.
@@ -243,34 +229,11 @@ pub(crate) struct SourceDefinition {
     pub(crate) bad_message_hint: &'static str,
 }
 
-/// What [`SourceDefinition::new`] takes: everything `CREATE SOURCE` fixed.
-pub(crate) struct SourceParts {
-    pub(crate) name: String,
-    pub(crate) connector: Connector,
-    pub(crate) settings: SourceSettings,
-    pub(crate) prepared: Arc<dyn PreparedDecoder>,
-    pub(crate) includes: Vec<(MetaKind, String)>,
-    pub(crate) follow: bool,
-    pub(crate) stop: Arc<AtomicBool>,
-    pub(crate) bad_message_hint: &'static str,
-    /// The counters (made before the encoding is prepared: a registry counts schema ids in
-    /// them).
-    pub(crate) stats: Arc<SourceStats>,
-    pub(crate) state: Option<StateSpec>,
-    pub(crate) commit: CommitInterval,
-    pub(crate) commit_declared: bool,
-    pub(crate) watermark: Option<WatermarkSpec>,
-}
-
 impl SourceDefinition {
-    /// The table schema of a source: `prepared`'s decoded columns, then the metadata columns
-    /// `includes` (what the state and watermark settings are checked against before the
-    /// definition is made).
-    pub(crate) fn table_schema(
-        prepared: &dyn PreparedDecoder,
-        includes: &[(MetaKind, String)],
-    ) -> SchemaRef {
-        let decoded = prepared.schema();
+    /// The table schema of a source: the `decoded` columns (the prepared encoding's), then the
+    /// metadata columns `includes` (what the state and watermark settings are checked against
+    /// before the definition is made).
+    pub(crate) fn table_schema(decoded: &Schema, includes: &[(MetaKind, String)]) -> SchemaRef {
         let mut fields: Vec<Field> = decoded
             .fields()
             .iter()
@@ -282,57 +245,9 @@ impl SourceDefinition {
         Arc::new(Schema::new(fields))
     }
 
-    /// The definition `parts` make; its schema is [`Self::table_schema`]'s.
-    pub(crate) fn new(parts: SourceParts) -> Self {
-        let schema = Self::table_schema(parts.prepared.as_ref(), &parts.includes);
-        Self {
-            name: parts.name,
-            connector: parts.connector,
-            settings: parts.settings,
-            prepared: parts.prepared,
-            projections: Mutex::default(),
-            includes: parts.includes,
-            schema,
-            follow: parts.follow,
-            stop: parts.stop,
-            stats: parts.stats,
-            state: parts.state,
-            commit: parts.commit,
-            commit_declared: parts.commit_declared,
-            watermark: parts.watermark,
-            bad_message_hint: parts.bad_message_hint,
-        }
-    }
-
     /// Decoded columns (the table's first columns; the metadata columns follow).
     pub(crate) fn decoded_columns(&self) -> usize {
         self.schema.fields().len() - self.includes.len()
-    }
-
-    /// The encoding prepared for the decoded columns `keep` (indexes into the table), compiled
-    /// once per distinct projection.
-    pub(crate) fn prepared_for(
-        &self,
-        keep: &[usize],
-    ) -> Result<Arc<dyn PreparedDecoder>, SourceError> {
-        if keep.len() == self.decoded_columns() && keep.iter().enumerate().all(|(i, &c)| i == c) {
-            return Ok(Arc::clone(&self.prepared));
-        }
-        let mut cache = self.projections.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, p)) = cache.iter().find(|(k, _)| k == keep) {
-            return Ok(Arc::clone(p));
-        }
-        let p = self.prepared.project(keep).map_err(|source| {
-            SourceError::new(
-                &self.name,
-                SourceErrorKind::Encoding {
-                    encoding: self.settings.encoding.clone(),
-                    source,
-                },
-            )
-        })?;
-        cache.push((keep.to_vec(), Arc::clone(&p)));
-        Ok(p)
     }
 }
 

@@ -24,14 +24,15 @@ use super::ops::{apply_all, Op};
 use super::session::SessionWindows;
 use super::time::{EventTime, NONE};
 use super::WindowKind;
+use crate::pipeline::live_source::LiveSource;
 use crate::source::meta::MetaKind;
+use crate::source::OnError;
 use crate::source::WatermarkSpec;
-use crate::source::{OnError, SourceDefinition};
 
 /// A continuous query over one source, compiled from DataFusion's plan.
 pub(crate) struct ContinuousQuery {
     /// The source.
-    pub(crate) source: Arc<SourceDefinition>,
+    pub(crate) source: Arc<LiveSource>,
     /// The source's columns the query reads (the event-time column among them).
     pub(crate) read: Vec<usize>,
     /// Metadata columns read after them for the dead letters of late rows (their position).
@@ -61,7 +62,7 @@ pub(crate) struct ContinuousQuery {
 impl ContinuousQuery {
     /// The metadata columns a reader adds for the positions of late rows, when they go to a
     /// dead-letter file.
-    pub(crate) fn hidden_for(source: &SourceDefinition) -> Vec<MetaKind> {
+    pub(crate) fn hidden_for(source: &LiveSource) -> Vec<MetaKind> {
         if source.settings.on_error != OnError::DeadLetter || source.watermark.is_none() {
             return Vec::new();
         }

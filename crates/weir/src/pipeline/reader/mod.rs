@@ -2,7 +2,13 @@
 //! blocks, some Kafka partitions), decodes every message with a [`SourceDecoder`], and knows
 //! after each batch it returns the next position of every partition it read: what a checkpoint
 //! records. Stateless scans, scans of a source with state and exactly-once sinks all read
-//! through these two readers; there is one Kafka loop.
+//! through these two readers; there is one Kafka loop. The file connector's reads (a shared
+//! feed of blocks, ranges read in parallel) are in the submodules.
+
+pub(crate) mod block;
+pub(crate) mod file_feed;
+mod file_ranges;
+mod walk_ahead;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -12,11 +18,11 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use weir_kafka::{Consumer, ConsumerConfig, PollStatus, Record, StartupMode};
 
+use self::block::BlockStatus;
+use self::file_feed::FileFeed;
 use super::decode::SourceDecoder;
 use crate::error::{SourceError, SourceErrorKind};
 use crate::metrics::PartitionMetrics;
-use crate::source::block::BlockStatus;
-use crate::source::file::FileFeed;
 use crate::source::meta::Position;
 use weir_codec::Frame;
 

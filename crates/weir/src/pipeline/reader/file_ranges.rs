@@ -14,7 +14,6 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -25,6 +24,7 @@ use super::block::BlockStatus;
 use super::walk_ahead::{self, Ahead, Step};
 use crate::error::FileError;
 use crate::metrics::ReadStages;
+use crate::source::file::FilePlace;
 
 /// Condition variables readers wait on for their turn (more than readers usually run).
 const WAIT_SLOTS: usize = 64;
@@ -49,19 +49,6 @@ pub(crate) struct RangeFile {
     pub(crate) size: u64,
     /// Where its read begins (a resumed checkpoint).
     pub(crate) start: u64,
-}
-
-/// Where a file's bytes are: on the local filesystem, or an object in a store.
-pub(crate) enum FilePlace {
-    /// A local file.
-    Local(PathBuf),
-    /// An object, read in ranges with GET requests.
-    Object {
-        /// The store (its bucket).
-        store: Arc<dyn object_store::ObjectStore>,
-        /// The object's key.
-        key: object_store::path::Path,
-    },
 }
 
 /// A file open for reading at offsets.
@@ -486,7 +473,7 @@ impl Ranges {
 
     fn io(&self, file: usize, source: std::io::Error) -> FileError {
         FileError::Io {
-            path: PathBuf::from(&*self.files[file].name),
+            path: std::path::PathBuf::from(&*self.files[file].name),
             source,
         }
     }
