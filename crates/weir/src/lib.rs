@@ -48,6 +48,7 @@ pub use metrics::MetricsHandle;
 pub use output::{ResultOutput, ResultWriter, StdoutFormat};
 pub use pipeline::reader::file_feed::{for_each_message, MessagesError};
 pub use registry::client::RegistryError;
+pub use registry::{register_schema, SchemaType};
 pub use sink::delta::{compact_delta_table, Compaction};
 pub use sink::SinkError;
 pub use sql::SqlError;

@@ -222,6 +222,16 @@ enum GenWhat {
         /// own tools take --command-config; values may be ${env:NAME} or ${file:PATH}.
         #[arg(long, value_name = "FILE")]
         kafka_config: Option<PathBuf>,
+        /// With --to: register the format's schema (stocks.avsc for avro, stocks.proto for
+        /// protobuf) with this schema registry and write each value in its framing (magic
+        /// byte, schema id, and for protobuf the message indexes), as Confluent's serializers
+        /// do.
+        #[arg(long, value_name = "URL")]
+        schema_registry_url: Option<String>,
+        /// The subject --schema-registry-url registers the schema under [default:
+        /// <topic>-value, the topic name strategy].
+        #[arg(long)]
+        subject: Option<String>,
     },
 }
 
@@ -328,6 +338,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     kafka_config,
                     start,
                     per_second,
+                    schema_registry_url,
+                    subject,
                 },
         } => cli::gen::quotes(cli::gen::QuoteArgs {
             count,
@@ -347,6 +359,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             kafka_config,
             start,
             per_second,
+            schema_registry_url,
+            subject,
         }),
         Command::Decode {
             encoding,

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use weir_codec::Framing;
-use weir_testdata::{QuoteFormat, QuoteGenerator, STOCKS_AVSC, STOCKS_PROTO};
+use weir_testdata::{QuoteFormat, QuoteGenerator, QUOTE_MESSAGE, STOCKS_AVSC, STOCKS_PROTO};
 
 use super::progress::{bytes, count};
 
@@ -23,6 +23,8 @@ pub(crate) struct QuoteArgs {
     pub(crate) kafka_config: Option<PathBuf>,
     pub(crate) start: Option<String>,
     pub(crate) per_second: Option<u64>,
+    pub(crate) schema_registry_url: Option<String>,
+    pub(crate) subject: Option<String>,
 }
 
 pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
@@ -54,7 +56,13 @@ pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
         QuoteFormat::Json => Framing::Lines,
         QuoteFormat::Protobuf | QuoteFormat::Avro => Framing::Varint,
     };
+    if a.schema_registry_url.is_none() && a.subject.is_some() {
+        bail!("--subject names where --schema-registry-url registers the schema: give both");
+    }
     match (a.out, a.to) {
+        (Some(_), _) if a.schema_registry_url.is_some() => {
+            bail!("--schema-registry-url frames values for a Kafka topic: give --to kafka://HOST:PORT/TOPIC instead of --out")
+        }
         (Some(out), _) => {
             let framing = a.framing.unwrap_or(default_framing);
             let written = write_file(&out, a.count, &mut generator, format, framing)?;
@@ -67,12 +75,18 @@ pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
         }
         (None, Some(url)) => {
             let properties = super::kafka_properties(a.kafka_config.as_deref())?;
+            // The registry's framing goes before each value, in place.
+            let prefix = match &a.schema_registry_url {
+                Some(registry) => registry_prefix(registry, a.subject.as_deref(), &url, format)?,
+                None => Vec::new(),
+            };
             let mut producer =
                 super::kafka_producer(&url, a.topic_partitions, &a.compression, &properties)?;
             let mut msg = Vec::with_capacity(256);
             let mut total = 0u64;
             for _ in 0..a.count {
                 msg.clear();
+                msg.extend_from_slice(&prefix);
                 let q = generator.next_or_repeat();
                 q.encode(format, &mut msg);
                 total += msg.len() as u64;
@@ -100,6 +114,54 @@ pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Registers the schema of `format` under `subject` (or `<topic>-value` of the `kafka://` URL
+/// `to`) with the registry at `registry`, and returns the framing that goes before each value:
+/// the magic byte 0 and the schema id, then for protobuf the indexes of the quote message.
+fn registry_prefix(
+    registry: &str,
+    subject: Option<&str>,
+    to: &str,
+    format: QuoteFormat,
+) -> Result<Vec<u8>> {
+    let (kind, schema) = match format {
+        QuoteFormat::Avro => (weir::SchemaType::Avro, STOCKS_AVSC),
+        QuoteFormat::Protobuf => (weir::SchemaType::Protobuf, STOCKS_PROTO),
+        QuoteFormat::Json => {
+            bail!("--schema-registry-url takes --format avro or protobuf (JSON values carry no schema id)")
+        }
+    };
+    let subject = match subject {
+        Some(s) => s.to_string(),
+        None => {
+            let topic = to.rsplit_once('/').map(|(_, t)| t).unwrap_or_default();
+            format!("{topic}-value")
+        }
+    };
+    let options = weir_codec::Options::new([("schema.registry.url".into(), registry.into())]);
+    let id = weir::register_schema(&options, &subject, kind, schema)
+        .with_context(|| "cannot register the quotes' schema")?;
+    let indexes = match format {
+        QuoteFormat::Protobuf => {
+            let parsed = weir_codec::ProtoSchema::from_sources(
+                &[("stocks.proto", STOCKS_PROTO)],
+                "stocks.proto",
+            )?;
+            weir_codec::registry::indexes_for_message(&parsed, "stocks.proto", QUOTE_MESSAGE)
+                .with_context(|| format!("stocks.proto has no message {QUOTE_MESSAGE}"))?
+        }
+        _ => Vec::new(),
+    };
+    eprintln!("registered the quotes' schema under subject '{subject}': schema id {id}");
+    Ok(match format {
+        QuoteFormat::Protobuf => weir_codec::registry::registry_prefix(id, &indexes),
+        _ => {
+            let mut prefix = vec![0];
+            prefix.extend_from_slice(&id.to_be_bytes());
+            prefix
+        }
+    })
 }
 
 /// Writes `n` framed quotes to `out`; returns the bytes written.

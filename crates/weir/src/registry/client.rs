@@ -125,6 +125,15 @@ pub(crate) struct RegistryTls {
     pub(crate) key_password: Option<Secret>,
 }
 
+/// What a registered schema is written in, as the registry's `schemaType` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaType {
+    /// A `.proto` file's text.
+    Protobuf,
+    /// An Avro schema's JSON.
+    Avro,
+}
+
 /// What [`RegistryClient::new`] takes.
 #[derive(Clone)]
 pub(crate) struct ClientSettings {
@@ -413,12 +422,21 @@ impl RegistryClient {
         self.request(path, what, None)
     }
 
-    /// `POST /subjects/{subject}/versions`: registers a protobuf schema (`.proto` text without
-    /// imports) under `subject` and returns its id; a schema the subject already holds keeps
-    /// its id, so a retry or a restart registers nothing new.
-    pub(crate) fn register(&self, subject: &str, proto: &str) -> Result<u32, RegistryError> {
+    /// `POST /subjects/{subject}/versions`: registers a schema of `kind` (`.proto` text without
+    /// imports, or an Avro schema's JSON) under `subject` and returns its id; a schema the
+    /// subject already holds keeps its id, so a retry or a restart registers nothing new.
+    pub(crate) fn register(
+        &self,
+        subject: &str,
+        kind: SchemaType,
+        schema: &str,
+    ) -> Result<u32, RegistryError> {
         let what = format!("registering a schema under subject '{subject}'");
-        let body = serde_json::json!({ "schemaType": "PROTOBUF", "schema": proto }).to_string();
+        let kind = match kind {
+            SchemaType::Protobuf => "PROTOBUF",
+            SchemaType::Avro => "AVRO",
+        };
+        let body = serde_json::json!({ "schemaType": kind, "schema": schema }).to_string();
         let answer = self.request(
             &format!("/subjects/{}/versions", path_escape(subject)),
             &what,

@@ -45,6 +45,7 @@ use weir_kafka::{PemSource, Secret};
 
 pub(crate) use self::avro::{AvroRegistry, AvroRegistryFactory};
 use self::cache::SchemaCache;
+pub use self::client::SchemaType;
 use self::client::{Auth, ClientSettings, RegisteredSchema, RegistryClient, RegistryTls};
 use crate::metrics::SourceStats;
 
@@ -299,6 +300,27 @@ impl Use {
     }
 }
 
+/// Registers `schema` (of `kind`) under `subject` with the registry that `options` name
+/// (`'schema.registry.url'` and the other `'schema.registry.*'` options: authentication, TLS,
+/// timeouts) and returns its id. A schema the subject already holds keeps its id. `weir gen`
+/// writes its values in the registry's framing with it.
+pub fn register_schema(
+    options: &Options,
+    subject: &str,
+    kind: SchemaType,
+    schema: &str,
+) -> Result<u32, Error> {
+    let what = format!("subject '{subject}'");
+    let urls = options.list(&URL);
+    if urls.is_empty() {
+        return Err(Error::References {
+            what,
+            reason: "no 'schema.registry.url' given".into(),
+        });
+    }
+    client_of(&what, urls, options)?.register(subject, kind, schema)
+}
+
 /// The registry client of `what` (a source or sink, for messages) for `urls` and the
 /// registry options: authentication, TLS, timeouts and retries.
 fn client_of(what: &str, urls: Vec<String>, options: &Options) -> Result<RegistryClient, Error> {
@@ -447,7 +469,7 @@ impl SinkSchema {
         let subject = subject_of(&what, options, message.as_deref(), topic)?;
         let registered = match register {
             Some(proto) => {
-                let id = client.register(&subject, proto)?;
+                let id = client.register(&subject, SchemaType::Protobuf, proto)?;
                 tracing::info!(sink, subject = %subject, schema_id = id, "registered the sink's schema");
                 client.schema_by_id(id)?
             }
