@@ -1,7 +1,8 @@
 //! The protobuf encoder: Arrow rows to protobuf messages, compiled once from the runtime schema.
 //!
 //! Columns bind to the message's fields by name (a STRUCT column to a message field, whose
-//! children bind to its fields the same way; a LIST column to a repeated field). A batch is
+//! children bind to its fields the same way; a LIST column to a repeated field, of messages
+//! too; a MAP column to a map field, as the repeated message of its entries). A batch is
 //! encoded a column at a time, in two passes: the first adds each field's encoded size to its
 //! row's size, the second writes each field at its row's cursor in one buffer sized from the
 //! first. So the work per field is one typed loop over the column, with no lookup or dispatch
@@ -164,6 +165,32 @@ enum FieldKind {
     /// A scalar, text or binary column into a wrapper message (`google.protobuf.Int64Value`
     /// and the like): a message of one field, `value`, bound to the same column.
     Wrapper(Box<MessagePlan>, Vec<usize>),
+    /// A LIST of STRUCT into a repeated message field, or a MAP into a map field (a repeated
+    /// message of its entries: key and value bound by position). The elements' sizes, then
+    /// their cursors, are kept between the passes.
+    Repeated(Box<MessagePlan>, Elements),
+}
+
+/// The elements of a repeated message field in one batch: which are written (those of the
+/// batch's valid rows) and each one's size, then its write cursor.
+#[derive(Default)]
+struct Elements {
+    written: Option<NullBuffer>,
+    sizes: Vec<usize>,
+}
+
+/// The offsets and the element struct of a LIST of STRUCT or a MAP column.
+fn repeated_parts(array: &ArrayRef) -> (&[i32], &arrow_array::StructArray) {
+    match array.data_type() {
+        DataType::Map(_, _) => {
+            let map = array.as_map();
+            (map.value_offsets(), map.entries())
+        }
+        _ => {
+            let list = array.as_list::<i32>();
+            (list.value_offsets(), list.values().as_struct())
+        }
+    }
 }
 
 /// An enum's value names and numbers, sorted by name.
@@ -187,13 +214,15 @@ impl EnumNames {
 
     /// The numbers of `array`'s names (a null as 0) into `bits`, as varint bits. A name that
     /// is neither a value nor a number is an error at its index, if that index is in `rows`
-    /// (a sliced list's values hold elements of rows outside the batch).
+    /// and valid in `written` (a sliced list's values hold elements of rows outside the batch,
+    /// and a nested column rows its parent does not write).
     fn numbers(
         &self,
         array: &ArrayRef,
         bits: &mut Vec<u64>,
         column: &str,
         rows: std::ops::Range<usize>,
+        written: Option<&NullBuffer>,
     ) -> Result<(), CodecError> {
         bits.clear();
         bits.resize(array.len(), 0);
@@ -213,7 +242,10 @@ impl EnumNames {
                     .and_then(|t| t.parse::<i32>().ok())
                 {
                     Some(n) => bits[row] = n as i64 as u64,
-                    None if unknown.is_none() && rows.contains(&row) => {
+                    None if unknown.is_none()
+                        && rows.contains(&row)
+                        && written.is_none_or(|w| w.is_valid(row)) =>
+                    {
                         unknown = Some((row, String::from_utf8_lossy(name).into_owned()));
                     }
                     None => {}
@@ -314,7 +346,7 @@ impl MessagePlan {
                     packed_sizes(list, *s, bits, key, valid.as_ref(), payload, sizes);
                 }
                 FieldKind::EnumName(names, bits) => {
-                    names.numbers(array, bits, &f.name, 0..array.len())?;
+                    names.numbers(array, bits, &f.name, 0..array.len(), valid.as_ref())?;
                     for (row, &v) in bits.iter().enumerate() {
                         if valid.as_ref().is_none_or(|n| n.is_valid(row)) && !(implicit && v == 0) {
                             sizes[row] += key + varint_len(v);
@@ -329,7 +361,7 @@ impl MessagePlan {
                     // A bad element is reported at its row: the last row starting at or
                     // before it.
                     names
-                        .numbers(list.values(), bits, &f.name, elements)
+                        .numbers(list.values(), bits, &f.name, elements, None)
                         .map_err(|e| match e {
                             CodecError::Row {
                                 row: element,
@@ -355,6 +387,50 @@ impl MessagePlan {
                         }
                     }
                 }
+                FieldKind::Repeated(plan, elements) => {
+                    let (offsets, entries) = repeated_parts(array);
+                    // Only the elements of the batch's valid rows are written (a sliced list's
+                    // values hold others); a null element is an empty message, as a repeated
+                    // field holds no nulls.
+                    let mut written = arrow_buffer::BooleanBufferBuilder::new(entries.len());
+                    written.append_n(entries.len(), false);
+                    for row in 0..array.len() {
+                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
+                            for e in offsets[row] as usize..offsets[row + 1] as usize {
+                                written.set_bit(e, true);
+                            }
+                        }
+                    }
+                    let written = NullBuffer::new(written.finish());
+                    let nulls = NullBuffer::union(Some(&written), entries.nulls());
+                    elements.sizes.clear();
+                    elements.sizes.resize(entries.len(), 0);
+                    // A bad value is reported at its row: the last row starting at or before
+                    // its element.
+                    plan.size(entries.columns(), nulls.as_ref(), &mut elements.sizes)
+                        .map_err(|e| match e {
+                            CodecError::Row {
+                                row: element,
+                                reason,
+                            } => CodecError::Row {
+                                row: offsets
+                                    .partition_point(|&o| o as usize <= element)
+                                    .saturating_sub(1),
+                                reason,
+                            },
+                            e => e,
+                        })?;
+                    for row in 0..array.len() {
+                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
+                            let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                            sizes[row] += elements.sizes[a..b]
+                                .iter()
+                                .map(|&c| key + varint_len(c as u64) + c)
+                                .sum::<usize>();
+                        }
+                    }
+                    elements.written = Some(written);
+                }
                 FieldKind::RepeatedBytes => {
                     let list = array.as_list::<i32>();
                     let offsets = list.value_offsets();
@@ -376,18 +452,18 @@ impl MessagePlan {
 
     /// Writes each included row's fields at `cursors[row]` in `out`, advancing the cursors.
     fn write(
-        &self,
+        &mut self,
         columns: &[ArrayRef],
         mask: Option<&NullBuffer>,
         out: &mut [u8],
         cursors: &mut [usize],
     ) {
-        for f in &self.fields {
+        for f in &mut self.fields {
             let array = &columns[f.column];
             let valid = NullBuffer::union(mask, array.logical_nulls().as_ref());
             let key = &f.key.bytes[..f.key.len];
             let implicit = f.implicit;
-            match &f.kind {
+            match &mut f.kind {
                 FieldKind::Scalar(s, bits) => {
                     write_scalars(bits, *s, key, implicit, valid.as_ref(), out, cursors)
                 }
@@ -441,6 +517,27 @@ impl MessagePlan {
                     }
                     plan.write(std::slice::from_ref(array), valid.as_ref(), out, cursors);
                 }
+                FieldKind::Repeated(plan, elements) => {
+                    let (offsets, entries) = repeated_parts(array);
+                    // Each element's key and length go in its row; its size becomes the cursor
+                    // its fields are written at.
+                    for row in 0..array.len() {
+                        if valid.as_ref().is_some_and(|v| v.is_null(row)) {
+                            continue;
+                        }
+                        let mut at = cursors[row];
+                        for e in offsets[row] as usize..offsets[row + 1] as usize {
+                            let size = elements.sizes[e];
+                            at = put(out, at, key);
+                            at = put_varint(out, at, size as u64);
+                            elements.sizes[e] = at;
+                            at += size;
+                        }
+                        cursors[row] = at;
+                    }
+                    let nulls = NullBuffer::union(elements.written.as_ref(), entries.nulls());
+                    plan.write(entries.columns(), nulls.as_ref(), out, &mut elements.sizes);
+                }
                 FieldKind::RepeatedBytes => {
                     let list = array.as_list::<i32>();
                     let offsets = list.value_offsets();
@@ -479,13 +576,46 @@ fn bind(
         ))
     };
     if field.is_map() {
-        return Err(refuse("map fields are not written yet"));
+        let (DataType::Map(entries, _), Kind::Message(entry)) = (data_type, field.kind()) else {
+            return Err(refuse("a map field takes a MAP column"));
+        };
+        let DataType::Struct(children) = entries.data_type() else {
+            return Err(refuse("a MAP's entries are a STRUCT"));
+        };
+        // The entries' two children are the key and the value, whatever Arrow names them.
+        let mut fields = Vec::with_capacity(2);
+        for (i, (number, what)) in [(1, "key"), (2, "value")].into_iter().enumerate() {
+            let (Some(target), Some(column)) = (entry.get_field(number), children.get(i)) else {
+                return Err(refuse(&format!("the map has no {what}")));
+            };
+            let name = format!("{name}.{what}");
+            let (kind, wire) = bind(&target, column.data_type(), &name)?;
+            fields.push(FieldPlan {
+                column: i,
+                name,
+                implicit: !target.supports_presence(),
+                key: Key::new(number, wire),
+                kind,
+            });
+        }
+        let plan = MessagePlan { fields };
+        return Ok((
+            FieldKind::Repeated(Box::new(plan), Elements::default()),
+            LEN,
+        ));
     }
     if field.is_list() {
         let DataType::List(element) = data_type else {
             return Err(refuse("a repeated field takes a LIST column"));
         };
         let t = element.data_type();
+        if let (Kind::Message(m), DataType::Struct(children)) = (field.kind(), t) {
+            let plan = MessagePlan::new(&m, children, &format!("{name}."))?;
+            return Ok((
+                FieldKind::Repeated(Box::new(plan), Elements::default()),
+                LEN,
+            ));
+        }
         return match scalar_of(field.kind(), t) {
             Some(s) => Ok((FieldKind::Packed(s, Vec::new(), Vec::new()), LEN)),
             None if is_bytes_type(t) && matches!(field.kind(), Kind::String | Kind::Bytes) => {
@@ -502,7 +632,7 @@ fn bind(
             }
             None => Err(refuse(
                 "a repeated field of numbers takes a LIST of numbers, one of text or bytes a \
-                 LIST of VARCHAR or BYTEA (repeated messages are not written yet)",
+                 LIST of VARCHAR or BYTEA, one of messages a LIST of STRUCT",
             )),
         };
     }
@@ -1105,5 +1235,109 @@ mod tests {
             start = *end;
             plain_start = *plain_end;
         }
+    }
+
+    /// A MAP column into a map field and a LIST of STRUCT into a repeated message field: a
+    /// slice writes only its rows' elements, a null element is an empty message, a null row
+    /// writes none, and a bad enum name in a map value is reported at its row.
+    #[test]
+    fn maps_and_repeated_messages_of_a_slice() {
+        use arrow_array::builder::{Int64Builder, MapBuilder, StructBuilder};
+        use prost_reflect::{DynamicMessage, MapKey, Value};
+        let schema = ProtoSchema::from_sources(
+            &[(
+                "m.proto",
+                r#"syntax = "proto3"; package m; enum Side { BID = 0; ASK = 1; }
+                message Leg { string name = 1; int64 qty = 2; }
+                message T { map<string, Side> sides = 1; repeated Leg legs = 2; }"#,
+            )],
+            "m.proto",
+        )
+        .unwrap();
+        let message = schema.pool().get_message_by_name("m.T").unwrap();
+        let mut sides = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+        let leg_fields = vec![
+            Field::new("name", DataType::Utf8, true),
+            Field::new("qty", DataType::Int64, true),
+        ];
+        let mut legs = ListBuilder::new(StructBuilder::from_fields(leg_fields.clone(), 4));
+        // Row 0: {x: ASK}, one leg. Row 1: {y: BID, z: ASK}, a leg and a null leg. Row 2: a
+        // null map, no legs (null list). Row 3: {w: BAD}, one leg.
+        type Row<'a> = (
+            Option<&'a [(&'a str, &'a str)]>,
+            Option<&'a [Option<(&'a str, i64)>]>,
+        );
+        let rows: [Row; 4] = [
+            (Some(&[("x", "ASK")]), Some(&[Some(("a", 1))])),
+            (
+                Some(&[("y", "BID"), ("z", "ASK")]),
+                Some(&[Some(("b", 2)), None]),
+            ),
+            (None, None),
+            (Some(&[("w", "BAD")]), Some(&[Some(("c", 3))])),
+        ];
+        for (map, list) in rows {
+            for (k, v) in map.unwrap_or_default() {
+                sides.keys().append_value(k);
+                sides.values().append_value(v);
+            }
+            sides.append(map.is_some()).unwrap();
+            for leg in list.unwrap_or_default() {
+                let s = legs.values();
+                match leg {
+                    Some((n, q)) => {
+                        s.field_builder::<StringBuilder>(0).unwrap().append_value(n);
+                        s.field_builder::<Int64Builder>(1).unwrap().append_value(*q);
+                        s.append(true);
+                    }
+                    None => {
+                        s.field_builder::<StringBuilder>(0).unwrap().append_null();
+                        s.field_builder::<Int64Builder>(1).unwrap().append_null();
+                        s.append(false);
+                    }
+                }
+            }
+            legs.append(list.is_some());
+        }
+        let (sides, legs) = (sides.finish(), legs.finish());
+        let fields = Schema::new(vec![
+            Field::new("sides", sides.data_type().clone(), true),
+            Field::new("legs", legs.data_type().clone(), true),
+        ]);
+        let batch =
+            RecordBatch::try_new(Arc::new(fields), vec![Arc::new(sides), Arc::new(legs)]).unwrap();
+        let mut e = ProtoEncoder::new(&message, batch.schema().fields()).unwrap();
+        let (mut out, mut ends) = (Vec::new(), Vec::new());
+        match e.encode_batch(&batch, &mut out, &mut ends) {
+            Err(CodecError::Row { row, reason }) => {
+                assert_eq!(row, 3, "{reason}");
+                assert!(
+                    reason.contains("'BAD'") && reason.contains("sides.value"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        out.clear();
+        ends.clear();
+        e.encode_batch(&batch.slice(1, 2), &mut out, &mut ends)
+            .unwrap();
+        assert_eq!(ends.len(), 2);
+        let first = DynamicMessage::decode(message.clone(), &out[..ends[0]]).unwrap();
+        let map = first.get_field_by_name("sides").unwrap();
+        let map = map.as_map().unwrap();
+        assert_eq!(map.len(), 2);
+        assert_eq!(map[&MapKey::String("y".into())], Value::EnumNumber(0));
+        assert_eq!(map[&MapKey::String("z".into())], Value::EnumNumber(1));
+        let legs = first.get_field_by_name("legs").unwrap();
+        let legs = legs.as_list().unwrap();
+        assert_eq!(legs.len(), 2);
+        let leg = legs[0].as_message().unwrap();
+        assert_eq!(leg.get_field_by_name("name").unwrap().as_str(), Some("b"));
+        assert_eq!(leg.get_field_by_name("qty").unwrap().as_i64(), Some(2));
+        // The null leg: present, empty.
+        assert_eq!(legs[1].as_message().unwrap().fields().count(), 0);
+        // The null map and list: no field at all.
+        assert!(out[ends[0]..ends[1]].is_empty());
     }
 }

@@ -992,7 +992,7 @@ fn the_encoder_writes_back_what_the_decoder_read() {
         .partition(|c| ProtoEncoder::new(&desc, &vec![field(c)].into()).is_ok());
     let names = |cs: &[ColumnSpec]| cs.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
     // Scalars of every kind, their optional and repeated forms, text and bytes, enums by name,
-    // a nested message, a timestamp, wrappers.
+    // a nested message, a timestamp, wrappers, repeated messages and maps.
     for want in [
         "f_sint64",
         "o_fixed32",
@@ -1006,6 +1006,14 @@ fn the_encoder_writes_back_what_the_decoder_read() {
         "ts",
         "w_int64",
         "w_bytes",
+        "r_inner",
+        "r_leaf",
+        "m_str_i64",
+        "m_i32_inner",
+        "m_str_str",
+        "m_u64_enum",
+        "m_bool_bytes",
+        "m_s64_leaf",
     ] {
         assert!(
             names(&cols).iter().any(|n| n == want),
