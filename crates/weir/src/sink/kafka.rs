@@ -278,6 +278,8 @@ impl KafkaSinkSettings {
 pub(crate) struct KafkaSink {
     sink: String,
     producer: Producer,
+    /// What the producer was made from, to make it again after a lost connection.
+    producer_config: ProducerConfig,
     encoder: Box<dyn Encoder>,
     /// The key column's index in the rows.
     key: Option<usize>,
@@ -418,6 +420,7 @@ impl KafkaSink {
         Ok(Self {
             sink: sink.to_string(),
             producer,
+            producer_config: settings.producer.clone(),
             encoder,
             key,
             timestamp,
@@ -510,6 +513,20 @@ impl KafkaSink {
             .commit_transaction()
             .and_then(|()| self.producer.renew_epoch())
             .map_err(|e| self.kafka_error(e))
+    }
+
+    /// Replaces the producer with a new one of the same `transactional.id` (after the broker
+    /// connection was lost): its new epoch aborts whatever transaction the old one left open,
+    /// and its records begin again from the first sequence number.
+    pub(crate) fn reconnect(&mut self) -> Result<(), SinkError> {
+        self.producer =
+            Producer::connect(&self.producer_config).map_err(|e| self.kafka_error(e))?;
+        Ok(())
+    }
+
+    /// What the producer is made from.
+    pub(crate) fn producer_config(&self) -> &ProducerConfig {
+        &self.producer_config
     }
 
     /// Aborts the open transaction.

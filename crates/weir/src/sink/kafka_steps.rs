@@ -15,9 +15,18 @@
 //! * after the new epoch began: the recorded epoch is behind the id's, which happens only after
 //!   the recorded transaction committed.
 //!
+//! A broker connection lost during a run (a broker restart) does not end it. Mid-step, a new
+//! producer of the same id begins a new epoch, which aborts the step's open transaction, and
+//! the step's rows (kept until its transaction commits) are written again into a new one.
+//! During the transaction's commit, the recorded transaction is settled as at a start, then a
+//! new producer takes the next step. Both retry with backoff while the brokers are away, for
+//! up to the transaction timeout.
+//!
 //! The one gap is Kafka's own: a transaction left open longer than `transaction.timeout.ms` is
 //! aborted by the coordinator, so weir must be restarted within it after a stop between the two
 //! commits (15 minutes by default, the brokers' default ceiling).
+
+use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use weir_kafka::{settle_transaction, ProducerConfig, Settled};
@@ -39,6 +48,50 @@ pub(crate) struct KafkaSteps {
     /// commit to be durable (one producer has one transaction at a time): written into the
     /// next transaction once that one is committed, so the pipeline reads on meanwhile.
     held: Vec<(u64, RecordBatch)>,
+    /// The open step's rows (their columns shared, not copied), kept until its transaction
+    /// commits: written again into a new transaction after a lost broker connection.
+    step_rows: Vec<RecordBatch>,
+    /// The producer id and epoch of the sealed step's transaction, which its state commit
+    /// records.
+    sealed: Option<(i64, i16)>,
+}
+
+/// The first wait before a new attempt after a lost broker connection; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Whether `e` is a lost or refused broker connection, which a new attempt may mend.
+fn is_lost_connection(e: &SinkError) -> bool {
+    matches!(e, SinkError::Kafka { source, .. } if source.is_transient())
+}
+
+/// Retries `attempt` after errors [`is_lost_connection`] accepts, with backoff, until
+/// `deadline`; returns the first other error, or the last one at the deadline.
+fn retry_until<T>(
+    sink: &str,
+    what: &str,
+    deadline: Instant,
+    first: SinkError,
+    mut attempt: impl FnMut() -> Result<T, SinkError>,
+) -> Result<T, SinkError> {
+    let mut wait = FIRST_BACKOFF;
+    let mut last = first;
+    loop {
+        if !is_lost_connection(&last) || Instant::now() + wait > deadline {
+            return Err(last);
+        }
+        tracing::warn!(sink, error = %last, "the broker connection was lost; {what} again in {wait:?}");
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(MAX_BACKOFF);
+        match attempt() {
+            Ok(v) => {
+                tracing::info!(sink, "{what}: done after the broker connection came back");
+                return Ok(v);
+            }
+            Err(e) => last = e,
+        }
+    }
 }
 
 impl KafkaSteps {
@@ -52,7 +105,67 @@ impl KafkaSteps {
             metrics,
             open: None,
             held: Vec::new(),
+            step_rows: Vec::new(),
+            sealed: None,
         }
+    }
+
+    /// After `cause` (a lost broker connection) mid-step: a new producer, whose epoch aborts
+    /// the step's open transaction, a new transaction, the step's rows written into it again,
+    /// and with `flush` all of them acknowledged.
+    fn write_step_again(&mut self, cause: SinkError, flush: bool) -> Result<(), SinkError> {
+        let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
+        let name = self.sink.name().to_string();
+        let (sink, rows) = (&mut self.sink, &self.step_rows);
+        retry_until(
+            &name,
+            "writing the step's transaction",
+            deadline,
+            cause,
+            || {
+                sink.reconnect()?;
+                sink.begin_transaction()?;
+                for batch in rows {
+                    sink.write(batch)?;
+                }
+                if flush {
+                    sink.finish()?;
+                }
+                Ok(())
+            },
+        )
+    }
+
+    /// After `cause` (a lost broker connection) while the sealed transaction `sealed` commits:
+    /// it is settled as at a start (committed with its epoch, or found committed), then a new
+    /// producer takes the next step.
+    fn settle_commit(&mut self, cause: SinkError, sealed: (i64, i16)) -> Result<(), SinkError> {
+        let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
+        let name = self.sink.name().to_string();
+        let config = self.sink.producer_config().clone();
+        let kafka = |source| SinkError::Kafka {
+            sink: name.clone(),
+            source,
+        };
+        retry_until(
+            &name,
+            "committing the step's transaction",
+            deadline,
+            cause,
+            || settle_transaction(&config, sealed).map_err(kafka),
+        )?;
+        let sink = &mut self.sink;
+        let first = match sink.reconnect() {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        retry_until(
+            &name,
+            "starting the next transaction",
+            deadline,
+            first,
+            || sink.reconnect(),
+        )
     }
 
     /// Settles the transaction that `files` (a state's last checkpoint's records) names, if
@@ -120,21 +233,31 @@ impl super::StepSink for KafkaSteps {
             }
             self.sink.begin_transaction()?;
             self.open = Some(step);
+            self.step_rows.clear();
         }
-        self.sink.write(batch)
+        self.step_rows.push(batch.clone());
+        match self.sink.write(batch) {
+            Err(e) if is_lost_connection(&e) => self.write_step_again(e, false),
+            other => other,
+        }
     }
 
     fn seal(&mut self, step: u64) -> Result<Vec<String>, SinkError> {
         if self.open != Some(step) {
             return Ok(Vec::new());
         }
-        self.sink.finish()?;
+        match self.sink.finish() {
+            Err(e) if is_lost_connection(&e) => self.write_step_again(e, true)?,
+            other => other?,
+        }
         let Some((id, epoch)) = self.sink.transaction_identity() else {
             // Nothing reached a partition: there is nothing to commit or to settle.
             self.sink.abort_transaction()?;
             self.open = None;
+            self.step_rows.clear();
             return Ok(Vec::new());
         };
+        self.sealed = Some((id, epoch));
         Ok(vec![format!(
             "{RECORD_PREFIX}{}:{id}:{epoch}",
             self.sink.transactional_id()
@@ -149,9 +272,14 @@ impl super::StepSink for KafkaSteps {
         if self.open.is_none() {
             return Ok(());
         }
-        let started = std::time::Instant::now();
-        self.sink.commit_transaction()?;
+        let started = Instant::now();
+        match (self.sink.commit_transaction(), self.sealed) {
+            (Err(e), Some(sealed)) if is_lost_connection(&e) => self.settle_commit(e, sealed)?,
+            (other, _) => other?,
+        }
         self.open = None;
+        self.sealed = None;
+        self.step_rows.clear();
         tracing::debug!(
             sink = %self.sink.name(),
             step = checkpoint.step,

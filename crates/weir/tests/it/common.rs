@@ -2,6 +2,7 @@
 //! schema on disk.
 
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -103,4 +104,66 @@ pub fn s3_store(
             .build()
             .unwrap(),
     )
+}
+
+/// A broker of this test's own (`scripts/kafka.sh` with another run directory), stopped when
+/// the test ends however it ends, so restarting it disturbs no other test.
+pub struct PrivateBroker {
+    /// Its run directory (data, log, pid).
+    pub run: PathBuf,
+}
+
+impl PrivateBroker {
+    /// Runs `scripts/kafka.sh CMD` on the broker of run directory `run`.
+    pub fn kafka_sh(run: &Path, cmd: &str) -> std::process::Output {
+        Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka.sh"))
+            .arg(cmd)
+            .env("WEIR_KAFKA_RUN", run)
+            .output()
+            .expect("run scripts/kafka.sh")
+    }
+
+    /// Starts a broker in `run`; returns it and its bootstrap address.
+    pub fn start(run: PathBuf) -> (Self, String) {
+        let out = Self::kafka_sh(&run, "start");
+        assert!(
+            out.status.success(),
+            "the private broker did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bootstrap = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        (Self { run }, bootstrap)
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        Self::kafka_sh(&self.run, "stop");
+        let _ = std::fs::remove_dir_all(&self.run);
+    }
+}
+
+/// Stops a `--follow` run as Ctrl-C does and returns its standard error.
+pub fn interrupt(mut child: Child, stderr: &Path) -> String {
+    let pid = child.id().to_string();
+    let ok = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+    let status = child.wait().expect("weir's status");
+    let err = std::fs::read_to_string(stderr).unwrap_or_default();
+    assert!(status.success(), "weir failed ({status}):\n{err}");
+    err
+}
+
+/// Runs the weir program with `args`, its standard error into `stderr`.
+pub fn spawn(args: &[&str], stderr: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(stderr).expect("stderr file"))
+        .spawn()
+        .expect("weir runs")
 }

@@ -1150,3 +1150,119 @@ fn a_row_the_encoder_cannot_write_follows_the_sinks_on_error() {
     let e = run(sink(&t, ", 'on.error' = 'dead_letter'")).unwrap_err();
     assert!(e.contains("dead_letter.path"), "{e}");
 }
+
+/// The broker of a run that writes a kafka sink one transaction a step restarts mid-run: the
+/// run goes on (its source reconnects; the sink writes the step's transaction again with a new
+/// producer, or settles the one it was committing), and a `read_committed` reader finds every
+/// distinct key of the input once, the input sent before and after the restart.
+#[test]
+fn a_kafka_sink_keeps_every_row_once_through_a_broker_restart() {
+    use crate::common::{interrupt, spawn, PrivateBroker};
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (broker, b) = PrivateBroker::start(d.join("kafka-run"));
+    let pb = crate::common::write_schema(d);
+    let send = |seed: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["gen", "quotes", "--count", "40000", "--duplicates", "0.1"])
+            .args(["--seed", seed, "--to", &format!("kafka://{b}/in")])
+            .args(["--topic-partitions", "3"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "weir gen: {out:?}");
+    };
+    // The distinct keys of both chunks, from the same generator.
+    let mut keys = std::collections::HashSet::new();
+    for seed in [11, 12] {
+        let mut g = QuoteGenerator::new(seed).with_duplicates(0.1);
+        for _ in 0..40_000 {
+            let q = g.next_or_repeat();
+            keys.insert((q.ticker.to_string(), q.sequence_number));
+        }
+    }
+    send("11");
+    create_topic(std::slice::from_ref(&b), "out", 3, 1, &[], false).unwrap();
+    let sql = d.join("p.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE) \
+             WITH ('connector' = 'kafka', 'brokers' = '{b}', 'topic' = 'in', \
+             'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}', \
+             'state.dir' = '{}', 'dedup.key' = 'ticker,sequence_number', \
+             'commit.interval' = '200ms, 4000 rows');\n\
+             CREATE SINK out FROM q WITH ('connector' = 'kafka', 'brokers' = '{b}', \
+             'topic' = 'out', 'encoding' = 'json', 'key' = 'ticker', \
+             'transactional.id' = 'restart-writer');\n",
+            pb.display(),
+            d.join("state").display()
+        ),
+    )
+    .unwrap();
+    let err = d.join("stderr");
+    let mut child = spawn(
+        &["run", "--follow", "--quiet", &sql.display().to_string()],
+        &err,
+    );
+    let committed = || -> (usize, usize) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let engine = Engine::new(EngineOptions {
+            partitions: 1,
+            ..EngineOptions::default()
+        });
+        let got = rt
+            .block_on(engine.query(&format!(
+                "CREATE SOURCE k (ticker VARCHAR, sequence_number BIGINT) WITH \
+                 ('connector' = 'kafka', 'brokers' = '{b}', 'topic' = 'out', \
+                 'encoding' = 'json', 'isolation.level' = 'read_committed');\n\
+                 SELECT count(*), count(DISTINCT (ticker, sequence_number)) FROM k;"
+            )))
+            .unwrap();
+        let col = |c: usize| got[0].column(c).as_primitive::<Int64Type>().value(0) as usize;
+        (col(0), col(1))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let mut wait_for = |what: &str, done: &dyn Fn((usize, usize)) -> bool| loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            panic!(
+                "weir exited ({s}) before {what}:\n{}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        let got = committed();
+        if done(got) {
+            return got;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {got:?} committed after 180 s"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // Some steps committed, then the broker goes away while the run is writing.
+    wait_for("the first steps", &|(rows, _)| rows > 0);
+    let restarted = PrivateBroker::kafka_sh(&broker.run, "restart");
+    assert!(
+        restarted.status.success(),
+        "the restart failed: {}",
+        String::from_utf8_lossy(&restarted.stderr)
+    );
+    send("12");
+    let (rows, distinct) = wait_for("every key", &|(_, distinct)| distinct >= keys.len());
+    let log = interrupt(child, &err);
+    // The sink met the restart (not only the source) and carried on.
+    assert!(log.contains("the broker connection was lost"), "{log}");
+    assert_eq!(
+        (rows, distinct),
+        (keys.len(), keys.len()),
+        "doubled or missing"
+    );
+    let (rows, distinct) = committed();
+    assert_eq!((rows, distinct), (keys.len(), keys.len()), "after the stop");
+}

@@ -7,13 +7,13 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use weir_codec::Framing;
 use weir_testdata::QuoteFormat;
 
-use crate::common::{write_quotes, write_schema};
+use crate::common::{interrupt, spawn, write_quotes, write_schema, PrivateBroker};
 
 /// A secret set as an option value: it must appear in no log line.
 const SECRET: &str = "hunter2-weir-secret";
@@ -111,29 +111,6 @@ fn scrape_until(addr: &str, child: &mut Child, done: impl Fn(&[Sample]) -> bool)
         std::thread::sleep(Duration::from_millis(200));
     }
     panic!("the run did not get there within {DEADLINE:?}; last scrape:\n{last}");
-}
-
-/// Stops a `--follow` run as Ctrl-C does and returns its standard error.
-fn interrupt(mut child: Child, stderr: &Path) -> String {
-    let pid = child.id().to_string();
-    let ok = Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .expect("kill");
-    assert!(ok.success());
-    let status = child.wait().expect("weir's status");
-    let err = std::fs::read_to_string(stderr).unwrap_or_default();
-    assert!(status.success(), "weir failed ({status}):\n{err}");
-    err
-}
-
-fn spawn(args: &[&str], stderr: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(stderr).expect("stderr file"))
-        .spawn()
-        .expect("weir runs")
 }
 
 /// A figure of the summary or of `weir stats`: the number after `label` on its line.
@@ -635,30 +612,6 @@ fn kafka_metrics_reach_prometheus_and_the_dashboard() {
     }
 }
 
-/// A broker of this test's own (`scripts/kafka.sh` with another run directory), stopped when
-/// the test ends however it ends, so restarting it disturbs no other test.
-struct PrivateBroker {
-    run: std::path::PathBuf,
-}
-
-impl PrivateBroker {
-    fn kafka_sh(run: &Path, cmd: &str) -> std::process::Output {
-        Command::new("bash")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka.sh"))
-            .arg(cmd)
-            .env("WEIR_KAFKA_RUN", run)
-            .output()
-            .expect("run scripts/kafka.sh")
-    }
-}
-
-impl Drop for PrivateBroker {
-    fn drop(&mut self) {
-        Self::kafka_sh(&self.run, "stop");
-        let _ = std::fs::remove_dir_all(&self.run);
-    }
-}
-
 /// `/ready` answers 503 while a kafka source has lost its broker, naming the source, and 200
 /// again once the broker is back and the source reads on; the run itself goes on.
 #[test]
@@ -668,16 +621,7 @@ fn ready_follows_a_kafka_source_losing_its_broker() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let broker = PrivateBroker {
-        run: d.join("kafka-run"),
-    };
-    let out = PrivateBroker::kafka_sh(&broker.run, "start");
-    assert!(
-        out.status.success(),
-        "the private broker did not start: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let bootstrap = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let (broker, bootstrap) = PrivateBroker::start(d.join("kafka-run"));
     let pb = write_schema(d);
     let sent = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args([
