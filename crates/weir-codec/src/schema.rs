@@ -158,6 +158,26 @@ impl ProtoSchema {
     pub fn pool(&self) -> &DescriptorPool {
         &self.pool
     }
+
+    /// The schema's files other than the well-known types (`google/protobuf/*.proto`), each
+    /// after the files it imports: its name (as imports spell it) and the names of the files
+    /// it imports, the well-known types left out. What registering a schema with its imports
+    /// walks.
+    pub fn own_files(&self) -> Vec<(String, Vec<String>)> {
+        let own = |name: &str| !name.starts_with("google/protobuf/");
+        self.pool
+            .files()
+            .filter(|f| own(f.name()))
+            .map(|f| {
+                let imports = f
+                    .dependencies()
+                    .map(|d| d.name().to_string())
+                    .filter(|n| own(n))
+                    .collect();
+                (f.name().to_string(), imports)
+            })
+            .collect()
+    }
 }
 
 /// One file of a schema held in memory (for [`ProtoSchema::from_files`]).

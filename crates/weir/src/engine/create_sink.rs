@@ -637,40 +637,83 @@ fn registry_schema(
                  names; give it"
             )))
         }
-        (true, Some(path)) => Some(registrable_proto(sink, path)?),
+        (true, Some(path)) => Some(registrable_proto(sink, path, options)?),
     };
-    crate::registry::SinkSchema::open(sink, options, register.as_deref())
+    crate::registry::SinkSchema::open(sink, options, register.as_ref())
         .map_err(|e| SinkError::Options(format!("sink {sink}: {e}")))
 }
 
-/// The text of the `.proto` file at `path`, to register: one without imports other than the
-/// well-known types (the registry would need its imports registered as subjects first).
-fn registrable_proto(sink: &str, path: &str) -> Result<String, SinkError> {
+/// The `.proto` file at `path` and the files it imports (found as `protoc` finds them: in
+/// `'proto.include'`, then the file's own directory), to register. The well-known types
+/// (`google/protobuf/*.proto`) are the registry's own and are not registered.
+fn registrable_proto(
+    sink: &str,
+    path: &str,
+    options: &Options,
+) -> Result<crate::registry::ProtoFiles, SinkError> {
     if !path.ends_with(".proto") {
         return Err(SinkError::Options(format!(
             "sink {sink}: 'auto.register.schemas' registers a .proto file; 'location' = '{path}' \
              is not one"
         )));
     }
+    let includes: Vec<std::path::PathBuf> = options
+        .iter()
+        .find(|(k, _)| *k == "proto.include")
+        .map(|(_, v)| {
+            v.split([':', ','])
+                .filter(|p| !p.is_empty())
+                .map(std::path::PathBuf::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    let schema = weir_codec::ProtoSchema::load(path, &includes)
+        .map_err(|e| SinkError::Options(format!("sink {sink}: {e}")))?;
+    // Each file comes after the files it imports; the root is the one no file imports.
+    let files = schema.own_files();
+    let imported: std::collections::HashSet<&String> =
+        files.iter().flat_map(|(_, imports)| imports).collect();
+    let Some((root, root_imports)) = files.iter().find(|(name, _)| !imported.contains(name)) else {
+        return Err(SinkError::Options(format!(
+            "sink {sink}: {path} holds no file to register"
+        )));
+    };
+    let mut dirs = includes.clone();
+    dirs.push(
+        std::path::Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf(),
+    );
+    let read = |file: &str| -> Result<String, SinkError> {
+        let found = dirs
+            .iter()
+            .map(|d| d.join(file))
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                SinkError::Options(format!(
+                    "sink {sink}: {path} imports \"{file}\", which is in none of {dirs:?}"
+                ))
+            })?;
+        std::fs::read_to_string(&found).map_err(|source| SinkError::Io {
+            path: found.display().to_string(),
+            source,
+        })
+    };
+    let mut imported_files = Vec::new();
+    for (name, imports) in files.iter().filter(|(name, _)| name != root) {
+        imported_files.push((name.clone(), read(name)?, imports.clone()));
+    }
     let text = std::fs::read_to_string(path).map_err(|source| SinkError::Io {
         path: path.to_string(),
         source,
     })?;
-    // Statements end with ';': an import is one that begins with the keyword, wherever its
-    // line starts.
-    let foreign = text
-        .split(';')
-        .map(str::trim_start)
-        .filter(|s| s.starts_with("import ") || s.starts_with("import\""))
-        .find(|s| !s.contains("\"google/protobuf/"));
-    if let Some(import) = foreign {
-        return Err(SinkError::Options(format!(
-            "sink {sink}: {path} has `{};`: registering a schema with imports is not supported; \
-             register the schema and its imports, then leave 'auto.register.schemas' out",
-            import.trim_end()
-        )));
-    }
-    Ok(text)
+    Ok(crate::registry::ProtoFiles {
+        text,
+        imports: root_imports.clone(),
+        imported: imported_files,
+    })
 }
 
 /// The encoder of a sink's messages: the encoding's own, or for a `kafka` sink with the

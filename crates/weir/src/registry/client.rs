@@ -422,36 +422,57 @@ impl RegistryClient {
         self.request(path, what, None)
     }
 
-    /// `POST /subjects/{subject}/versions`: registers a schema of `kind` (`.proto` text without
-    /// imports, or an Avro schema's JSON) under `subject` and returns its id; a schema the
-    /// subject already holds keeps its id, so a retry or a restart registers nothing new.
+    /// `POST /subjects/{subject}/versions`: registers a schema of `kind` (`.proto` text, or an
+    /// Avro schema's JSON) that imports `references` under `subject`, and returns its id and
+    /// version. A schema the subject already holds keeps its id and version, so a retry or a
+    /// restart registers nothing new.
     pub(crate) fn register(
         &self,
         subject: &str,
         kind: SchemaType,
         schema: &str,
-    ) -> Result<u32, RegistryError> {
+        references: &[Reference],
+    ) -> Result<(u32, i64), RegistryError> {
         let what = format!("registering a schema under subject '{subject}'");
         let kind = match kind {
             SchemaType::Protobuf => "PROTOBUF",
             SchemaType::Avro => "AVRO",
         };
-        let body = serde_json::json!({ "schemaType": kind, "schema": schema }).to_string();
-        let answer = self.request(
-            &format!("/subjects/{}/versions", path_escape(subject)),
-            &what,
-            Some(&body),
-        )?;
-        answer
+        let refs: Vec<serde_json::Value> = references
+            .iter()
+            .map(
+                |r| serde_json::json!({"name": r.name, "subject": r.subject, "version": r.version}),
+            )
+            .collect();
+        let mut body = serde_json::json!({ "schemaType": kind, "schema": schema });
+        if !refs.is_empty() {
+            body["references"] = serde_json::Value::Array(refs.clone());
+        }
+        let path = format!("/subjects/{}", path_escape(subject));
+        let answer = self.request(&format!("{path}/versions"), &what, Some(&body.to_string()))?;
+        let id = answer
             .json
             .get("id")
             .and_then(serde_json::Value::as_u64)
             .and_then(|i| u32::try_from(i).ok())
             .ok_or_else(|| RegistryError::BadAnswer {
                 url: answer.from.clone(),
-                what,
+                what: what.clone(),
                 reason: "no 'id'".into(),
-            })
+            })?;
+        // The register answer holds the id only; the subject's lookup gives the version.
+        let what = format!("looking up the version of schema id {id} under subject '{subject}'");
+        let answer = self.request(&path, &what, Some(&body.to_string()))?;
+        let version = answer
+            .json
+            .get("version")
+            .and_then(serde_json::Value::as_i64)
+            .ok_or_else(|| RegistryError::BadAnswer {
+                url: answer.from.clone(),
+                what,
+                reason: "no 'version'".into(),
+            })?;
+        Ok((id, version))
     }
 
     /// One request (a GET, or a POST of `body`) on each URL in turn, with retries for a

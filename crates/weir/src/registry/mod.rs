@@ -318,7 +318,9 @@ pub fn register_schema(
             reason: "no 'schema.registry.url' given".into(),
         });
     }
-    client_of(&what, urls, options)?.register(subject, kind, schema)
+    Ok(client_of(&what, urls, options)?
+        .register(subject, kind, schema, &[])?
+        .0)
 }
 
 /// The registry client of `what` (a source or sink, for messages) for `urls` and the
@@ -448,15 +450,57 @@ impl std::fmt::Debug for SinkSchema {
     }
 }
 
+/// A `.proto` file to register (`'auto.register.schemas'`), with the files it imports other
+/// than the well-known types.
+pub(crate) struct ProtoFiles {
+    /// The file's text.
+    pub(crate) text: String,
+    /// The names it imports them by.
+    pub(crate) imports: Vec<String>,
+    /// The imported files, each before the files that import it: its import name (also the
+    /// subject it is registered under, as Confluent's serializers name referenced subjects),
+    /// its text, and the names it imports in turn.
+    pub(crate) imported: Vec<(String, String, Vec<String>)>,
+}
+
+impl ProtoFiles {
+    /// Registers every imported file under its import name, then the file itself under
+    /// `subject`, each with references to what it imports; returns the file's id.
+    fn register(&self, client: &RegistryClient, sink: &str, subject: &str) -> Result<u32, Error> {
+        let mut versions: HashMap<&str, i64> = HashMap::new();
+        let references = |imports: &[String], versions: &HashMap<&str, i64>| {
+            imports
+                .iter()
+                .map(|name| client::Reference {
+                    name: name.clone(),
+                    subject: name.clone(),
+                    version: versions.get(name.as_str()).copied().unwrap_or(-1),
+                })
+                .collect::<Vec<_>>()
+        };
+        for (name, text, imports) in &self.imported {
+            let refs = references(imports, &versions);
+            let (id, version) = client.register(name, SchemaType::Protobuf, text, &refs)?;
+            tracing::info!(sink, subject = %name, schema_id = id, version, "registered an import of the sink's schema");
+            versions.insert(name, version);
+        }
+        let refs = references(&self.imports, &versions);
+        let (id, _) = client.register(subject, SchemaType::Protobuf, &self.text, &refs)?;
+        tracing::info!(sink, subject = %subject, schema_id = id, "registered the sink's schema");
+        Ok(id)
+    }
+}
+
 impl SinkSchema {
     /// For a sink with `'schema.registry.url'` (`None` without): the latest schema of the
     /// subject (`'<topic>-value'` by default), as with Confluent's `use.latest.version=true`,
-    /// or with `register` (`.proto` text, `'auto.register.schemas'`) that schema, registered
-    /// under the subject; and the message `'message'` names (the schema's first without it).
+    /// or with `register` (`'auto.register.schemas'`) that `.proto` file, registered under the
+    /// subject after its imports; and the message `'message'` names (the schema's first
+    /// without it).
     pub(crate) fn open(
         sink: &str,
         options: &Options,
-        register: Option<&str>,
+        register: Option<&ProtoFiles>,
     ) -> Result<Option<Self>, Error> {
         let urls = options.list(&URL);
         if urls.is_empty() {
@@ -468,11 +512,7 @@ impl SinkSchema {
         let topic = value_of(options, "topic");
         let subject = subject_of(&what, options, message.as_deref(), topic)?;
         let registered = match register {
-            Some(proto) => {
-                let id = client.register(&subject, SchemaType::Protobuf, proto)?;
-                tracing::info!(sink, subject = %subject, schema_id = id, "registered the sink's schema");
-                client.schema_by_id(id)?
-            }
+            Some(files) => client.schema_by_id(files.register(&client, sink, &subject)?)?,
             None => client.version(&subject, -1)?,
         };
         let id = registered.id.ok_or_else(|| Error::BadAnswer {

@@ -149,7 +149,8 @@ pub(crate) const AUTO_REGISTER: OptionSpec = OptionSpec::new(
     OptionKind::Bool,
     "kafka, with `schema.registry.url`: register the `.proto` file `location` names under the \
      subject (a schema the subject holds keeps its id) and write in it, instead of in the \
-     subject's latest schema; imports other than `google/protobuf/` are refused",
+     subject's latest schema; its imports (found in `proto.include`, then beside it) are \
+     registered first, each under its import name",
 )
 .default_value("false");
 
