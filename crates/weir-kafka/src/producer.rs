@@ -80,6 +80,22 @@ struct BrokerLink {
     node: i32,
     conn: Connection,
     pending: VecDeque<Pending>,
+    /// Set when the connection failed (a broker restart, a dropped socket), with the broker
+    /// and the failure: its batches in flight are sent again on a new connection, and the
+    /// link is not used again.
+    lost: Option<(String, std::io::ErrorKind, String)>,
+}
+
+/// What [`BrokerLink::lost`] keeps of `e`.
+fn lost_by(e: &Error) -> (String, std::io::ErrorKind, String) {
+    match e {
+        Error::Io { broker, source } => (broker.clone(), source.kind(), source.to_string()),
+        other => (
+            "(the leader)".into(),
+            std::io::ErrorKind::ConnectionAborted,
+            other.to_string(),
+        ),
+    }
 }
 
 /// Writes records to one topic.
@@ -499,13 +515,26 @@ impl Producer {
         finish_batch(&mut batch, &spec, w, &self.compressed);
         self.sent += w.count as u64;
         self.open[p as usize].clear();
-        self.submit(p, Bytes::from(batch))
+        let batch = Bytes::from(batch);
+        match self.submit(p, batch.clone()) {
+            // No connection to the leader now (a broker restarting): send it once one is back.
+            Err(e) if e.is_transient() => self.resend(Pending {
+                correlation: 0,
+                partition: p,
+                batch,
+            }),
+            other => other,
+        }
     }
 
     fn link(&mut self, p: i32) -> Result<usize> {
         // The layout is refreshed from the network: a partition may be missing from it.
         let node = self.layout.leaders.get(p as usize).copied().unwrap_or(-1);
-        if let Some(i) = self.links.iter().position(|l| l.node == node) {
+        if let Some(i) = self
+            .links
+            .iter()
+            .position(|l| l.node == node && l.lost.is_none())
+        {
             return Ok(i);
         }
         let addr = self
@@ -514,22 +543,51 @@ impl Producer {
             .ok_or_else(|| self.produce_error(p, format!("no address for leader {node}")))?
             .to_string();
         let conn = self.connector.open(&addr)?;
-        self.links.push(BrokerLink {
+        let link = BrokerLink {
             node,
             conn,
             pending: VecDeque::new(),
-        });
+            lost: None,
+        };
+        // A lost link with nothing left in flight (its batches taken to be sent again) gives
+        // its place to the new connection, so indexes held by callers stay valid.
+        if let Some(i) = self
+            .links
+            .iter()
+            .position(|l| l.lost.is_some() && l.pending.is_empty())
+        {
+            self.links[i] = link;
+            return Ok(i);
+        }
+        self.links.push(link);
         Ok(self.links.len() - 1)
     }
 
+    /// Marks link `i` lost after `e` and returns its batches in flight, oldest first, to be
+    /// sent again.
+    fn lose_link(&mut self, i: usize, e: &Error) -> Vec<Pending> {
+        log::warn!(
+            "kafka producer of {}: {e}; the batches in flight on that connection are sent again",
+            self.cfg.topic
+        );
+        let link = &mut self.links[i];
+        link.lost = Some(lost_by(e));
+        link.pending.drain(..).collect()
+    }
+
     fn submit(&mut self, p: i32, batch: Bytes) -> Result<()> {
-        let i = self.link(p)?;
-        // One batch per partition in flight: a broker accepts a later sequence number from a
-        // producer it has no state for, so a retried earlier batch could otherwise be refused
-        // or land after it. Other partitions' batches still overlap.
-        while self.links[i].pending.iter().any(|x| x.partition == p) {
-            self.await_oldest(i)?;
+        // One batch per partition in flight, on any link (a lost link's batch is sent again
+        // before the next): a broker accepts a later sequence number from a producer it has no
+        // state for, so a retried earlier batch could otherwise be refused or land after it.
+        // Other partitions' batches still overlap.
+        while let Some(j) = self
+            .links
+            .iter()
+            .position(|l| l.pending.iter().any(|x| x.partition == p))
+        {
+            self.await_oldest(j)?;
         }
+        let i = self.link(p)?;
         // A SASL session due for renewal is renewed before a send with nothing in flight.
         while self.links[i].conn.reauthentication_blocked() {
             self.await_oldest(i)?;
@@ -553,7 +611,16 @@ impl Producer {
         let mut frame = Connection::encode_frame(ApiKey::Produce, self.version, 0, &req)
             .map_err(|e| self.produce_error(p, e))?;
         let link = &mut self.links[i];
-        let correlation = link.conn.send_frame(&mut frame)?;
+        let correlation = match link.conn.send_frame(&mut frame) {
+            Ok(c) => c,
+            // The batch joins those in flight; waiting for its answer finds the link lost and
+            // sends them all again.
+            Err(e) if e.is_transient() && self.cfg.acks != 0 => {
+                link.lost = Some(lost_by(&e));
+                0
+            }
+            Err(e) => return Err(e),
+        };
         if self.cfg.acks == 0 {
             link.conn.forget_reply();
             return Ok(());
@@ -576,6 +643,12 @@ impl Producer {
     /// The error code for the pending batch's partition in a produce response.
     fn answer(&mut self, i: usize, pending: &Pending) -> Result<(i16, String)> {
         let link = &mut self.links[i];
+        if let Some((broker, kind, reason)) = &link.lost {
+            return Err(Error::Io {
+                broker: broker.clone(),
+                source: std::io::Error::new(*kind, reason.clone()),
+            });
+        }
         let mut body = link.conn.recv_frame("Produce", pending.correlation)?;
         let resp: ProduceResponse = decode_response(ApiKey::Produce, self.version, &mut body)
             .map_err(|e| link.conn.protocol("Produce", e))?;
@@ -597,7 +670,21 @@ impl Producer {
         let Some(pending) = self.links[i].pending.pop_front() else {
             return Ok(());
         };
-        let (code, message) = self.answer(i, &pending)?;
+        let (code, message) = match self.answer(i, &pending) {
+            Ok(a) => a,
+            Err(e) if e.is_transient() => {
+                // Nothing in flight on this link is known to be written: send it all again
+                // (one batch per partition is in flight, so each partition keeps its order;
+                // an idempotent producer's sequence numbers drop what was written already).
+                let mut lost = vec![pending];
+                lost.extend(self.lose_link(i, &e));
+                for f in lost {
+                    self.resend(f)?;
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         // DUPLICATE_SEQUENCE_NUMBER: an earlier attempt of this very batch was written.
         if code == 0 || code == DUPLICATE_SEQUENCE {
             return Ok(());
@@ -610,7 +697,15 @@ impl Producer {
         // are of other partitions: one batch per partition is in flight).
         let mut failed = vec![pending];
         while let Some(next) = self.links[i].pending.pop_front() {
-            let (code, message) = self.answer(i, &next)?;
+            let (code, message) = match self.answer(i, &next) {
+                Ok(a) => a,
+                Err(e) if e.is_transient() => {
+                    failed.push(next);
+                    failed.extend(self.lose_link(i, &e));
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             if code == 0 || code == DUPLICATE_SEQUENCE {
                 continue;
             }
@@ -625,41 +720,68 @@ impl Producer {
         Ok(())
     }
 
-    /// Sends one failed batch again, synchronously, refreshing the layout between attempts.
+    /// Sends one failed batch again, synchronously, refreshing the layout between attempts,
+    /// until it is written or `request_timeout` has passed: a leader that moved, or a broker
+    /// that restarts (its connections lost, then refused for a while).
     fn resend(&mut self, f: Pending) -> Result<()> {
+        let deadline = Instant::now() + self.cfg.request_timeout;
+        let mut wait = Duration::from_millis(50);
         let mut last = String::new();
-        for attempt in 1..=10u64 {
-            std::thread::sleep(Duration::from_millis(50 * attempt));
-            let mut conn = cluster::connect_any(&self.connector, &self.cfg.brokers)?;
-            self.layout = cluster::topic_layout(&mut conn, &self.cfg.topic)?;
-            if self
-                .layout
-                .leaders
-                .get(f.partition as usize)
-                .is_none_or(|&l| l < 0)
-            {
-                continue;
-            }
-            // Connections to a node that lost leadership are kept: it may lead others.
-            let i = self.link(f.partition)?;
-            let before = self.links[i].pending.len();
-            self.submit(f.partition, f.batch.clone())?;
-            if self.links[i].pending.len() == before {
-                return Ok(()); // acks = 0, or answered inside submit
-            }
-            let Some(p) = self.links[i].pending.pop_back() else {
-                return Ok(());
-            };
-            let (code, message) = self.answer(i, &p)?;
-            if code == 0 || code == DUPLICATE_SEQUENCE {
-                return Ok(());
-            }
-            last = format!("{} ({code}) {message}", error_name(code));
-            if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
-                break;
+        while Instant::now() + wait <= deadline {
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(Duration::from_secs(1));
+            match self.resend_once(&f) {
+                Ok(None) => return Ok(()),
+                Ok(Some(reason)) => last = reason,
+                Err(e) if e.is_transient() => last = e.to_string(),
+                Err(e) => return Err(e),
             }
         }
         Err(self.produce_error(f.partition, format!("gave up resending: {last}")))
+    }
+
+    /// One attempt of [`Producer::resend`]: `None` once written, or why it was not, when a
+    /// later attempt may write it.
+    fn resend_once(&mut self, f: &Pending) -> Result<Option<String>> {
+        let mut conn = cluster::connect_any(&self.connector, &self.cfg.brokers)?;
+        self.layout = cluster::topic_layout(&mut conn, &self.cfg.topic)?;
+        if self
+            .layout
+            .leaders
+            .get(f.partition as usize)
+            .is_none_or(|&l| l < 0)
+        {
+            return Ok(Some(format!("partition {} has no leader", f.partition)));
+        }
+        // Connections to a node that lost leadership are kept: it may lead others.
+        let i = self.link(f.partition)?;
+        let before = self.links[i].pending.len();
+        self.submit(f.partition, f.batch.clone())?;
+        if self.links[i].pending.len() == before {
+            return Ok(None); // acks = 0, or answered inside submit
+        }
+        let Some(p) = self.links[i].pending.pop_back() else {
+            return Ok(None);
+        };
+        let (code, message) = match self.answer(i, &p) {
+            Ok(a) => a,
+            Err(e) if e.is_transient() => {
+                // Others in flight on the link are lost with it: they go again first.
+                for other in self.lose_link(i, &e) {
+                    self.resend(other)?;
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        if code == 0 || code == DUPLICATE_SEQUENCE {
+            return Ok(None);
+        }
+        let reason = format!("{} ({code}) {message}", error_name(code));
+        if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+            return Err(self.produce_error(f.partition, format!("gave up resending: {reason}")));
+        }
+        Ok(Some(reason))
     }
 }
 

@@ -602,6 +602,91 @@ fn broker_restart_mid_read_loses_and_repeats_nothing() {
     }
 }
 
+/// A broker restarted while an idempotent producer sends: the batches in flight on the lost
+/// connections, and those sent while the broker is away, are sent once it is back, and a reader
+/// finds every record once, in order in each partition (the broker drops by sequence number
+/// what it had written already). The test runs its own broker.
+#[test]
+fn broker_restart_mid_produce_loses_and_repeats_nothing() {
+    let _serial = serial();
+    if bootstrap("broker_restart_mid_produce_loses_and_repeats_nothing").is_none() {
+        return;
+    }
+    let (broker, b) = PrivateBroker::start();
+    let t = topic("restart-produce");
+    let partitions = 3;
+    let n = 60_000usize;
+    create_topic(std::slice::from_ref(&b), &t, partitions, 1, &[], false).unwrap();
+    let mut p = Producer::connect(&ProducerConfig {
+        brokers: vec![b.clone()],
+        topic: t.clone(),
+        // Small batches: many in flight when the connections go.
+        batch_bytes: 8 << 10,
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    let value = |i: usize| {
+        let mut v = format!("r{i}|").into_bytes();
+        v.resize(100, b'-');
+        v
+    };
+    let part = |i: usize| Some((i % partitions as usize) as i32);
+    for i in 0..n / 2 {
+        p.send(part(i), None, &value(i)).unwrap();
+    }
+    let run = broker.run.clone();
+    let restart = std::thread::spawn(move || PrivateBroker::kafka_sh(&run, "restart"));
+    // Keep sending until the broker has really gone away, then send the rest while it is away
+    // and coming back.
+    let addr: std::net::SocketAddr = b.parse().unwrap();
+    let mut i = n / 2;
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        && !restart.is_finished()
+        && i < n * 3 / 4
+    {
+        p.send(part(i), None, &value(i)).unwrap();
+        i += 1;
+    }
+    for i in i..n {
+        p.send(part(i), None, &value(i)).unwrap();
+    }
+    p.flush().unwrap();
+    let out = restart.join().unwrap();
+    assert!(
+        out.status.success(),
+        "restart failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut c = Consumer::connect(&config(&b, &t)).unwrap();
+    let mut got: Vec<Vec<(i64, Vec<u8>)>> = vec![Vec::new(); partitions as usize];
+    loop {
+        let status = c
+            .poll(Duration::from_millis(200), |r| {
+                got[r.partition as usize].push((r.offset, r.value.unwrap().to_vec()));
+                Ok::<(), std::io::Error>(())
+            })
+            .unwrap();
+        if matches!(status, PollStatus::End) {
+            break;
+        }
+    }
+    for (part, recs) in got.iter().enumerate() {
+        assert_eq!(
+            recs.len(),
+            n / partitions as usize,
+            "partition {part}: lost or doubled"
+        );
+        for (k, (_, value)) in recs.iter().enumerate() {
+            let i = part + k * partitions as usize;
+            assert!(
+                value.starts_with(format!("r{i}|").as_bytes()),
+                "partition {part} record {k}: {}",
+                String::from_utf8_lossy(&value[..12])
+            );
+        }
+    }
+}
+
 /// weir's transactional producer: committed transactions are read by a `read_committed`
 /// consumer, aborted ones are not (a `read_uncommitted` one sees both), and a second producer
 /// with the same `transactional.id` fences the first, whose next write fails as fenced.

@@ -1157,6 +1157,17 @@ fn a_row_the_encoder_cannot_write_follows_the_sinks_on_error() {
 /// distinct key of the input once, the input sent before and after the restart.
 #[test]
 fn a_kafka_sink_keeps_every_row_once_through_a_broker_restart() {
+    sink_through_a_broker_restart(true);
+}
+
+/// The same without state (at least once): the sink's producer sends again what was in
+/// flight on the lost connections, and every message of the input reaches the topic.
+#[test]
+fn a_kafka_sink_without_state_loses_nothing_through_a_broker_restart() {
+    sink_through_a_broker_restart(false);
+}
+
+fn sink_through_a_broker_restart(exactly_once: bool) {
     use crate::common::{interrupt, spawn, PrivateBroker};
     if bootstrap().is_none() {
         return;
@@ -1191,14 +1202,24 @@ fn a_kafka_sink_keeps_every_row_once_through_a_broker_restart() {
         format!(
             "CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE) \
              WITH ('connector' = 'kafka', 'brokers' = '{b}', 'topic' = 'in', \
-             'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}', \
-             'state.dir' = '{}', 'dedup.key' = 'ticker,sequence_number', \
-             'commit.interval' = '200ms, 4000 rows');\n\
+             'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}'{});\n\
              CREATE SINK out FROM q WITH ('connector' = 'kafka', 'brokers' = '{b}', \
-             'topic' = 'out', 'encoding' = 'json', 'key' = 'ticker', \
-             'transactional.id' = 'restart-writer');\n",
+             'topic' = 'out', 'encoding' = 'json', 'key' = 'ticker'{});\n",
             pb.display(),
-            d.join("state").display()
+            if exactly_once {
+                format!(
+                    ", 'state.dir' = '{}', 'dedup.key' = 'ticker,sequence_number', \
+                     'commit.interval' = '200ms, 4000 rows'",
+                    d.join("state").display()
+                )
+            } else {
+                String::new()
+            },
+            if exactly_once {
+                ", 'transactional.id' = 'restart-writer'"
+            } else {
+                ""
+            }
         ),
     )
     .unwrap();
@@ -1254,15 +1275,26 @@ fn a_kafka_sink_keeps_every_row_once_through_a_broker_restart() {
         String::from_utf8_lossy(&restarted.stderr)
     );
     send("12");
-    let (rows, distinct) = wait_for("every key", &|(_, distinct)| distinct >= keys.len());
+    // Exactly once: each distinct key once. At least once: every message of the input (its
+    // repeats included, as there is no dedup).
+    let want = if exactly_once { keys.len() } else { 80_000 };
+    let (rows, distinct) = wait_for("every row", &|(rows, distinct)| {
+        rows >= want && distinct >= keys.len()
+    });
     let log = interrupt(child, &err);
     // The sink met the restart (not only the source) and carried on.
-    assert!(log.contains("the broker connection was lost"), "{log}");
-    assert_eq!(
-        (rows, distinct),
-        (keys.len(), keys.len()),
-        "doubled or missing"
+    assert!(
+        log.contains("the broker connection was lost") || log.contains("sent again"),
+        "{log}"
     );
+    if exactly_once {
+        assert_eq!((rows, distinct), (want, keys.len()), "doubled or missing");
+    }
     let (rows, distinct) = committed();
-    assert_eq!((rows, distinct), (keys.len(), keys.len()), "after the stop");
+    assert_eq!(distinct, keys.len(), "a key is missing after the stop");
+    if exactly_once {
+        assert_eq!(rows, want, "doubled after the stop");
+    } else {
+        assert!(rows >= want, "{rows} of {want} messages after the stop");
+    }
 }
