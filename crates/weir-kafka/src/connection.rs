@@ -512,6 +512,17 @@ impl Connection {
                 };
             }
         }
+        // A read cut short is the broker closing the connection (it stopped or restarted):
+        // say so rather than "failed to fill whole buffer".
+        if source.kind() == std::io::ErrorKind::UnexpectedEof {
+            return Error::Io {
+                broker: self.addr.clone(),
+                source: std::io::Error::new(
+                    source.kind(),
+                    format!("the broker closed the connection ({source})"),
+                ),
+            };
+        }
         Error::Io {
             broker: self.addr.clone(),
             source,
