@@ -591,6 +591,10 @@ impl Producer {
         // A SASL session due for renewal is renewed before a send with nothing in flight.
         while self.links[i].conn.reauthentication_blocked() {
             self.await_oldest(i)?;
+            if self.links[i].lost.is_some() {
+                // Its batches went again elsewhere; this one takes a new connection too.
+                return self.submit(p, batch);
+            }
         }
         // A transaction's batches name their transactional id: the broker checks it against
         // the producer id and the partitions added to the transaction.
@@ -615,8 +619,12 @@ impl Producer {
             Ok(c) => c,
             // The batch joins those in flight; waiting for its answer finds the link lost and
             // sends them all again.
-            Err(e) if e.is_transient() && self.cfg.acks != 0 => {
+            Err(e) if e.is_transient() => {
                 link.lost = Some(lost_by(&e));
+                if self.cfg.acks == 0 {
+                    // Nothing waits for an answer: the caller sends it again.
+                    return Err(e);
+                }
                 0
             }
             Err(e) => return Err(e),
@@ -727,17 +735,26 @@ impl Producer {
         let deadline = Instant::now() + self.cfg.request_timeout;
         let mut wait = Duration::from_millis(50);
         let mut last = String::new();
+        let mut lost = None;
         while Instant::now() + wait <= deadline {
             std::thread::sleep(wait);
             wait = (wait * 2).min(Duration::from_secs(1));
             match self.resend_once(&f) {
                 Ok(None) => return Ok(()),
-                Ok(Some(reason)) => last = reason,
-                Err(e) if e.is_transient() => last = e.to_string(),
+                Ok(Some(reason)) => {
+                    last = reason;
+                    lost = None;
+                }
+                Err(e) if e.is_transient() => lost = Some(e),
                 Err(e) => return Err(e),
             }
         }
-        Err(self.produce_error(f.partition, format!("gave up resending: {last}")))
+        // Still no connection: the connection error itself, which a caller may retry longer
+        // (an exactly-once sink does, with a new producer).
+        match lost {
+            Some(e) => Err(e),
+            None => Err(self.produce_error(f.partition, format!("gave up resending: {last}"))),
+        }
     }
 
     /// One attempt of [`Producer::resend`]: `None` once written, or why it was not, when a
@@ -777,11 +794,10 @@ impl Producer {
         if code == 0 || code == DUPLICATE_SEQUENCE {
             return Ok(None);
         }
-        let reason = format!("{} ({code}) {message}", error_name(code));
         if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
-            return Err(self.produce_error(f.partition, format!("gave up resending: {reason}")));
+            return Err(self.answer_error(f.partition, code, &message));
         }
-        Ok(Some(reason))
+        Ok(Some(format!("{} ({code}) {message}", error_name(code))))
     }
 }
 

@@ -507,13 +507,18 @@ impl KafkaSink {
             .then(|| self.producer.producer_identity())
     }
 
-    /// Commits the open transaction, then starts the producer's next epoch, so that the
-    /// committed transaction is the last of its epoch.
+    /// Commits the open transaction. The producer's next epoch must begin before the next
+    /// transaction ([`KafkaSink::renew_epoch`]), so that the committed one is the last of its
+    /// epoch.
     pub(crate) fn commit_transaction(&mut self) -> Result<(), SinkError> {
         self.producer
             .commit_transaction()
-            .and_then(|()| self.producer.renew_epoch())
             .map_err(|e| self.kafka_error(e))
+    }
+
+    /// Starts the producer's next epoch, between transactions.
+    pub(crate) fn renew_epoch(&mut self) -> Result<(), SinkError> {
+        self.producer.renew_epoch().map_err(|e| self.kafka_error(e))
     }
 
     /// Replaces the producer with a new one of the same `transactional.id` (after the broker

@@ -138,7 +138,10 @@ impl KafkaSteps {
 
     /// After `cause` (a lost broker connection) while the sealed transaction `sealed` commits:
     /// it is settled as at a start (committed with its epoch, or found committed), then a new
-    /// producer takes the next step.
+    /// producer takes the next step. A transaction found ended although its commit did not
+    /// reach the coordinator was aborted there (it stayed open past the transaction timeout
+    /// while the brokers were away): its rows, which the state already counts as written, are
+    /// written again into a new transaction and committed.
     fn settle_commit(&mut self, cause: SinkError, sealed: (i64, i16)) -> Result<(), SinkError> {
         let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
         let name = self.sink.name().to_string();
@@ -147,25 +150,41 @@ impl KafkaSteps {
             sink: name.clone(),
             source,
         };
-        retry_until(
+        let settled = retry_until(
             &name,
             "committing the step's transaction",
             deadline,
             cause,
             || settle_transaction(&config, sealed).map_err(kafka),
         )?;
-        let sink = &mut self.sink;
-        let first = match sink.reconnect() {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
+        let aborted = matches!(settled, Settled::EndedBefore);
+        if aborted {
+            tracing::warn!(
+                sink = %name,
+                "the step's transaction was aborted by its coordinator while the brokers were \
+                 away; its rows are written again in a new one"
+            );
+        }
+        let (sink, rows) = (&mut self.sink, &self.step_rows);
+        let mut attempt = || {
+            sink.reconnect()?;
+            if aborted {
+                sink.begin_transaction()?;
+                for batch in rows {
+                    sink.write(batch)?;
+                }
+                sink.finish()?;
+                sink.commit_transaction()?;
+                sink.renew_epoch()?;
+            }
+            Ok(())
         };
-        retry_until(
-            &name,
-            "starting the next transaction",
-            deadline,
-            first,
-            || sink.reconnect(),
-        )
+        match attempt() {
+            Err(e) if is_lost_connection(&e) => {
+                retry_until(&name, "starting the next transaction", deadline, e, attempt)
+            }
+            other => other,
+        }
     }
 
     /// Settles the transaction that `files` (a state's last checkpoint's records) names, if
@@ -204,6 +223,21 @@ impl KafkaSteps {
                 source,
             })?;
         Ok(Some(settled))
+    }
+
+    /// After `cause` (a lost broker connection) while the next epoch began: a new producer
+    /// begins one.
+    fn renew_again(&mut self, cause: SinkError) -> Result<(), SinkError> {
+        let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
+        let name = self.sink.name().to_string();
+        let sink = &mut self.sink;
+        retry_until(
+            &name,
+            "starting the next transaction",
+            deadline,
+            cause,
+            || sink.reconnect(),
+        )
     }
 }
 
@@ -274,8 +308,12 @@ impl super::StepSink for KafkaSteps {
         }
         let started = Instant::now();
         match (self.sink.commit_transaction(), self.sealed) {
+            (Ok(()), _) => match self.sink.renew_epoch() {
+                Err(e) if is_lost_connection(&e) => self.renew_again(e)?,
+                other => other?,
+            },
             (Err(e), Some(sealed)) if is_lost_connection(&e) => self.settle_commit(e, sealed)?,
-            (other, _) => other?,
+            (Err(e), _) => return Err(e),
         }
         self.open = None;
         self.sealed = None;
