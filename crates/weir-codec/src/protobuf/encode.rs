@@ -158,6 +158,9 @@ enum FieldKind {
     /// A LIST of text or binary into a repeated string or bytes field (the key is each
     /// element's).
     RepeatedBytes,
+    /// A LIST of TIMESTAMP into a repeated `google.protobuf.Timestamp` field; each element's
+    /// seconds and nanos (a null element as the epoch, an empty message) are kept.
+    RepeatedTimestamp(TimeUnit, Vec<(i64, i32)>),
     /// A text column into an enum field, by value name; the numbers of the batch are kept.
     EnumName(EnumNames, Vec<u64>),
     /// A LIST of text into a repeated enum field, packed; payload sizes and numbers are kept.
@@ -177,6 +180,21 @@ enum FieldKind {
 struct Elements {
     written: Option<NullBuffer>,
     sizes: Vec<usize>,
+}
+
+/// The elements (of `elements` in all) that belong to the rows `valid` keeps of a list with
+/// `offsets`: a sliced list's values hold elements of other rows too.
+fn written_elements(offsets: &[i32], elements: usize, valid: Option<&NullBuffer>) -> NullBuffer {
+    let mut written = arrow_buffer::BooleanBufferBuilder::new(elements);
+    written.append_n(elements, false);
+    for row in 0..offsets.len().saturating_sub(1) {
+        if valid.is_none_or(|v| v.is_valid(row)) {
+            for e in offsets[row] as usize..offsets[row + 1] as usize {
+                written.set_bit(e, true);
+            }
+        }
+    }
+    NullBuffer::new(written.finish())
 }
 
 /// The offsets and the element struct of a LIST of STRUCT or a MAP column.
@@ -356,12 +374,13 @@ impl MessagePlan {
                 FieldKind::PackedEnumNames(names, payload, bits) => {
                     let list = array.as_list::<i32>();
                     let offsets = list.value_offsets();
-                    let elements = offsets.first().map_or(0, |&o| o as usize)
-                        ..offsets.last().map_or(0, |&o| o as usize);
-                    // A bad element is reported at its row: the last row starting at or
-                    // before it.
+                    // Only the elements of the rows written are checked (inside a repeated
+                    // message the values hold every element); a bad one is reported at its
+                    // row: the last row starting at or before it.
+                    let elements = list.values().len();
+                    let written = written_elements(offsets, elements, valid.as_ref());
                     names
-                        .numbers(list.values(), bits, &f.name, elements, None)
+                        .numbers(list.values(), bits, &f.name, 0..elements, Some(&written))
                         .map_err(|e| match e {
                             CodecError::Row {
                                 row: element,
@@ -392,16 +411,7 @@ impl MessagePlan {
                     // Only the elements of the batch's valid rows are written (a sliced list's
                     // values hold others); a null element is an empty message, as a repeated
                     // field holds no nulls.
-                    let mut written = arrow_buffer::BooleanBufferBuilder::new(entries.len());
-                    written.append_n(entries.len(), false);
-                    for row in 0..array.len() {
-                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
-                            for e in offsets[row] as usize..offsets[row + 1] as usize {
-                                written.set_bit(e, true);
-                            }
-                        }
-                    }
-                    let written = NullBuffer::new(written.finish());
+                    let written = written_elements(offsets, entries.len(), valid.as_ref());
                     let nulls = NullBuffer::union(Some(&written), entries.nulls());
                     elements.sizes.clear();
                     elements.sizes.resize(entries.len(), 0);
@@ -430,6 +440,27 @@ impl MessagePlan {
                         }
                     }
                     elements.written = Some(written);
+                }
+                FieldKind::RepeatedTimestamp(unit, times) => {
+                    let list = array.as_list::<i32>();
+                    let offsets = list.value_offsets();
+                    times.clear();
+                    times.resize(list.values().len(), (0, 0));
+                    for_each_timestamp(list.values(), *unit, None, |e, secs, nanos| {
+                        times[e] = (secs, nanos);
+                    });
+                    for row in 0..list.len() {
+                        if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
+                            let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                            sizes[row] += times[a..b]
+                                .iter()
+                                .map(|&(secs, nanos)| {
+                                    let inner = timestamp_size(secs, nanos);
+                                    key + varint_len(inner as u64) + inner
+                                })
+                                .sum::<usize>();
+                        }
+                    }
                 }
                 FieldKind::RepeatedBytes => {
                     let list = array.as_list::<i32>();
@@ -538,6 +569,23 @@ impl MessagePlan {
                     let nulls = NullBuffer::union(elements.written.as_ref(), entries.nulls());
                     plan.write(entries.columns(), nulls.as_ref(), out, &mut elements.sizes);
                 }
+                FieldKind::RepeatedTimestamp(_, times) => {
+                    let list = array.as_list::<i32>();
+                    let offsets = list.value_offsets();
+                    for row in 0..list.len() {
+                        if valid.as_ref().is_some_and(|v| v.is_null(row)) {
+                            continue;
+                        }
+                        let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
+                        let mut at = cursors[row];
+                        for &(secs, nanos) in &times[a..b] {
+                            at = put(out, at, key);
+                            at = put_varint(out, at, timestamp_size(secs, nanos) as u64);
+                            at = put_timestamp(out, at, secs, nanos);
+                        }
+                        cursors[row] = at;
+                    }
+                }
                 FieldKind::RepeatedBytes => {
                     let list = array.as_list::<i32>();
                     let offsets = list.value_offsets();
@@ -609,12 +657,20 @@ fn bind(
             return Err(refuse("a repeated field takes a LIST column"));
         };
         let t = element.data_type();
-        if let (Kind::Message(m), DataType::Struct(children)) = (field.kind(), t) {
-            let plan = MessagePlan::new(&m, children, &format!("{name}."))?;
-            return Ok((
-                FieldKind::Repeated(Box::new(plan), Elements::default()),
-                LEN,
-            ));
+        match (field.kind(), t) {
+            (Kind::Message(m), DataType::Struct(children)) => {
+                let plan = MessagePlan::new(&m, children, &format!("{name}."))?;
+                return Ok((
+                    FieldKind::Repeated(Box::new(plan), Elements::default()),
+                    LEN,
+                ));
+            }
+            (Kind::Message(m), DataType::Timestamp(unit, _))
+                if m.full_name() == "google.protobuf.Timestamp" =>
+            {
+                return Ok((FieldKind::RepeatedTimestamp(*unit, Vec::new()), LEN));
+            }
+            _ => {}
         }
         return match scalar_of(field.kind(), t) {
             Some(s) => Ok((FieldKind::Packed(s, Vec::new(), Vec::new()), LEN)),
@@ -1339,5 +1395,62 @@ mod tests {
         assert_eq!(legs[1].as_message().unwrap().fields().count(), 0);
         // The null map and list: no field at all.
         assert!(out[ends[0]..ends[1]].is_empty());
+    }
+
+    /// A repeated enum inside a repeated message: a bad name is reported at its row, and one in
+    /// a row outside the batch's slice is not reported at all.
+    #[test]
+    fn a_bad_name_in_a_nested_repeated_enum_is_reported_at_its_row_only() {
+        use arrow_array::builder::StructBuilder;
+        let schema = ProtoSchema::from_sources(
+            &[(
+                "n.proto",
+                r#"syntax = "proto3"; package n; enum Side { BID = 0; ASK = 1; }
+                message Leg { repeated Side sides = 1; }
+                message T { repeated Leg legs = 1; }"#,
+            )],
+            "n.proto",
+        )
+        .unwrap();
+        let message = schema.pool().get_message_by_name("n.T").unwrap();
+        let sides = Field::new(
+            "sides",
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            true,
+        );
+        let mut legs = ListBuilder::new(StructBuilder::from_fields(vec![sides], 3));
+        for name in ["ASK", "BAD", "BID"] {
+            let leg = legs.values();
+            let list = leg
+                .field_builder::<ListBuilder<Box<dyn arrow_array::builder::ArrayBuilder>>>(0)
+                .unwrap();
+            list.values()
+                .as_any_mut()
+                .downcast_mut::<StringBuilder>()
+                .unwrap()
+                .append_value(name);
+            list.append(true);
+            leg.append(true);
+            legs.append(true);
+        }
+        let legs = legs.finish();
+        let fields = Schema::new(vec![Field::new("legs", legs.data_type().clone(), true)]);
+        let batch = RecordBatch::try_new(Arc::new(fields), vec![Arc::new(legs)]).unwrap();
+        let mut e = ProtoEncoder::new(&message, batch.schema().fields()).unwrap();
+        let (mut out, mut ends) = (Vec::new(), Vec::new());
+        match e.encode_batch(&batch, &mut out, &mut ends) {
+            Err(CodecError::Row { row, reason }) => {
+                assert_eq!(row, 1, "{reason}");
+                assert!(reason.contains("'BAD'"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        for (start, len) in [(0, 1), (2, 1)] {
+            out.clear();
+            ends.clear();
+            e.encode_batch(&batch.slice(start, len), &mut out, &mut ends)
+                .unwrap();
+            assert_eq!(ends.len(), 1);
+        }
     }
 }

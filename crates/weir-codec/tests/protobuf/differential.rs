@@ -1014,6 +1014,7 @@ fn the_encoder_writes_back_what_the_decoder_read() {
         "m_u64_enum",
         "m_bool_bytes",
         "m_s64_leaf",
+        "r_ts",
     ] {
         assert!(
             names(&cols).iter().any(|n| n == want),

@@ -468,23 +468,36 @@ impl ProtoFiles {
     /// `subject`, each with references to what it imports; returns the file's id.
     fn register(&self, client: &RegistryClient, sink: &str, subject: &str) -> Result<u32, Error> {
         let mut versions: HashMap<&str, i64> = HashMap::new();
-        let references = |imports: &[String], versions: &HashMap<&str, i64>| {
-            imports
-                .iter()
-                .map(|name| client::Reference {
-                    name: name.clone(),
-                    subject: name.clone(),
-                    version: versions.get(name.as_str()).copied().unwrap_or(-1),
-                })
-                .collect::<Vec<_>>()
-        };
+        // Each import is registered before the files that import it, so its version is known.
+        let references =
+            |imports: &[String], versions: &HashMap<&str, i64>| {
+                imports
+                    .iter()
+                    .map(|name| {
+                        let version = versions.get(name.as_str()).copied().ok_or_else(|| {
+                            Error::References {
+                                what: format!("sink {sink}: subject '{subject}'"),
+                                reason: format!(
+                                    "'{name}' is imported before it is registered; this is a bug \
+                                 in weir"
+                                ),
+                            }
+                        })?;
+                        Ok(client::Reference {
+                            name: name.clone(),
+                            subject: name.clone(),
+                            version,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, Error>>()
+            };
         for (name, text, imports) in &self.imported {
-            let refs = references(imports, &versions);
+            let refs = references(imports, &versions)?;
             let (id, version) = client.register(name, SchemaType::Protobuf, text, &refs)?;
             tracing::info!(sink, subject = %name, schema_id = id, version, "registered an import of the sink's schema");
             versions.insert(name, version);
         }
-        let refs = references(&self.imports, &versions);
+        let refs = references(&self.imports, &versions)?;
         let (id, _) = client.register(subject, SchemaType::Protobuf, &self.text, &refs)?;
         tracing::info!(sink, subject = %subject, schema_id = id, "registered the sink's schema");
         Ok(id)
