@@ -197,6 +197,23 @@ fn written_elements(offsets: &[i32], elements: usize, valid: Option<&NullBuffer>
     NullBuffer::new(written.finish())
 }
 
+/// `e` with a bad element's index turned into its row's: the last row of `offsets` starting at
+/// or before it.
+fn at_row_of_element(offsets: &[i32], e: CodecError) -> CodecError {
+    match e {
+        CodecError::Row {
+            row: element,
+            reason,
+        } => CodecError::Row {
+            row: offsets
+                .partition_point(|&o| o as usize <= element)
+                .saturating_sub(1),
+            reason,
+        },
+        e => e,
+    }
+}
+
 /// The offsets and the element struct of a LIST of STRUCT or a MAP column.
 fn repeated_parts(array: &ArrayRef) -> (&[i32], &arrow_array::StructArray) {
     match array.data_type() {
@@ -381,18 +398,7 @@ impl MessagePlan {
                     let written = written_elements(offsets, elements, valid.as_ref());
                     names
                         .numbers(list.values(), bits, &f.name, 0..elements, Some(&written))
-                        .map_err(|e| match e {
-                            CodecError::Row {
-                                row: element,
-                                reason,
-                            } => CodecError::Row {
-                                row: offsets
-                                    .partition_point(|&o| o as usize <= element)
-                                    .saturating_sub(1),
-                                reason,
-                            },
-                            e => e,
-                        })?;
+                        .map_err(|e| at_row_of_element(offsets, e))?;
                     let s = Scalar::Varint;
                     packed_sizes(list, s, bits, key, valid.as_ref(), payload, sizes);
                 }
@@ -418,18 +424,7 @@ impl MessagePlan {
                     // A bad value is reported at its row: the last row starting at or before
                     // its element.
                     plan.size(entries.columns(), nulls.as_ref(), &mut elements.sizes)
-                        .map_err(|e| match e {
-                            CodecError::Row {
-                                row: element,
-                                reason,
-                            } => CodecError::Row {
-                                row: offsets
-                                    .partition_point(|&o| o as usize <= element)
-                                    .saturating_sub(1),
-                                reason,
-                            },
-                            e => e,
-                        })?;
+                        .map_err(|e| at_row_of_element(offsets, e))?;
                     for row in 0..array.len() {
                         if valid.as_ref().is_none_or(|v| v.is_valid(row)) {
                             let (a, b) = (offsets[row] as usize, offsets[row + 1] as usize);
