@@ -219,6 +219,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The transaction coordinator kept answering that it is not ready (loading its state,
+    /// moving, or completing the previous transaction) for the whole request timeout: worth
+    /// another try later, as a lost connection is.
+    #[error("kafka transaction '{transactional_id}': {reason}")]
+    CoordinatorNotReady {
+        /// The `transactional.id`.
+        transactional_id: String,
+        /// What it answered, and for how long.
+        reason: String,
+    },
     /// A newer producer with the same `transactional.id` took over: this one may not write.
     #[error(
         "kafka transaction '{transactional_id}': fenced: another producer with this \
@@ -267,7 +277,8 @@ impl Error {
             Self::Io { .. }
             | Self::NoBroker { .. }
             | Self::Protocol { .. }
-            | Self::TlsStream { .. } => true,
+            | Self::TlsStream { .. }
+            | Self::CoordinatorNotReady { .. } => true,
             _ => false,
         }
     }

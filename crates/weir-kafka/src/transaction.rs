@@ -211,11 +211,16 @@ impl Coordinator {
 
     fn give_up_after(&self, deadline: Instant, api: &str, code: i16) -> Result<()> {
         if Instant::now() >= deadline {
-            return Err(self.error(format!(
-                "{api} still answered {} ({code}) after {:?}",
-                error_name(code),
-                self.timeout
-            )));
+            // Only the answers `check` waits on get here: the coordinator is busy or moving,
+            // not gone for good, so a caller with a longer patience may try again.
+            return Err(Error::CoordinatorNotReady {
+                transactional_id: self.id.clone(),
+                reason: format!(
+                    "{api} still answered {} ({code}) after {:?}",
+                    error_name(code),
+                    self.timeout
+                ),
+            });
         }
         Ok(())
     }

@@ -81,7 +81,7 @@ fn retry_until<T>(
         if !is_lost_connection(&last) || Instant::now() + wait > deadline {
             return Err(last);
         }
-        tracing::warn!(sink, error = %last, "the broker connection was lost; {what} again in {wait:?}");
+        tracing::warn!(sink, error = %last, "the broker is unreachable or its transaction coordinator not ready; {what} again in {wait:?}");
         std::thread::sleep(wait);
         wait = (wait * 2).min(MAX_BACKOFF);
         match attempt() {
