@@ -72,9 +72,11 @@ if ! "$VENV/bin/python" -c "import confluent_kafka.schema_registry.protobuf" 2>/
     "$VENV/bin/pip" install --quiet --disable-pip-version-check \
         "confluent-kafka[protobuf,schemaregistry]==2.16.0"
 fi
-# fastavro writes the Avro of the Avro decoder's differential test.
-if ! "$VENV/bin/python" -c "import fastavro" 2>/dev/null; then
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "fastavro==1.12.1"
+# fastavro writes the Avro of the Avro decoder's differential test (cramjam and zstandard: its
+# snappy and zstandard container files).
+if ! "$VENV/bin/python" -c "import fastavro, cramjam, zstandard" 2>/dev/null; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "fastavro==1.12.1" \
+        "cramjam==2.14.0" "zstandard==0.25.0"
 fi
 # delta-rs's Python binding reads the Delta tables weir writes, as another engine would.
 if ! "$VENV/bin/python" -c "import deltalake, pyarrow" 2>/dev/null; then

@@ -84,6 +84,20 @@ pub trait PreparedDecoder: Send + Sync {
     /// column and keeps the requested ones; the built-in encodings compile a narrower plan
     /// instead, which skips the other fields unread.
     fn project(&self, columns: &[usize]) -> Result<Arc<dyn PreparedDecoder>, CodecError>;
+
+    /// The same columns read from a container file whose header names the writer's schema
+    /// (an Avro object container file), resolved against this preparation's schema. Its
+    /// decoders split a block into values with [`Decoder::decode_prefix`]. The default: the
+    /// encoding reads no container files.
+    fn for_container(
+        &self,
+        header: &crate::ContainerHeader,
+    ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        let _ = header;
+        Err(CodecError::Unsupported(
+            "only the 'avro' encoding reads Avro container files".into(),
+        ))
+    }
 }
 
 /// The default [`PreparedDecoder::project`]: decode everything, then keep `columns` of each

@@ -14,6 +14,10 @@ pub enum Framing {
     U32Be,
     /// One message per line.
     Lines,
+    /// An Avro object container file: a header, then blocks of datums. A frame is one block
+    /// (its count and size, its data, its 16-byte sync marker); the message is the block's
+    /// data, which a decoder splits into datums. The header is the reader's to skip.
+    AvroContainer,
 }
 
 /// A message that cannot be written in a framing.
@@ -23,6 +27,9 @@ pub enum FrameError {
     TooLong(usize),
     /// A line cannot hold a newline byte.
     Newline,
+    /// A container file is written a block at a time with its header, not a message at a
+    /// time.
+    Container,
 }
 
 impl fmt::Display for FrameError {
@@ -34,6 +41,10 @@ impl fmt::Display for FrameError {
             ),
             Self::Newline => f.write_str(
                 "a message contains a newline byte; use 'framing' = 'varint' or 'u32be'",
+            ),
+            Self::Container => f.write_str(
+                "messages cannot be written one by one as an Avro container file; use \
+                 'framing' = 'varint', 'u32be' or 'lines'",
             ),
         }
     }
@@ -49,8 +60,9 @@ impl FromStr for Framing {
             "varint" => Ok(Self::Varint),
             "u32be" => Ok(Self::U32Be),
             "lines" => Ok(Self::Lines),
+            "avro-container" => Ok(Self::AvroContainer),
             _ => Err(format!(
-                "unknown framing '{s}': expected 'varint', 'u32be' or 'lines'"
+                "unknown framing '{s}': expected 'varint', 'u32be', 'lines' or 'avro-container'"
             )),
         }
     }
@@ -62,6 +74,7 @@ impl fmt::Display for Framing {
             Self::Varint => "varint",
             Self::U32Be => "u32be",
             Self::Lines => "lines",
+            Self::AvroContainer => "avro-container",
         })
     }
 }
@@ -157,6 +170,24 @@ impl Framing {
                     header_len: 0,
                 },
             },
+            Self::AvroContainer => match crate::avro::container::block_head(buf, at) {
+                Ok(Some(head)) => {
+                    // The sync marker follows the data.
+                    match whole(at, head.header_len, head.size.saturating_add(16), buf.len()) {
+                        Frame::Message { start, next, .. } => Frame::Message {
+                            start,
+                            end: next - 16,
+                            next,
+                        },
+                        partial => partial,
+                    }
+                }
+                Ok(None) => Frame::Partial {
+                    message_len: None,
+                    header_len: 0,
+                },
+                Err(reason) => Frame::Corrupt(reason),
+            },
         }
     }
 
@@ -174,6 +205,7 @@ impl Framing {
                     return Err(FrameError::Newline);
                 }
             }
+            Self::AvroContainer => return Err(FrameError::Container),
         }
         out.extend_from_slice(message);
         if self == Self::Lines {
@@ -223,6 +255,35 @@ fn line(start: usize, end: usize, next: usize, buf: &[u8]) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn avro_container_frames_are_blocks() {
+        // count 2 (zigzag 4), size 3 (zigzag 6), three data bytes, a 16-byte sync marker.
+        let mut buf = vec![4u8, 6, b'a', b'b', b'c'];
+        buf.extend_from_slice(&[9u8; 16]);
+        let f = Framing::AvroContainer;
+        assert_eq!(
+            f.frame(&buf, 0, true),
+            Frame::Message {
+                start: 2,
+                end: 5,
+                next: 21
+            }
+        );
+        // Cut inside the sync marker: the whole frame's length is known.
+        let cut = f.frame(&buf[..10], 0, true);
+        assert_eq!(cut.needed(), Some(21));
+        assert_eq!(
+            f.frame(&[4u8], 0, false),
+            Frame::Partial {
+                message_len: None,
+                header_len: 0
+            }
+        );
+        // A negative size (zigzag 1 is -1).
+        assert!(matches!(f.frame(&[4u8, 1], 0, true), Frame::Corrupt(_)));
+        assert_eq!(f.write(&mut Vec::new(), b"x"), Err(FrameError::Container));
+    }
 
     #[test]
     fn varint_frames() {

@@ -30,6 +30,10 @@ mod schema;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+pub use avro::container::{
+    block_head, BlockHead, ContainerCodec, ContainerError, ContainerHeader, CONTAINER_MAGIC,
+    MAX_HEADER_BYTES as MAX_CONTAINER_HEADER_BYTES,
+};
 pub use avro::{
     avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroFactory, AvroFraming, AvroPlan,
     AvroPlanSource, AvroSchema, AvroSchemaError, FramedAvroDecoder, AVRO_OPTIONS,
@@ -94,6 +98,21 @@ pub trait Decoder: Send {
 
     /// Decodes one message and appends it as one row.
     fn decode(&mut self, message: &[u8]) -> Result<(), DecodeError>;
+
+    /// Decodes the value at the front of `data`, where values follow one another with no
+    /// framing (an Avro container block), appends it as one row, and returns the bytes it took.
+    /// Only a self-delimiting encoding can; the default says so.
+    fn decode_prefix(&mut self, data: &[u8]) -> Result<usize, DecodeError> {
+        let _ = data;
+        Err(DecodeError::new(
+            0,
+            DecodeErrorKind::Other(
+                "this encoding cannot split values written back to back; only 'avro' reads \
+                 container files"
+                    .into(),
+            ),
+        ))
+    }
 
     /// Rows decoded and not yet taken.
     fn buffered_rows(&self) -> usize;

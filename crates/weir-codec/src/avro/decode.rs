@@ -90,6 +90,31 @@ impl State {
         Err(fault.error(plan))
     }
 
+    /// Decodes the datum at the front of `data` (datums back to back, as in a container
+    /// block) as one row and returns its length; on error its partial row is rolled back.
+    pub(crate) fn decode_prefix(&mut self, plan: &Plan, data: &[u8]) -> Result<usize, DecodeError> {
+        let mut pos = 0;
+        let mut empty = 0u64;
+        match run(
+            plan,
+            plan.root,
+            data,
+            &mut pos,
+            &mut self.cols,
+            0,
+            &mut empty,
+        ) {
+            Ok(()) => {
+                self.rows += 1;
+                Ok(pos)
+            }
+            Err(f) => {
+                self.rollback(plan);
+                Err(f.error(plan))
+            }
+        }
+    }
+
     #[cold]
     fn rollback(&mut self, plan: &Plan) {
         for &c in &plan.top {

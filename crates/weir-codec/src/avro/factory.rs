@@ -1,10 +1,11 @@
 //! The built-in `avro` encoding as a [`DecoderFactory`]: the writer's schema from an option,
 //! parsed and planned once per source.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_schema::SchemaRef;
 
+use super::container::ContainerHeader;
 use super::{avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroFraming, AvroSchema};
 use crate::error::CodecError;
 use crate::factory::{DecoderFactory, DecoderRequest, PreparedDecoder};
@@ -49,7 +50,7 @@ const AVRO_MAX_DEPTH: OptionSpec = OptionSpec::new(
 .default_value("100");
 
 impl AvroFactory {
-    fn schema(options: &Options) -> Result<AvroSchema, CodecError> {
+    fn schema(options: &Options) -> Result<(AvroSchema, String), CodecError> {
         let text = match (options.text(&AVRO_SCHEMA), options.text(&AVRO_SCHEMA_FILE)) {
             (Some(t), None) => t.to_string(),
             (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
@@ -72,7 +73,8 @@ impl AvroFactory {
                 .into())
             }
         };
-        AvroSchema::parse(&text).map_err(|e| CodecError::Other(e.to_string()))
+        let schema = AvroSchema::parse(&text).map_err(|e| CodecError::Other(e.to_string()))?;
+        Ok((schema, text))
     }
 }
 
@@ -85,7 +87,7 @@ impl DecoderFactory for AvroFactory {
         &self,
         request: &DecoderRequest<'_>,
     ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
-        let schema = Self::schema(request.options)?;
+        let (schema, text) = Self::schema(request.options)?;
         let o = request.options;
         let options = AvroDecoderOptions {
             batch_size: request.batch_size,
@@ -100,23 +102,31 @@ impl DecoderFactory for AvroFactory {
         let decoder = AvroDecoder::new(&schema, request.columns, options)?;
         Ok(Arc::new(PreparedAvro {
             schema,
+            text: text.into(),
             columns: request.columns.to_vec(),
             options,
             decoder,
+            writers: Mutex::default(),
         }))
     }
 
     fn default_columns(&self, options: &Options) -> Result<Vec<ColumnSpec>, CodecError> {
-        Ok(avro_default_columns(&Self::schema(options)?)?)
+        Ok(avro_default_columns(&Self::schema(options)?.0)?)
     }
 }
 
 /// The `avro` encoding prepared: the schema parsed and the plan compiled once.
 struct PreparedAvro {
     schema: AvroSchema,
+    /// The schema's text: a container file whose header holds the same text needs no
+    /// resolution.
+    text: Arc<str>,
     columns: Vec<ColumnSpec>,
     options: AvroDecoderOptions,
     decoder: AvroDecoder,
+    /// The plans of container files' writer schemas met so far, by their text (each reader of
+    /// each file asks; a plan is compiled once).
+    writers: Mutex<Vec<(String, Arc<PreparedAvro>)>>,
 }
 
 impl PreparedDecoder for PreparedAvro {
@@ -134,9 +144,45 @@ impl PreparedDecoder for PreparedAvro {
         let decoder = AvroDecoder::new(&self.schema, &columns, self.options)?;
         Ok(Arc::new(PreparedAvro {
             schema: self.schema.clone(),
+            text: Arc::clone(&self.text),
             columns,
             options: self.options,
             decoder,
+            writers: Mutex::default(),
         }))
+    }
+
+    fn for_container(
+        &self,
+        header: &ContainerHeader,
+    ) -> Result<Arc<dyn PreparedDecoder>, CodecError> {
+        if self.options.framing != AvroFraming::Plain {
+            return Err(CodecError::Unsupported(
+                "'avro.framing' = 'single-object' reads single-object messages, not \
+                 container files; leave it out"
+                    .into(),
+            ));
+        }
+        let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = writers.iter().find(|(t, _)| *t == header.schema_text) {
+            return Ok(Arc::clone(p) as Arc<dyn PreparedDecoder>);
+        }
+        // The file was written with this very schema: the exact plan. Otherwise the header's
+        // schema is resolved against this one.
+        let decoder = if header.schema_text == *self.text {
+            self.decoder.fresh()
+        } else {
+            AvroDecoder::resolving(&header.schema, &self.schema, &self.columns, self.options)?
+        };
+        let prepared = Arc::new(PreparedAvro {
+            schema: self.schema.clone(),
+            text: Arc::clone(&self.text),
+            columns: self.columns.clone(),
+            options: self.options,
+            decoder,
+            writers: Mutex::default(),
+        });
+        writers.push((header.schema_text.clone(), Arc::clone(&prepared)));
+        Ok(prepared)
     }
 }

@@ -41,6 +41,7 @@
 //! the end, an unknown union branch or enum index, nesting past the limit, bytes left after the
 //! record). Its partial row is rolled back.
 
+pub(crate) mod container;
 mod decode;
 mod factory;
 mod framed;
@@ -134,6 +135,32 @@ impl AvroDecoder {
         })
     }
 
+    /// Plans `columns` against `reader` (the schema they were declared against) for data
+    /// written with `writer`, resolved as the Avro specification says: fields by name and
+    /// aliases, promotions, the reader's defaults, and a column the writer lacks reads as null.
+    pub fn resolving(
+        writer: &AvroSchema,
+        reader: &AvroSchema,
+        columns: &[ColumnSpec],
+        options: AvroDecoderOptions,
+    ) -> Result<Self, PlanError> {
+        let plan = plan::compile(
+            writer,
+            Some(reader),
+            columns,
+            plan::Missing::Null,
+            options.batch_size.min(1 << 16),
+            options.max_depth,
+        )?;
+        let state = decode::State::new(&plan);
+        Ok(Self {
+            plan: Arc::new(plan),
+            state,
+            batch_size: options.batch_size.max(1),
+            header: None,
+        })
+    }
+
     /// A new decoder with the same plan and empty buffers (one per partition).
     pub fn fresh(&self) -> Self {
         Self {
@@ -191,6 +218,11 @@ impl Decoder for AvroDecoder {
                     })
             }
         }
+    }
+
+    #[inline]
+    fn decode_prefix(&mut self, data: &[u8]) -> Result<usize, DecodeError> {
+        self.state.decode_prefix(&self.plan, data)
     }
 
     fn buffered_rows(&self) -> usize {

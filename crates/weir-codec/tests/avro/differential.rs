@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use weir_codec::{
-    avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroSchema, ColumnSpec, Decoder,
+    avro_default_columns, block_head, AvroDecoder, AvroDecoderOptions, AvroSchema, ColumnSpec,
+    ContainerCodec, ContainerHeader, Decoder, Frame, Framing,
 };
 
 use super::row_json;
@@ -27,12 +28,12 @@ fn python() -> Option<String> {
         return None;
     };
     let ok = Command::new(&python)
-        .args(["-c", "import fastavro"])
+        .args(["-c", "import fastavro, cramjam, zstandard"])
         .status()
         .is_ok_and(|s| s.success());
     assert!(
         ok,
-        "{python} cannot import fastavro (scripts/test.sh installs it)"
+        "{python} cannot import fastavro, cramjam and zstandard (scripts/test.sh installs them)"
     );
     Some(python)
 }
@@ -88,12 +89,64 @@ fn decode_all(d: &mut AvroDecoder, msgs: &[&[u8]], what: &str) -> Vec<serde_json
     rows
 }
 
+/// Every row of a container file, decoded with the plan of its header's schema; and its
+/// number of blocks.
+fn decode_container(
+    file: &[u8],
+    columns: &[ColumnSpec],
+    what: &str,
+) -> (Vec<serde_json::Value>, usize) {
+    let header = ContainerHeader::parse(file)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .unwrap_or_else(|| panic!("{what}: the header is cut"));
+    let options = AvroDecoderOptions {
+        batch_size: 1 << 20,
+        ..AvroDecoderOptions::default()
+    };
+    let mut d = AvroDecoder::new(&header.schema, columns, options).unwrap();
+    let (mut at, mut blocks, mut data) = (header.len, 0, Vec::new());
+    while at < file.len() {
+        let Frame::Message { start, end, next } = Framing::AvroContainer.frame(file, at, true)
+        else {
+            panic!("{what}: no whole block at byte {at}");
+        };
+        assert_eq!(file[end..next], header.sync, "{what}: sync marker");
+        let count = block_head(file, at).unwrap().unwrap().count;
+        let block = match header.codec {
+            ContainerCodec::Null => &file[start..end],
+            codec => {
+                codec
+                    .uncompress(&file[start..end], &mut data, 1 << 30)
+                    .unwrap_or_else(|e| panic!("{what} ({}): {e}", codec.name()));
+                &data[..]
+            }
+        };
+        let mut pos = 0;
+        for v in 0..count {
+            pos += d
+                .decode_prefix(&block[pos..])
+                .unwrap_or_else(|e| panic!("{what}: block {blocks}, value {v}: {e}"));
+        }
+        assert_eq!(pos, block.len(), "{what}: block {blocks} has bytes left");
+        blocks += 1;
+        at = next;
+    }
+    let mut rows = Vec::new();
+    if let Some(b) = d.flush() {
+        for r in 0..b.num_rows() {
+            rows.push(row_json(&b, r));
+        }
+    }
+    (rows, blocks)
+}
+
 #[test]
 fn fastavro_records_decode_value_for_value() {
     let Some(python) = python() else { return };
     const SCHEMAS: usize = 60;
     let dir = cases(&python, 20261127, SCHEMAS, 80);
     let mut values = 0usize;
+    let mut blocks = 0usize;
     for i in 0..SCHEMAS {
         let text = std::fs::read_to_string(dir.join(format!("{i}.avsc"))).unwrap();
         let schema = AvroSchema::parse(&text).unwrap_or_else(|e| panic!("schema {i}: {e}"));
@@ -130,6 +183,16 @@ fn fastavro_records_decode_value_for_value() {
         }
         values += got.len() * columns.len();
 
+        // The same records in a container file written by fastavro, split into values by the
+        // decoder, block after block.
+        let file = std::fs::read(dir.join(format!("{i}.avro"))).unwrap();
+        let (got, file_blocks) = decode_container(&file, &columns, &format!("schema {i}"));
+        assert_eq!(got.len(), expected.len(), "schema {i}: container rows");
+        for (r, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(g, e, "schema {i} container file, record {r}");
+        }
+        blocks += file_blocks;
+
         // Every other column only: the others are skipped, the rest reads the same.
         let some: Vec<ColumnSpec> = columns.iter().step_by(2).cloned().collect();
         let mut d = AvroDecoder::new(&schema, &some, options).unwrap();
@@ -144,6 +207,13 @@ fn fastavro_records_decode_value_for_value() {
             }
         }
     }
-    eprintln!("{SCHEMAS} schemas, {values} top-level values compared with fastavro's");
+    eprintln!(
+        "{SCHEMAS} schemas, {values} top-level values compared with fastavro's; {blocks} \
+         container blocks"
+    );
+    assert!(
+        blocks > 2 * SCHEMAS,
+        "the container files have {blocks} blocks"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,6 +12,8 @@ For each schema i, writes to OUT_DIR:
                 lists of [key, value] pairs in written order
   i.meta        the parsing canonical form (line 1) and the CRC-64-AVRO fingerprint as
                 little-endian hex (line 2), as fastavro computes them
+  i.avro        the same records as an object container file, in blocks of about 512 bytes,
+                compressed with null, deflate, snappy or zstandard (by i, in turn)
 """
 
 import io
@@ -25,6 +27,8 @@ from decimal import Decimal
 
 import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
+
+CODECS = ["null", "deflate", "snappy", "zstandard"]
 
 PRIMS = ["boolean", "int", "long", "float", "double", "string", "bytes"]
 LOGICAL = [
@@ -172,14 +176,19 @@ def main():
         canonical = to_parsing_canonical_form(parsed)
         with open(os.path.join(out, f"{i}.meta"), "w") as f:
             f.write(canonical + "\n" + fingerprint(canonical, "CRC-64-AVRO") + "\n")
+        values = []
         with open(os.path.join(out, f"{i}.bin"), "wb") as bf, open(os.path.join(out, f"{i}.jsonl"), "w") as jf:
             for _ in range(records):
                 value, expected = g.value(schema)
+                values.append(value)
                 buf = io.BytesIO()
                 fastavro.schemaless_writer(buf, parsed, value)
                 data = buf.getvalue()
                 bf.write(struct.pack(">I", len(data)) + data)
                 jf.write(json.dumps(expected) + "\n")
+        codec = CODECS[i % len(CODECS)]
+        with open(os.path.join(out, f"{i}.avro"), "wb") as cf:
+            fastavro.writer(cf, parsed, values, codec=codec, sync_interval=512)
 
 
 if __name__ == "__main__":

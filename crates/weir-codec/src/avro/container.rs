@@ -1,0 +1,430 @@
+//! Avro object container files: the header (magic, metadata, sync marker) and the blocks after
+//! it, as the Avro specification lays them out. No I/O: the file connector reads the bytes;
+//! this parses them.
+//!
+//! A block is `count` (long), `size` (long), `size` bytes of datums written back to back and
+//! compressed with the file's codec, then the 16-byte sync marker. The file connector frames a
+//! container file by blocks ([`Framing::AvroContainer`](crate::Framing::AvroContainer)) and a
+//! decoder splits a block into datums with [`Decoder::decode_prefix`](crate::Decoder) (Avro
+//! binary is self-delimiting given its schema), so a datum is never copied out of its block.
+
+use std::io::Read;
+
+use super::{AvroSchema, AvroSchemaError};
+
+/// The four bytes every container file begins with.
+pub const CONTAINER_MAGIC: [u8; 4] = *b"Obj\x01";
+
+/// The largest header accepted: a schema of thousands of fields is a few hundred KiB.
+pub const MAX_HEADER_BYTES: usize = 16 << 20;
+
+/// How a container file's blocks are compressed (its `avro.codec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerCodec {
+    /// Not compressed.
+    Null,
+    /// Raw deflate (RFC 1951, no zlib header).
+    Deflate,
+    /// Snappy, followed by the big-endian CRC-32 of the uncompressed bytes.
+    Snappy,
+    /// Zstandard.
+    Zstandard,
+}
+
+impl ContainerCodec {
+    fn parse(name: &str) -> Result<Self, String> {
+        Ok(match name {
+            "null" => Self::Null,
+            "deflate" => Self::Deflate,
+            "snappy" => Self::Snappy,
+            "zstandard" => Self::Zstandard,
+            other => {
+                return Err(format!(
+                    "the codec '{other}' is not supported (weir reads null, deflate, snappy \
+                     and zstandard)"
+                ))
+            }
+        })
+    }
+
+    /// The codec's name as the header writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Null => "null",
+            Self::Deflate => "deflate",
+            Self::Snappy => "snappy",
+            Self::Zstandard => "zstandard",
+        }
+    }
+
+    /// Uncompresses a block's `data` into `out` (cleared first), refusing more than `limit`
+    /// bytes: a small block must not claim gigabytes. Not called for `Null`.
+    pub fn uncompress(self, data: &[u8], out: &mut Vec<u8>, limit: u64) -> Result<(), String> {
+        out.clear();
+        let too_large = || {
+            format!(
+                "the block uncompresses to more than {limit} bytes ('max.message.bytes'); raise \
+                 it if the file is good"
+            )
+        };
+        match self {
+            Self::Null => out.extend_from_slice(data),
+            Self::Deflate => {
+                let mut r = flate2::read::DeflateDecoder::new(data).take(limit.saturating_add(1));
+                r.read_to_end(out)
+                    .map_err(|e| format!("the deflate block is corrupt: {e}"))?;
+                if out.len() as u64 > limit {
+                    return Err(too_large());
+                }
+            }
+            Self::Snappy => {
+                let Some((body, crc)) = data.split_last_chunk::<4>() else {
+                    return Err(format!(
+                        "the snappy block is {} bytes, too short for its CRC",
+                        data.len()
+                    ));
+                };
+                let len = snap::raw::decompress_len(body)
+                    .map_err(|e| format!("the snappy block is corrupt: {e}"))?;
+                if len as u64 > limit {
+                    return Err(too_large());
+                }
+                out.resize(len, 0);
+                snap::raw::Decoder::new()
+                    .decompress(body, out)
+                    .map_err(|e| format!("the snappy block is corrupt: {e}"))?;
+                let want = u32::from_be_bytes(*crc);
+                let got = crc32fast::hash(out);
+                if got != want {
+                    return Err(format!(
+                        "the snappy block's CRC is {want:#010x}, its data gives {got:#010x}"
+                    ));
+                }
+            }
+            Self::Zstandard => {
+                let corrupt = |e: std::io::Error| format!("the zstandard block is corrupt: {e}");
+                let mut d = zstd::stream::read::Decoder::new(data).map_err(corrupt)?;
+                // The frame's window is allocated as declared: no larger than the limit.
+                let window = (64 - limit.max(1 << 10).leading_zeros()).min(31);
+                d.window_log_max(window).map_err(corrupt)?;
+                let mut r = d.take(limit.saturating_add(1));
+                r.read_to_end(out)
+                    .map_err(|e| format!("the zstandard block is corrupt: {e}"))?;
+                if out.len() as u64 > limit {
+                    return Err(too_large());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A container file's header.
+#[derive(Debug, Clone)]
+pub struct ContainerHeader {
+    /// The writer's schema, as the header's `avro.schema` holds it.
+    pub schema_text: String,
+    /// The schema parsed.
+    pub schema: AvroSchema,
+    /// How its blocks are compressed.
+    pub codec: ContainerCodec,
+    /// The marker after every block.
+    pub sync: [u8; 16],
+    /// The header's length in bytes: where the first block begins.
+    pub len: usize,
+}
+
+/// Why a container header cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContainerError {
+    /// The bytes do not begin with the container magic: not a container file at all.
+    #[error("not an Avro container file: {0}")]
+    NotContainer(String),
+    /// The magic is there, but the header after it cannot be read.
+    #[error("its Avro container header cannot be read: {0}")]
+    Header(String),
+    /// The header's schema does not parse.
+    #[error("the container header's schema: {0}")]
+    Schema(#[from] AvroSchemaError),
+}
+
+impl ContainerHeader {
+    /// Parses the header at the start of `bytes`; `Ok(None)` when `bytes` end before it does
+    /// (read more and ask again).
+    pub fn parse(bytes: &[u8]) -> Result<Option<Self>, ContainerError> {
+        let bad = |what: String| ContainerError::Header(what);
+        match bytes.get(..4) {
+            None if CONTAINER_MAGIC.starts_with(bytes) => return Ok(None),
+            Some(m) if m == CONTAINER_MAGIC => {}
+            _ => {
+                return Err(ContainerError::NotContainer(format!(
+                    "it begins {:02X?}, not with the container magic 'Obj' 01",
+                    bytes.get(..4).unwrap_or(bytes)
+                )))
+            }
+        }
+        let mut pos = 4;
+        let mut schema_text = None;
+        let mut codec = ContainerCodec::Null;
+        // The metadata: a map of bytes, in blocks of entries ending with a count of 0.
+        loop {
+            let Some(count) = long(bytes, &mut pos)? else {
+                return Ok(None);
+            };
+            if count == 0 {
+                break;
+            }
+            if count < 0 {
+                // A negative count is followed by the block's size in bytes.
+                if long(bytes, &mut pos)?.is_none() {
+                    return Ok(None);
+                }
+            }
+            for _ in 0..count.unsigned_abs() {
+                let Some(key) = length_prefixed(bytes, &mut pos)? else {
+                    return Ok(None);
+                };
+                let Some(value) = length_prefixed(bytes, &mut pos)? else {
+                    return Ok(None);
+                };
+                match key {
+                    b"avro.schema" => {
+                        let text = std::str::from_utf8(value)
+                            .map_err(|_| bad("its 'avro.schema' is not UTF-8".into()))?;
+                        schema_text = Some(text.to_string());
+                    }
+                    b"avro.codec" => {
+                        let name = std::str::from_utf8(value)
+                            .map_err(|_| bad("its 'avro.codec' is not UTF-8".into()))?;
+                        codec = ContainerCodec::parse(name).map_err(bad)?;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let Some(sync) = bytes.get(pos..pos + 16) else {
+            return Ok(None);
+        };
+        let mut marker = [0u8; 16];
+        marker.copy_from_slice(sync);
+        let schema_text =
+            schema_text.ok_or_else(|| bad("its metadata has no 'avro.schema'".into()))?;
+        let schema = AvroSchema::parse(&schema_text)?;
+        Ok(Some(Self {
+            schema_text,
+            schema,
+            codec,
+            sync: marker,
+            len: pos + 16,
+        }))
+    }
+}
+
+/// A block's header: its datum count and where its data lies in the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHead {
+    /// How many datums the block holds.
+    pub count: u64,
+    /// The bytes its count and size take (its data begins here).
+    pub header_len: usize,
+    /// Its data's length (compressed).
+    pub size: u64,
+}
+
+/// Reads a block's count and size at `bytes[at..]`. `Ok(None)`: the bytes end first.
+pub fn block_head(bytes: &[u8], at: usize) -> Result<Option<BlockHead>, String> {
+    let mut pos = at;
+    let head = |pos: &mut usize| match long(bytes, pos) {
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.to_string()),
+    };
+    let Some(count) = head(&mut pos)? else {
+        return Ok(None);
+    };
+    let Some(size) = head(&mut pos)? else {
+        return Ok(None);
+    };
+    if count < 0 || size < 0 {
+        return Err(format!(
+            "a block declares a negative count ({count}) or size ({size})"
+        ));
+    }
+    Ok(Some(BlockHead {
+        count: count as u64,
+        header_len: pos - at,
+        size: size as u64,
+    }))
+}
+
+/// A zigzag varint `long`; `None` when the bytes end inside it.
+fn long(bytes: &[u8], pos: &mut usize) -> Result<Option<i64>, ContainerError> {
+    let mut v: u64 = 0;
+    for i in 0..10 {
+        let Some(&b) = bytes.get(*pos + i) else {
+            return Ok(None);
+        };
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *pos += i + 1;
+            return Ok(Some((v >> 1) as i64 ^ -((v & 1) as i64)));
+        }
+    }
+    Err(ContainerError::Header(
+        "a varint longer than 10 bytes".into(),
+    ))
+}
+
+/// A `bytes` or `string` value; `None` when the bytes end inside it.
+fn length_prefixed<'a>(
+    bytes: &'a [u8],
+    pos: &mut usize,
+) -> Result<Option<&'a [u8]>, ContainerError> {
+    let mut at = *pos;
+    let Some(len) = long(bytes, &mut at)? else {
+        return Ok(None);
+    };
+    let len = usize::try_from(len)
+        .map_err(|_| ContainerError::Header(format!("a negative length {len} in its metadata")))?;
+    if len > MAX_HEADER_BYTES {
+        return Err(ContainerError::Header(format!(
+            "a metadata value of {len} bytes, more than {MAX_HEADER_BYTES}"
+        )));
+    }
+    let Some(value) = bytes.get(at..at + len) else {
+        return Ok(None);
+    };
+    *pos = at + len;
+    Ok(Some(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put_long(out: &mut Vec<u8>, v: i64) {
+        crate::framing::put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+        put_long(out, b.len() as i64);
+        out.extend_from_slice(b);
+    }
+
+    fn header(codec: &str, negative: bool) -> Vec<u8> {
+        let mut h = CONTAINER_MAGIC.to_vec();
+        let mut entries = Vec::new();
+        put_bytes(&mut entries, b"avro.schema");
+        put_bytes(
+            &mut entries,
+            br#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"}]}"#,
+        );
+        put_bytes(&mut entries, b"avro.codec");
+        put_bytes(&mut entries, codec.as_bytes());
+        if negative {
+            put_long(&mut h, -2);
+            put_long(&mut h, entries.len() as i64);
+        } else {
+            put_long(&mut h, 2);
+        }
+        h.extend_from_slice(&entries);
+        put_long(&mut h, 0);
+        h.extend_from_slice(&[7u8; 16]);
+        h
+    }
+
+    #[test]
+    fn a_header_parses_whole_and_asks_for_more_when_cut() {
+        for negative in [false, true] {
+            let h = header("deflate", negative);
+            let got = ContainerHeader::parse(&h).unwrap().unwrap();
+            assert_eq!(got.len, h.len());
+            assert_eq!(got.codec, ContainerCodec::Deflate);
+            assert_eq!(got.sync, [7u8; 16]);
+            assert!(got.schema_text.contains("\"a\""));
+            for cut in 0..h.len() {
+                assert!(
+                    ContainerHeader::parse(&h[..cut]).unwrap().is_none(),
+                    "cut at {cut}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_headers_say_what_is_wrong() {
+        let e = ContainerHeader::parse(b"PAR1....").unwrap_err();
+        assert!(matches!(e, ContainerError::NotContainer(_)), "{e}");
+        assert!(e.to_string().contains("container magic"), "{e}");
+        let e = ContainerHeader::parse(&header("bzip2", false))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'bzip2' is not supported"), "{e}");
+        let mut h = CONTAINER_MAGIC.to_vec();
+        put_long(&mut h, 0);
+        h.extend_from_slice(&[0u8; 16]);
+        let e = ContainerHeader::parse(&h).unwrap_err().to_string();
+        assert!(e.contains("no 'avro.schema'"), "{e}");
+    }
+
+    #[test]
+    fn codecs_round_trip_and_refuse_too_much() {
+        let data: Vec<u8> = (0..10_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        let mut out = Vec::new();
+        // deflate
+        let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut z, &data).unwrap();
+        let deflated = z.finish().unwrap();
+        ContainerCodec::Deflate
+            .uncompress(&deflated, &mut out, 1 << 20)
+            .unwrap();
+        assert_eq!(out, data);
+        let e = ContainerCodec::Deflate
+            .uncompress(&deflated, &mut out, 100)
+            .unwrap_err();
+        assert!(e.contains("more than 100 bytes"), "{e}");
+        // snappy with its CRC
+        let mut s = snap::raw::Encoder::new().compress_vec(&data).unwrap();
+        s.extend_from_slice(&crc32fast::hash(&data).to_be_bytes());
+        ContainerCodec::Snappy
+            .uncompress(&s, &mut out, 1 << 20)
+            .unwrap();
+        assert_eq!(out, data);
+        let last = s.len() - 1;
+        s[last] ^= 1;
+        let e = ContainerCodec::Snappy
+            .uncompress(&s, &mut out, 1 << 20)
+            .unwrap_err();
+        assert!(e.contains("CRC"), "{e}");
+        // zstandard
+        let z = zstd::encode_all(&data[..], 1).unwrap();
+        ContainerCodec::Zstandard
+            .uncompress(&z, &mut out, 1 << 20)
+            .unwrap();
+        assert_eq!(out, data);
+        assert!(ContainerCodec::Zstandard
+            .uncompress(&data[..50], &mut out, 1 << 20)
+            .is_err());
+    }
+
+    #[test]
+    fn block_heads_read_count_and_size() {
+        let mut b = Vec::new();
+        put_long(&mut b, 300);
+        put_long(&mut b, 70_000);
+        assert_eq!(
+            block_head(&b, 0).unwrap(),
+            Some(BlockHead {
+                count: 300,
+                header_len: b.len(),
+                size: 70_000
+            })
+        );
+        assert_eq!(block_head(&b[..2], 0).unwrap(), None);
+        let mut n = Vec::new();
+        put_long(&mut n, -1);
+        put_long(&mut n, 5);
+        assert!(block_head(&n, 0).unwrap_err().contains("negative"));
+    }
+}
