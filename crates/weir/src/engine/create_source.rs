@@ -8,8 +8,8 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
 use weir_codec::{
-    resolve_references, unknown_keys, ColumnSpec, DecoderFactory, DecoderRequest, OptionError,
-    OptionSpec, Options,
+    resolve_references, unknown_keys, ColumnSpec, DecoderFactory, DecoderRequest, Framing,
+    OptionError, OptionSpec, Options,
 };
 
 use super::Engine;
@@ -19,14 +19,14 @@ use crate::metrics::SourceStats;
 use crate::pipeline::live_source::LiveSource;
 use crate::pipeline::table::SourceTable;
 use crate::registry;
-use crate::source::file::{FileSettings, FILE_OPTIONS};
+use crate::source::file::{FileSettings, HeaderRead, FILE_OPTIONS, FRAMING};
 use crate::source::kafka::{consumer_config, KAFKA_OPTIONS};
 use crate::source::meta::MetaKind;
 use crate::source::state::{CommitInterval, StateSpec, STATE_OPTIONS};
 use crate::source::WatermarkSpec;
 use crate::source::{
-    Connector, SourceDefinition, SourceSettings, CONNECTOR, ENCODING, FIELDS, SCAN_BOUNDED,
-    SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
+    Connector, SourceDefinition, SourceSettings, CONFLUENT_WIRE, CONNECTOR, ENCODING, FIELDS,
+    SCAN_BOUNDED, SOURCE_OPTIONS, TIMESTAMP_UNIT, WATERMARK_IDLE_TIMEOUT,
 };
 use crate::sql::{ColumnDecl, CreateSource};
 
@@ -42,7 +42,7 @@ impl Engine {
             )));
         }
         let fail = |kind: SourceErrorKind| StatementError::Source(SourceError::new(&name, kind));
-        let options =
+        let mut options =
             Options::new(resolve_references(s.options.clone()).map_err(|e| fail(e.into()))?);
         let connector = options
             .choice(&CONNECTOR)
@@ -83,13 +83,18 @@ impl Engine {
         ];
         declared.extend_from_slice(connector_options);
         unknown_keys(&options, &declared).map_err(|e| fail(e.into()))?;
+        let mut container = None;
         let connector = match connector {
             "kafka" => Connector::Kafka(Box::new(consumer_config(
                 &name,
                 &options,
                 &self.options.kafka_properties,
             )?)),
-            _ => Connector::File(FileSettings::parse(&name, &options)?),
+            _ => {
+                let mut file = FileSettings::parse(&name, &options)?;
+                container = container_header(&name, &mut file, &mut options, &encoding, &registry)?;
+                Connector::File(file)
+            }
         };
         let mut settings =
             SourceSettings::parse(&name, &options, factory.confluent_message_indexes())?;
@@ -124,6 +129,15 @@ impl Engine {
                     source,
                 })
             })?;
+        if let Some(header) = &container {
+            // The first file's schema resolved against the columns now, not at the first query.
+            prepared.for_container(header).map_err(|source| {
+                fail(SourceErrorKind::Encoding {
+                    encoding: encoding.clone(),
+                    source,
+                })
+            })?;
+        }
         let decoded = prepared.schema().fields().len();
         if decoded != columns.len() {
             return Err(fail(SourceErrorKind::Columns(format!(
@@ -357,6 +371,83 @@ impl Engine {
         }
         Ok(data_type)
     }
+}
+
+/// Avro container files (`'framing'` = `'avro-container'`, or `'encoding'` = `'avro'` with no
+/// `'framing'` and a first file that is one): the first file's header, whose schema becomes
+/// `'avro.schema'` when none is given (the columns a file source reads without declaring them).
+fn container_header(
+    name: &str,
+    file: &mut FileSettings,
+    options: &mut Options,
+    encoding: &str,
+    registry: &registry::Use,
+) -> Result<Option<weir_codec::ContainerHeader>, StatementError> {
+    let fail = |kind: SourceErrorKind| StatementError::Source(SourceError::new(name, kind));
+    let conflict = |what: &str| fail(OptionError::Conflict(what.to_string()).into());
+    let declared = file.framing == Framing::AvroContainer;
+    if !declared && (encoding != "avro" || options.given(&FRAMING).is_some()) {
+        return Ok(None);
+    }
+    if encoding != "avro" {
+        return Err(conflict(
+            "'framing' = 'avro-container' reads Avro container files: it needs 'encoding' = \
+             'avro'",
+        ));
+    }
+    let schema_given = ["avro.schema", "avro.schema.file"]
+        .iter()
+        .any(|k| options.iter().any(|(key, _)| key == *k));
+    let found = file
+        .first_container_header()
+        .map_err(|e| StatementError::Source(SourceError::new(name, e)))?;
+    let header = match found {
+        Some((_, HeaderRead::Header(h))) => Some(h),
+        // Not a container file: with 'encoding' = 'avro' and no 'framing', the default.
+        Some((_, HeaderRead::NotContainer(_))) | None if !declared => return Ok(None),
+        Some((first, HeaderRead::Short)) if !declared => {
+            return Err(conflict(&format!(
+                "'{first}' is shorter than an Avro container header; give 'framing'"
+            )))
+        }
+        Some((_, HeaderRead::Short | HeaderRead::Empty)) | None if schema_given => None,
+        Some((first, HeaderRead::Short | HeaderRead::Empty)) => {
+            return Err(conflict(&format!(
+                "'{first}' ends before its Avro container header does, so it gives no schema \
+                 yet; give the schema in 'avro.schema' or 'avro.schema.file'"
+            )))
+        }
+        None => {
+            return Err(conflict(
+                "every file is empty, so none gives a schema; give the schema in \
+                 'avro.schema' or 'avro.schema.file'",
+            ))
+        }
+        Some((first, HeaderRead::NotContainer(reason) | HeaderRead::Bad(reason))) => {
+            return Err(StatementError::Source(SourceError::new(
+                name,
+                crate::error::FileError::Storage {
+                    path: first.to_string(),
+                    reason,
+                },
+            )))
+        }
+    };
+    if !matches!(registry, registry::Use::None) {
+        return Err(conflict(
+            "a container file's header gives its schema: leave out 'schema.registry.url'",
+        ));
+    }
+    if options.flag(&CONFLUENT_WIRE).map_err(|e| fail(e.into()))? {
+        return Err(conflict(
+            "a container file's values carry no registry framing: leave out 'confluent.wire'",
+        ));
+    }
+    file.framing = Framing::AvroContainer;
+    if let (false, Some(h)) = (schema_given, &header) {
+        options.set("avro.schema", h.schema_text.clone());
+    }
+    Ok(header)
 }
 
 fn missing(spec: &OptionSpec) -> SourceErrorKind {

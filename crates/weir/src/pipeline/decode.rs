@@ -98,9 +98,19 @@ struct Counts {
     dead: u64,
 }
 
+/// The bytes of a bad container block kept for its dead letter, as for a bad frame.
+pub(crate) const DEAD_LETTER_BYTES: usize = 64 << 10;
+
+/// The part of a bad block a dead letter keeps.
+fn kept(bytes: &[u8]) -> &[u8] {
+    &bytes[..bytes.len().min(DEAD_LETTER_BYTES)]
+}
+
 /// Decodes one partition's messages into batches of its scan's shape.
 pub(crate) struct SourceDecoder {
     source: Arc<LiveSource>,
+    /// What the decoder was made from (a container file's schema makes another from it).
+    prepared: Arc<dyn PreparedDecoder>,
     decoder: Box<dyn Decoder>,
     meta: Vec<MetaColumn>,
     slots: Arc<[Slot]>,
@@ -121,6 +131,7 @@ impl SourceDecoder {
         let batch_size = decoder.batch_size().max(1);
         Self {
             source: Arc::clone(source),
+            prepared: Arc::clone(&shape.prepared),
             decoder,
             meta: shape.metas.iter().map(|&m| MetaColumn::new(m)).collect(),
             slots: Arc::clone(&shape.slots),
@@ -183,6 +194,79 @@ impl SourceDecoder {
                 self.bad(value, pos, e)
             }
         }
+    }
+
+    /// Rows decoded and not yet flushed.
+    pub(crate) fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    /// Decodes the next values with the plan for a container file written with `header`'s
+    /// schema. Nothing may be buffered: the plans do not share buffers.
+    pub(crate) fn use_container(
+        &mut self,
+        header: &weir_codec::ContainerHeader,
+    ) -> Result<(), SourceError> {
+        let prepared = self.prepared.for_container(header).map_err(|source| {
+            SourceError::new(
+                &self.source.name,
+                SourceErrorKind::Encoding {
+                    encoding: self.source.settings.encoding.clone(),
+                    source,
+                },
+            )
+        })?;
+        self.decoder = prepared.decoder();
+        Ok(())
+    }
+
+    /// Takes one container block's (uncompressed) data: `count` values back to back, each a
+    /// row. A value that does not decode drops the rest of the block under the error policy,
+    /// since the values after it cannot be found; the rows before it stay. An error means the
+    /// policy is `fail`.
+    pub(crate) fn values(
+        &mut self,
+        data: &[u8],
+        count: u64,
+        pos: &Position<'_>,
+    ) -> Result<(), SourceError> {
+        // Values of zero bytes (a record of nulls) make the count unbounded by the data.
+        if count > data.len() as u64 + (1 << 20) {
+            let reason = format!("the block declares {count} values in {} bytes", data.len());
+            return self.bad_frame(kept(data), pos, &reason);
+        }
+        self.counts.bytes += data.len() as u64;
+        let mut at = 0usize;
+        for i in 0..count {
+            let rest = data.get(at..).unwrap_or_default();
+            match self.decoder.decode_prefix(rest) {
+                Ok(n) => {
+                    at += n;
+                    self.counts.messages += 1;
+                    self.counts.decoded += 1;
+                    self.buffered += 1;
+                    for m in &mut self.meta {
+                        m.append(pos);
+                    }
+                }
+                Err(e) => {
+                    let reason = format!(
+                        "value {i} of the block's {count} (from byte {at} of its data): {e}; \
+                         the block's values from there on are dropped"
+                    );
+                    return self.bad_frame(kept(rest), pos, &reason);
+                }
+            }
+        }
+        if at != data.len() {
+            let reason = format!(
+                "the block's {count} values end at byte {at} of its {}: the bytes after them \
+                 are dropped (the block was not written with its file header's schema)",
+                data.len()
+            );
+            return self.bad_frame(kept(data.get(at..).unwrap_or_default()), pos, &reason);
+        }
+        Ok(())
     }
 
     /// Takes one Kafka record (a null value, a tombstone, is a bad message).

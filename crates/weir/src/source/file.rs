@@ -23,9 +23,10 @@ const PATH: OptionSpec = OptionSpec::new(
 );
 pub(crate) const FRAMING: OptionSpec = OptionSpec::new(
     "framing",
-    OptionKind::Choice(&["varint", "u32be", "lines"]),
-    "a protobuf varint length before each message, a 4-byte big-endian length, or one message \
-     per line (`\\r\\n` accepted, blank lines skipped)",
+    OptionKind::Choice(&["varint", "u32be", "lines", "avro-container"]),
+    "a protobuf varint length before each message, a 4-byte big-endian length, one message per \
+     line (`\\r\\n` accepted, blank lines skipped), or Avro object container files (each file's \
+     header gives its schema; the default for 'encoding' = 'avro' when the first file is one)",
 )
 .default_value("varint");
 const MAX_MESSAGE_BYTES: OptionSpec = OptionSpec::new(
@@ -57,6 +58,82 @@ pub(crate) enum FilePlace {
         /// The object's key.
         key: object_store::path::Path,
     },
+}
+
+/// What the start of an Avro container file holds.
+pub(crate) enum HeaderRead {
+    /// The header, whole.
+    Header(weir_codec::ContainerHeader),
+    /// Nothing: an empty file (as Spark's `_SUCCESS`) holds no rows.
+    Empty,
+    /// The file ends before its header does (it may still be being written).
+    Short,
+    /// The file does not begin with the container magic: why.
+    NotContainer(String),
+    /// The magic is there, but the header cannot be read: why.
+    Bad(String),
+}
+
+impl FilePlace {
+    /// The Avro container header at the start of the file (`size`: an object's listed size).
+    /// Reads 64 KiB, and more only for a larger header.
+    pub(crate) fn container_header(&self, name: &str, size: u64) -> Result<HeaderRead, FileError> {
+        let mut want = 64usize << 10;
+        loop {
+            let bytes = self.read_start(name, want, size)?;
+            match weir_codec::ContainerHeader::parse(&bytes) {
+                Ok(Some(h)) => return Ok(HeaderRead::Header(h)),
+                Ok(None) if bytes.is_empty() => return Ok(HeaderRead::Empty),
+                Err(e @ weir_codec::ContainerError::NotContainer(_)) => {
+                    return Ok(HeaderRead::NotContainer(e.to_string()))
+                }
+                Err(e) => return Ok(HeaderRead::Bad(e.to_string())),
+                Ok(None) if bytes.len() < want => return Ok(HeaderRead::Short),
+                Ok(None) if want >= weir_codec::MAX_CONTAINER_HEADER_BYTES => {
+                    return Ok(HeaderRead::Bad(format!(
+                        "its header is larger than {} bytes",
+                        weir_codec::MAX_CONTAINER_HEADER_BYTES
+                    )))
+                }
+                Ok(None) => want *= 4,
+            }
+        }
+    }
+
+    /// Up to `len` bytes from the start of the file (fewer when it is shorter).
+    fn read_start(&self, name: &str, len: usize, size: u64) -> Result<Vec<u8>, FileError> {
+        match self {
+            Self::Local(path) => {
+                use std::io::Read as _;
+                let mut out = Vec::new();
+                File::open(path)
+                    .and_then(|f| f.take(len as u64).read_to_end(&mut out))
+                    .map_err(|source| FileError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                Ok(out)
+            }
+            Self::Object { store, key } => {
+                let end = size.min(len as u64);
+                if end == 0 {
+                    return Ok(Vec::new());
+                }
+                let (store, key) = (Arc::clone(store), key.clone());
+                let failed = |reason: String| FileError::Storage {
+                    path: name.to_string(),
+                    reason,
+                };
+                let got = storage::wait_for(async move {
+                    use object_store::ObjectStoreExt as _;
+                    store.get_range(&key, 0..end).await
+                })
+                .ok_or_else(|| failed("the object-storage runtime stopped".into()))?
+                .map_err(|e| failed(format!("cannot read its header: {e}")))?;
+                Ok(got.to_vec())
+            }
+        }
+    }
 }
 
 /// The file connector's settings.
@@ -144,6 +221,20 @@ impl FileSettings {
             .list_files()
             .map_err(|e| SourceError::new(source, e))?;
         Ok(settings)
+    }
+
+    /// The Avro container header of the first file the path names that is not empty, and
+    /// that file's name (`None`: every file is empty).
+    pub(crate) fn first_container_header(
+        &self,
+    ) -> Result<Option<(Arc<str>, HeaderRead)>, FileError> {
+        for file in self.list_files()? {
+            match file.place.container_header(&file.name, file.size)? {
+                HeaderRead::Empty => continue,
+                read => return Ok(Some((file.name, read))),
+            }
+        }
+        Ok(None)
     }
 
     /// The files the path names now, with their sizes (objects) or not (local files, whose
@@ -248,6 +339,7 @@ pub(crate) fn parse_framing(options: &Options) -> Result<Framing, weir_codec::Op
     Ok(match options.choice(&FRAMING)? {
         Some("u32be") => Framing::U32Be,
         Some("lines") => Framing::Lines,
+        Some("avro-container") => Framing::AvroContainer,
         _ => Framing::Varint,
     })
 }

@@ -59,7 +59,7 @@ const DEAD_LETTER_PATH: OptionSpec = OptionSpec::new(
     "with `dead_letter`: a JSON-lines file of `source`, `file` and `offset` (or `topic`, \
      `partition`, `offset`, `timestamp`, `key_base64`), `error`, `message_base64`",
 );
-const CONFLUENT_WIRE: OptionSpec = OptionSpec::new(
+pub(crate) const CONFLUENT_WIRE: OptionSpec = OptionSpec::new(
     "confluent.wire",
     OptionKind::Bool,
     "strip the Confluent schema-registry framing (magic byte, schema id, and for protobuf the \

@@ -3,6 +3,7 @@
 //! with state, the Kafka connector against a real broker, the `weir` program, and the
 //! custom-decoder example.
 
+mod avro_files;
 mod cli;
 mod common;
 mod custom_decoder;

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use weir_codec::ContainerHeader;
+
 /// What a file feed's next block is ([`FileFeed::next_block`](super::file::FileFeed::next_block)).
 #[derive(Debug)]
 pub(crate) enum BlockStatus {
@@ -15,6 +17,8 @@ pub(crate) enum BlockStatus {
         first: usize,
         /// End of the last frame in the buffer.
         len: usize,
+        /// The file's header, when the frames are an Avro container file's blocks.
+        container: Option<Arc<ContainerHeader>>,
     },
     /// Bytes that cannot be read as messages: a file that ends inside a frame, or a corrupt
     /// frame header (the rest of that file is skipped: no frame boundary can be trusted).

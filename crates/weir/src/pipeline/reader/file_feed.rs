@@ -12,13 +12,15 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use weir_codec::{Frame, Framing};
+use weir_codec::{ContainerHeader, Frame, Framing};
 
 use super::block::BlockStatus;
 use super::file_ranges::{RangeFile, Ranges};
 use crate::error::FileError;
 use crate::metrics::ReadStages;
-use crate::source::file::{expand_path, FilePlace, FileSettings, FileStore, ListedFile};
+use crate::source::file::{
+    expand_path, FilePlace, FileSettings, FileStore, HeaderRead, ListedFile,
+};
 
 /// Bytes read per block from object storage: each is one GET request, so a block is larger
 /// than a local one, to keep a request's latency small against its transfer.
@@ -43,6 +45,8 @@ struct FeedState {
     /// File offset of the first byte of `carry`.
     offset: u64,
     carry: Vec<u8>,
+    /// The current file's header (container framing).
+    header: Option<Arc<ContainerHeader>>,
 }
 
 impl FeedState {
@@ -62,6 +66,7 @@ impl FeedState {
             reader: None,
             offset: 0,
             carry: Vec::new(),
+            header: None,
         }
     }
 }
@@ -227,6 +232,11 @@ impl FileFeed {
         self.framing
     }
 
+    /// The largest message accepted (for a container block: uncompressed).
+    pub(crate) fn max_message_bytes(&self) -> u64 {
+        self.max_message_bytes
+    }
+
     /// Fills `buf` with the next block of whole frames.
     pub(crate) fn next_block(&self, buf: &mut Vec<u8>) -> Result<BlockStatus, FileError> {
         if self.follow {
@@ -287,15 +297,45 @@ impl FileFeed {
                     return Ok(BlockStatus::End);
                 }
                 let path = st.files[st.current].clone();
-                let mut f = File::open(&path).map_err(|source| FileError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                let start = self
+                let mut start = self
                     .starts
                     .get(st.names[st.current].as_ref())
                     .copied()
                     .unwrap_or(0);
+                st.header = None;
+                if self.framing == Framing::AvroContainer {
+                    let name = Arc::clone(&st.names[st.current]);
+                    let last = st.current + 1 >= st.files.len();
+                    match FilePlace::Local(path.clone()).container_header(&name, 0)? {
+                        HeaderRead::Header(h) => {
+                            start = start.max(h.len as u64);
+                            st.header = Some(Arc::new(h));
+                        }
+                        // A followed file may still be getting its header.
+                        HeaderRead::Short | HeaderRead::Empty if self.follow && last => {
+                            self.discover(&mut st);
+                            if st.current + 1 >= st.files.len() {
+                                return Ok(BlockStatus::Wait);
+                            }
+                            continue;
+                        }
+                        HeaderRead::Empty => {
+                            self.next_file(&mut st);
+                            continue;
+                        }
+                        HeaderRead::Short => {
+                            let reason = "the file ends inside its Avro container header".into();
+                            return Ok(self.bad_header(&mut st, buf, name, reason));
+                        }
+                        HeaderRead::NotContainer(reason) | HeaderRead::Bad(reason) => {
+                            return Ok(self.bad_header(&mut st, buf, name, reason));
+                        }
+                    }
+                }
+                let mut f = File::open(&path).map_err(|source| FileError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
                 if start > 0 {
                     f.seek(SeekFrom::Start(start))
                         .map_err(|source| FileError::Io { path, source })?;
@@ -346,6 +386,7 @@ impl FileFeed {
                         offset,
                         first: 0,
                         len: at,
+                        container: st.header.clone(),
                     });
                 }
                 if let Some(reason) = corrupt {
@@ -433,6 +474,20 @@ impl FileFeed {
         Ok(got < want || *remaining == 0)
     }
 
+    /// A file whose container header cannot be read: all of it is one bad frame.
+    fn bad_header(
+        &self,
+        st: &mut FeedState,
+        buf: &mut Vec<u8>,
+        file: Arc<str>,
+        reason: String,
+    ) -> BlockStatus {
+        // `buf` still holds the last file's bytes.
+        buf.clear();
+        st.offset = 0;
+        self.drop_rest(st, buf, file, reason)
+    }
+
     fn drop_rest(
         &self,
         st: &mut FeedState,
@@ -492,6 +547,9 @@ pub enum MessagesError {
     /// The caller's function failed.
     #[error(transparent)]
     Callback(Box<dyn std::error::Error + Send + Sync>),
+    /// The framing holds no messages one by one.
+    #[error("{0}")]
+    Framing(String),
 }
 
 /// Calls `each` with every message of the files `spec` names (a file, a directory or a glob,
@@ -501,6 +559,13 @@ pub fn for_each_message(
     framing: Framing,
     mut each: impl FnMut(&[u8]) -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
 ) -> Result<(u64, u64), MessagesError> {
+    if framing == Framing::AvroContainer {
+        return Err(MessagesError::Framing(
+            "an Avro container file holds blocks of values, not messages one by one; read it \
+             with a source of 'encoding' = 'avro'"
+                .into(),
+        ));
+    }
     let feed = FileFeed::new(spec, framing, false, u64::MAX)?;
     let mut buf = Vec::new();
     let (mut n, mut bytes) = (0u64, 0u64);
@@ -585,6 +650,7 @@ mod tests {
                     offset,
                     first,
                     len,
+                    ..
                 } => {
                     let mut at = first;
                     while at < len {

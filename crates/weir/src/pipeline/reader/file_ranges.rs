@@ -18,13 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use weir_codec::{Frame, Framing};
+use weir_codec::{ContainerHeader, Frame, Framing};
 
 use super::block::BlockStatus;
 use super::walk_ahead::{self, Ahead, Step};
 use crate::error::FileError;
 use crate::metrics::ReadStages;
-use crate::source::file::FilePlace;
+use crate::source::file::{FilePlace, HeaderRead};
 
 /// Condition variables readers wait on for their turn (more than readers usually run).
 const WAIT_SLOTS: usize = 64;
@@ -134,6 +134,8 @@ struct Claims {
     next: u64,
     /// The open file (`None` until its first range is claimed).
     open: Option<Arc<Opened>>,
+    /// Its header (container framing).
+    header: Option<Arc<ContainerHeader>>,
 }
 
 /// Whose walk is next, and where it begins.
@@ -156,6 +158,7 @@ struct Claim {
     start: u64,
     end: u64,
     handle: Arc<Opened>,
+    header: Option<Arc<ContainerHeader>>,
 }
 
 impl Ranges {
@@ -178,6 +181,7 @@ impl Ranges {
                 seq: 0,
                 next: 0,
                 open: None,
+                header: None,
             }),
             turn: Mutex::new(Turn {
                 ticket: 0,
@@ -286,6 +290,7 @@ impl Ranges {
                     offset: begin,
                     first,
                     len,
+                    container: claim.header.clone(),
                 });
             }
             if let Some(bad) = bad {
@@ -305,11 +310,44 @@ impl Ranges {
             let handle = match &c.open {
                 Some(h) => Arc::clone(h),
                 None => {
-                    let f = Opened::open(&self.files[c.file].place)
-                        .map_err(|source| self.io(c.file, source))?;
+                    let file = &self.files[c.file];
+                    let mut start = file.start;
+                    c.header = None;
+                    if self.framing == Framing::AvroContainer {
+                        let bad = match file.place.container_header(&file.name, size)? {
+                            HeaderRead::Header(h) => {
+                                start = start.max(h.len as u64);
+                                c.header = Some(Arc::new(h));
+                                None
+                            }
+                            HeaderRead::Empty => {
+                                // No rows.
+                                c.file += 1;
+                                continue;
+                            }
+                            HeaderRead::Short => {
+                                Some("the file ends inside its Avro container header".to_string())
+                            }
+                            HeaderRead::NotContainer(reason) | HeaderRead::Bad(reason) => {
+                                Some(reason)
+                            }
+                        };
+                        if let Some(reason) = bad {
+                            // The whole file is one bad frame; it takes no range.
+                            lock(&self.pending).push(BlockStatus::Bad {
+                                file: Arc::clone(&file.name),
+                                offset: 0,
+                                reason,
+                                bytes: Vec::new(),
+                            });
+                            c.file += 1;
+                            continue;
+                        }
+                    }
+                    let f = Opened::open(&file.place).map_err(|source| self.io(c.file, source))?;
                     let h = Arc::new(f);
                     c.open = Some(Arc::clone(&h));
-                    c.next = self.files[c.file].start.min(size);
+                    c.next = start.min(size);
                     c.seq = 0;
                     h
                 }
@@ -330,6 +368,7 @@ impl Ranges {
                 start,
                 end,
                 handle,
+                header: c.header.clone(),
             };
             c.ticket += 1;
             c.seq += 1;
@@ -375,7 +414,7 @@ impl Ranges {
         match self.framing {
             Framing::Varint => Some(walk_ahead::varint_step),
             Framing::U32Be => Some(walk_ahead::u32be_step),
-            Framing::Lines => None,
+            Framing::Lines | Framing::AvroContainer => None,
         }
     }
 
@@ -402,7 +441,11 @@ impl Ranges {
             at = match self.step() {
                 Some(step) => ahead.skip(&buf[..valid], at, end, step),
                 // Only the range's last line end matters here.
-                None => memchr::memrchr(b'\n', &buf[at..end]).map_or(at, |i| at + i + 1),
+                None if self.framing == Framing::Lines => {
+                    memchr::memrchr(b'\n', &buf[at..end]).map_or(at, |i| at + i + 1)
+                }
+                // Container blocks are tens of KiB: each is walked below.
+                None => at,
             };
             if at >= end {
                 break;

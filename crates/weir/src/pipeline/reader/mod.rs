@@ -20,11 +20,11 @@ use weir_kafka::{Consumer, ConsumerConfig, PollStatus, Record, StartupMode};
 
 use self::block::BlockStatus;
 use self::file_feed::FileFeed;
-use super::decode::SourceDecoder;
+use super::decode::{SourceDecoder, DEAD_LETTER_BYTES};
 use crate::error::{SourceError, SourceErrorKind};
 use crate::metrics::PartitionMetrics;
 use crate::source::meta::Position;
-use weir_codec::Frame;
+use weir_codec::{ContainerCodec, ContainerHeader, Frame, Framing};
 
 /// What a reader has next.
 pub(crate) enum Next {
@@ -111,6 +111,14 @@ pub(crate) struct FileReader {
     failed: Option<SourceError>,
     /// Whether this reader is counted in the feed's readers holding a block.
     holding: bool,
+    /// Container framing: the header of the block's file, and that of the file whose schema
+    /// the decoder reads now.
+    container: Option<Arc<ContainerHeader>>,
+    decoding: Option<Arc<ContainerHeader>>,
+    /// A file header whose schema the columns cannot be read from, and why.
+    unreadable: Option<(Arc<ContainerHeader>, String)>,
+    /// Where a compressed container block is uncompressed.
+    scratch: Vec<u8>,
 }
 
 impl Drop for FileReader {
@@ -134,6 +142,10 @@ impl FileReader {
             positions: BTreeMap::new(),
             failed: None,
             holding: false,
+            container: None,
+            decoding: None,
+            unreadable: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -243,6 +255,9 @@ impl FileReader {
             return Err(e);
         }
         let framing = self.feed.framing();
+        if framing == Framing::AvroContainer {
+            return self.read_container();
+        }
         loop {
             while self.at < self.len {
                 let start = self.here();
@@ -281,72 +296,213 @@ impl FileReader {
                     }
                 }
             }
-            let status = self
-                .feed
-                .next_block(&mut self.buf)
-                .map_err(|e| SourceError::new(&self.decoder.source().name, e))?;
-            match status {
-                BlockStatus::Block {
-                    file,
-                    offset,
-                    first,
-                    len,
-                } => {
-                    self.hold_block();
-                    self.mark();
-                    if !Arc::ptr_eq(&self.file, &file) {
-                        self.count_to(&file);
-                    }
-                    self.file = file;
-                    self.base = offset;
-                    self.origin = first;
-                    self.len = len;
-                    self.at = first;
-                }
-                BlockStatus::Bad {
-                    file,
-                    offset,
-                    reason,
-                    bytes,
-                } => {
-                    // The feed moved past the rest of this file; a resumed read sees the bad
-                    // frame again and applies the policy again.
-                    self.mark();
-                    self.count_to(&file);
-                    self.file = Arc::clone(&file);
-                    self.base = offset;
-                    self.origin = 0;
-                    self.len = 0;
-                    self.at = 0;
-                    let pos = Position::File {
-                        file: &file,
-                        offset: offset as i64,
-                    };
-                    if let Err(e) = self.decoder.bad_frame(&bytes, &pos, &reason) {
-                        return self.hold(e, offset);
-                    }
-                }
-                BlockStatus::Wait | BlockStatus::End => {
-                    let end = matches!(status, BlockStatus::End);
-                    self.base += (self.len - self.origin) as u64;
-                    self.origin = 0;
-                    self.len = 0;
-                    self.at = 0;
-                    self.mark();
-                    let stopping = end || self.decoder.source().stop.load(Ordering::SeqCst);
-                    let flushed = self.decoder.flush()?;
-                    if flushed.is_none() {
-                        // Every row read has been handed on.
-                        self.release();
-                    }
-                    return Ok(match flushed {
-                        Some(b) => Next::Batch(b),
-                        None if stopping => Next::End,
-                        None => Next::Idle,
-                    });
-                }
+            if let Some(next) = self.take_block()? {
+                return Ok(next);
             }
         }
+    }
+
+    /// Takes the feed's next block into the buffer. `Some`: what the read returns instead (the
+    /// end, nothing now, the last rows, or the rows before a held error).
+    fn take_block(&mut self) -> Result<Option<Next>, SourceError> {
+        let status = self
+            .feed
+            .next_block(&mut self.buf)
+            .map_err(|e| SourceError::new(&self.decoder.source().name, e))?;
+        match status {
+            BlockStatus::Block {
+                file,
+                offset,
+                first,
+                len,
+                container,
+            } => {
+                self.hold_block();
+                self.mark();
+                if !Arc::ptr_eq(&self.file, &file) {
+                    self.count_to(&file);
+                }
+                self.file = file;
+                self.base = offset;
+                self.origin = first;
+                self.len = len;
+                self.at = first;
+                self.container = container;
+                Ok(None)
+            }
+            BlockStatus::Bad {
+                file,
+                offset,
+                reason,
+                bytes,
+            } => {
+                // The feed moved past the rest of this file; a resumed read sees the bad
+                // frame again and applies the policy again.
+                self.mark();
+                self.count_to(&file);
+                self.file = Arc::clone(&file);
+                self.base = offset;
+                self.origin = 0;
+                self.len = 0;
+                self.at = 0;
+                let pos = Position::File {
+                    file: &file,
+                    offset: offset as i64,
+                };
+                match self.decoder.bad_frame(&bytes, &pos, &reason) {
+                    Ok(()) => Ok(None),
+                    Err(e) => self.hold(e, offset).map(Some),
+                }
+            }
+            BlockStatus::Wait | BlockStatus::End => {
+                let end = matches!(status, BlockStatus::End);
+                self.base += (self.len - self.origin) as u64;
+                self.origin = 0;
+                self.len = 0;
+                self.at = 0;
+                self.mark();
+                let stopping = end || self.decoder.source().stop.load(Ordering::SeqCst);
+                let flushed = self.decoder.flush()?;
+                if flushed.is_none() {
+                    // Every row read has been handed on.
+                    self.release();
+                }
+                Ok(Some(match flushed {
+                    Some(b) => Next::Batch(b),
+                    None if stopping => Next::End,
+                    None => Next::Idle,
+                }))
+            }
+        }
+    }
+
+    /// Reads Avro container files: each frame is a block of values, decoded with the plan of
+    /// its file's schema. A batch ends only after a whole block, so every position a batch
+    /// records is a block's start.
+    fn read_container(&mut self) -> Result<Next, SourceError> {
+        loop {
+            while self.at < self.len {
+                let Some(header) = self.container.clone() else {
+                    return Err(self.bug("a container block came without its file's header"));
+                };
+                let same = |d: &Arc<ContainerHeader>| {
+                    Arc::ptr_eq(d, &header) || d.schema_text == header.schema_text
+                };
+                let unreadable = match &self.unreadable {
+                    Some((h, reason)) if same(h) => Some(reason.clone()),
+                    _ => None,
+                };
+                if unreadable.is_none() && !self.decoding.as_ref().is_some_and(same) {
+                    // Another writer's schema is another plan, with buffers of its own: the
+                    // rows of the last one go first.
+                    if self.decoder.buffered() > 0 {
+                        self.mark();
+                        if let Some(b) = self.decoder.flush()? {
+                            return Ok(Next::Batch(b));
+                        }
+                    }
+                    match self.decoder.use_container(&header) {
+                        Ok(()) => self.decoding = Some(Arc::clone(&header)),
+                        Err(e) => {
+                            self.unreadable = Some((Arc::clone(&header), e.to_string()));
+                            continue;
+                        }
+                    }
+                }
+                let start = self.here();
+                let rows_before = self.decoder.buffered();
+                let (data, next, count) = match (
+                    Framing::AvroContainer.frame(&self.buf[..self.len], self.at, true),
+                    weir_codec::block_head(&self.buf[..self.len], self.at),
+                ) {
+                    (Frame::Message { start, end, next }, Ok(Some(head))) => {
+                        (start..end, next, head.count)
+                    }
+                    _ => {
+                        return Err(self.bug(&format!(
+                            "a block of {} was cut inside a container block at byte {start}",
+                            self.file
+                        )))
+                    }
+                };
+                self.at = next;
+                let pos = Position::File {
+                    file: &self.file,
+                    offset: start as i64,
+                };
+                let block = &self.buf[data.clone()];
+                let kept = &block[..block.len().min(DEAD_LETTER_BYTES)];
+                let limit = self.feed.max_message_bytes();
+                let result = if let Some(reason) = unreadable {
+                    // Every block of a file whose schema does not fit the columns is a bad
+                    // message of its own, as a resumed read would find it again.
+                    self.decoder.bad_frame(kept, &pos, &reason)
+                } else if self.buf.get(data.end..next) != Some(&header.sync[..]) {
+                    self.decoder.bad_frame(
+                        kept,
+                        &pos,
+                        "the block's sync marker is not the file header's: the file is corrupt \
+                         here",
+                    )
+                } else if header.codec == ContainerCodec::Null && block.len() as u64 > limit {
+                    let reason = format!(
+                        "the block holds {} bytes, more than 'max.message.bytes' ({limit})",
+                        block.len()
+                    );
+                    self.decoder.bad_frame(kept, &pos, &reason)
+                } else if header.codec == ContainerCodec::Null {
+                    self.decoder.values(block, count, &pos)
+                } else {
+                    let mut scratch = std::mem::take(&mut self.scratch);
+                    let result = match header.codec.uncompress(block, &mut scratch, limit) {
+                        Ok(()) => self.decoder.values(&scratch, count, &pos),
+                        Err(reason) => self.decoder.bad_frame(kept, &pos, &reason),
+                    };
+                    self.scratch = scratch;
+                    result
+                };
+                if let Err(e) = result {
+                    return self.hold_block_start(e, start, rows_before);
+                }
+                if self.decoder.full() {
+                    self.mark();
+                    if let Some(b) = self.decoder.flush()? {
+                        return Ok(Next::Batch(b));
+                    }
+                }
+            }
+            if let Some(next) = self.take_block()? {
+                return Ok(next);
+            }
+        }
+    }
+
+    /// [`FileReader::hold`] for a container block: the position stays at the block's start, so
+    /// the rows it gave before the error are dropped with it (a resumed read decodes them again).
+    fn hold_block_start(
+        &mut self,
+        error: SourceError,
+        block_start: u64,
+        rows_before: usize,
+    ) -> Result<Next, SourceError> {
+        if !self.file.is_empty() {
+            self.positions.insert(Arc::clone(&self.file), block_start);
+        }
+        match self.decoder.flush()? {
+            Some(b) if rows_before > 0 => {
+                self.failed = Some(error);
+                Ok(Next::Batch(b.slice(0, rows_before.min(b.num_rows()))))
+            }
+            _ => Err(error),
+        }
+    }
+
+    #[cold]
+    fn bug(&self, what: &str) -> SourceError {
+        SourceError::new(
+            &self.decoder.source().name,
+            SourceErrorKind::Thread(format!("{what}; this is a bug in weir")),
+        )
     }
 }
 
