@@ -31,7 +31,8 @@ mod schema;
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use avro::container::{
-    block_head, BlockHead, ContainerCodec, ContainerError, ContainerHeader, CONTAINER_MAGIC,
+    block_head, write_container_block, write_container_header, BlockHead, ContainerCodec,
+    ContainerError, ContainerHeader, CONTAINER_MAGIC,
     MAX_HEADER_BYTES as MAX_CONTAINER_HEADER_BYTES,
 };
 pub use avro::{

@@ -255,6 +255,8 @@ enum FramingArg {
     Varint,
     U32be,
     Lines,
+    /// An Avro object container file (`gen --format avro`, `decode`; not `produce`).
+    AvroContainer,
 }
 
 impl From<FramingArg> for Framing {
@@ -263,6 +265,7 @@ impl From<FramingArg> for Framing {
             FramingArg::Varint => Framing::Varint,
             FramingArg::U32be => Framing::U32Be,
             FramingArg::Lines => Framing::Lines,
+            FramingArg::AvroContainer => Framing::AvroContainer,
         }
     }
 }

@@ -220,6 +220,33 @@ impl ContainerHeader {
     }
 }
 
+/// Appends a container file's header: the magic, the metadata (`avro.schema` = `schema`,
+/// `avro.codec` = `null`) and the sync marker.
+pub fn write_container_header(out: &mut Vec<u8>, schema: &str, sync: &[u8; 16]) {
+    out.extend_from_slice(&CONTAINER_MAGIC);
+    put_long(out, 2);
+    for (key, value) in [("avro.schema", schema), ("avro.codec", "null")] {
+        put_long(out, key.len() as i64);
+        out.extend_from_slice(key.as_bytes());
+        put_long(out, value.len() as i64);
+        out.extend_from_slice(value.as_bytes());
+    }
+    put_long(out, 0);
+    out.extend_from_slice(sync);
+}
+
+/// Appends one uncompressed block of `count` values (`data`, written back to back).
+pub fn write_container_block(out: &mut Vec<u8>, count: u64, data: &[u8], sync: &[u8; 16]) {
+    put_long(out, count as i64);
+    put_long(out, data.len() as i64);
+    out.extend_from_slice(data);
+    out.extend_from_slice(sync);
+}
+
+fn put_long(out: &mut Vec<u8>, v: i64) {
+    crate::framing::put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
 /// A block's header: its datum count and where its data lies in the frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockHead {
@@ -300,10 +327,6 @@ fn length_prefixed<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn put_long(out: &mut Vec<u8>, v: i64) {
-        crate::framing::put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
-    }
 
     fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
         put_long(out, b.len() as i64);
@@ -406,6 +429,23 @@ mod tests {
         assert!(ContainerCodec::Zstandard
             .uncompress(&data[..50], &mut out, 1 << 20)
             .is_err());
+    }
+
+    #[test]
+    fn written_headers_and_blocks_read_back() {
+        let schema = r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"}]}"#;
+        let mut file = Vec::new();
+        write_container_header(&mut file, schema, &[3u8; 16]);
+        let header = ContainerHeader::parse(&file).unwrap().unwrap();
+        assert_eq!(
+            (header.len, header.codec),
+            (file.len(), ContainerCodec::Null)
+        );
+        assert_eq!(header.schema_text, schema);
+        write_container_block(&mut file, 2, &[2, 4], &[3u8; 16]);
+        let head = block_head(&file, header.len).unwrap().unwrap();
+        assert_eq!((head.count, head.size), (2, 2));
+        assert_eq!(file[file.len() - 16..], [3u8; 16]);
     }
 
     #[test]
