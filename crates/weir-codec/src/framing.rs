@@ -170,7 +170,7 @@ impl Framing {
                     header_len: 0,
                 },
             },
-            Self::AvroContainer => match crate::avro::container::block_head(buf, at) {
+            Self::AvroContainer => match block_head(buf, at) {
                 Ok(Some(head)) => {
                     // The sync marker follows the data.
                     match whole(at, head.header_len, head.size.saturating_add(16), buf.len()) {
@@ -213,6 +213,56 @@ impl Framing {
         }
         Ok(())
     }
+}
+
+/// An Avro container block's header: its datum count and where its data lies in the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHead {
+    /// How many datums the block holds.
+    pub count: u64,
+    /// The bytes its count and size take (its data begins here).
+    pub header_len: usize,
+    /// Its data's length (compressed).
+    pub size: u64,
+}
+
+/// Reads an Avro container block's count and size at `bytes[at..]`. `Ok(None)`: the bytes end first.
+pub fn block_head(bytes: &[u8], at: usize) -> Result<Option<BlockHead>, String> {
+    let mut pos = at;
+    let head = |pos: &mut usize| read_zigzag(bytes, pos).map_err(str::to_string);
+    let Some(count) = head(&mut pos)? else {
+        return Ok(None);
+    };
+    let Some(size) = head(&mut pos)? else {
+        return Ok(None);
+    };
+    if count < 0 || size < 0 {
+        return Err(format!(
+            "a block declares a negative count ({count}) or size ({size})"
+        ));
+    }
+    Ok(Some(BlockHead {
+        count: count as u64,
+        header_len: pos - at,
+        size: size as u64,
+    }))
+}
+
+/// An Avro zigzag varint `long` at `bytes[*pos..]`, moving `pos` past it; `None` when the
+/// bytes end inside it.
+pub(crate) fn read_zigzag(bytes: &[u8], pos: &mut usize) -> Result<Option<i64>, &'static str> {
+    let mut v: u64 = 0;
+    for i in 0..10 {
+        let Some(&b) = bytes.get(*pos + i) else {
+            return Ok(None);
+        };
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *pos += i + 1;
+            return Ok(Some((v >> 1) as i64 ^ -((v & 1) as i64)));
+        }
+    }
+    Err("a varint longer than 10 bytes")
 }
 
 /// Appends `v` as a protobuf base-128 varint.

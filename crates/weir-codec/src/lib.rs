@@ -31,9 +31,8 @@ mod schema;
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use avro::container::{
-    block_head, write_container_block, write_container_header, BlockHead, ContainerCodec,
-    ContainerError, ContainerHeader, CONTAINER_MAGIC,
-    MAX_HEADER_BYTES as MAX_CONTAINER_HEADER_BYTES,
+    write_container_block, write_container_header, ContainerCodec, ContainerError, ContainerHeader,
+    CONTAINER_MAGIC, MAX_HEADER_BYTES as MAX_CONTAINER_HEADER_BYTES,
 };
 pub use avro::{
     avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroFactory, AvroFraming, AvroPlan,
@@ -45,7 +44,7 @@ pub use factory::{
     EncoderFactory, EncoderRequest, JsonFactory, PreparedDecoder, ProtobufFactory, RawFactory,
     JSON_OPTIONS, PROTOBUF_OPTIONS, RAW_ENCODER_OPTIONS,
 };
-pub use framing::{Frame, FrameError, Framing};
+pub use framing::{block_head, BlockHead, Frame, FrameError, Framing};
 pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
 pub use options::{
     markdown_table, parse_bytes, parse_duration, resolve_references, unknown_keys, OptionError,

@@ -11,6 +11,7 @@
 use std::io::Read;
 
 use super::{AvroSchema, AvroSchemaError};
+use crate::framing::{put_varint, read_zigzag};
 
 /// The four bytes every container file begins with.
 pub const CONTAINER_MAGIC: [u8; 4] = *b"Obj\x01";
@@ -244,61 +245,12 @@ pub fn write_container_block(out: &mut Vec<u8>, count: u64, data: &[u8], sync: &
 }
 
 fn put_long(out: &mut Vec<u8>, v: i64) {
-    crate::framing::put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
-}
-
-/// A block's header: its datum count and where its data lies in the frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockHead {
-    /// How many datums the block holds.
-    pub count: u64,
-    /// The bytes its count and size take (its data begins here).
-    pub header_len: usize,
-    /// Its data's length (compressed).
-    pub size: u64,
-}
-
-/// Reads a block's count and size at `bytes[at..]`. `Ok(None)`: the bytes end first.
-pub fn block_head(bytes: &[u8], at: usize) -> Result<Option<BlockHead>, String> {
-    let mut pos = at;
-    let head = |pos: &mut usize| match long(bytes, pos) {
-        Ok(v) => Ok(v),
-        Err(e) => Err(e.to_string()),
-    };
-    let Some(count) = head(&mut pos)? else {
-        return Ok(None);
-    };
-    let Some(size) = head(&mut pos)? else {
-        return Ok(None);
-    };
-    if count < 0 || size < 0 {
-        return Err(format!(
-            "a block declares a negative count ({count}) or size ({size})"
-        ));
-    }
-    Ok(Some(BlockHead {
-        count: count as u64,
-        header_len: pos - at,
-        size: size as u64,
-    }))
+    put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
 /// A zigzag varint `long`; `None` when the bytes end inside it.
 fn long(bytes: &[u8], pos: &mut usize) -> Result<Option<i64>, ContainerError> {
-    let mut v: u64 = 0;
-    for i in 0..10 {
-        let Some(&b) = bytes.get(*pos + i) else {
-            return Ok(None);
-        };
-        v |= u64::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            *pos += i + 1;
-            return Ok(Some((v >> 1) as i64 ^ -((v & 1) as i64)));
-        }
-    }
-    Err(ContainerError::Header(
-        "a varint longer than 10 bytes".into(),
-    ))
+    read_zigzag(bytes, pos).map_err(|e| ContainerError::Header(e.into()))
 }
 
 /// A `bytes` or `string` value; `None` when the bytes end inside it.
@@ -327,6 +279,7 @@ fn length_prefixed<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framing::{block_head, BlockHead};
 
     fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
         put_long(out, b.len() as i64);
