@@ -111,14 +111,6 @@ impl AvroDecoder {
         columns: &[ColumnSpec],
         options: AvroDecoderOptions,
     ) -> Result<Self, PlanError> {
-        let plan = plan::compile(
-            schema,
-            None,
-            columns,
-            plan::Missing::Error,
-            options.batch_size.min(1 << 16),
-            options.max_depth,
-        )?;
         let header = (options.framing == AvroFraming::SingleObject).then(|| {
             let mut h = [0u8; 10];
             h[0] = 0xC3;
@@ -126,13 +118,7 @@ impl AvroDecoder {
             h[2..].copy_from_slice(&schema.fingerprint().to_le_bytes());
             h
         });
-        let state = decode::State::new(&plan);
-        Ok(Self {
-            plan: Arc::new(plan),
-            state,
-            batch_size: options.batch_size.max(1),
-            header,
-        })
+        Self::planned(schema, None, columns, options, header)
     }
 
     /// Plans `columns` against `reader` (the schema they were declared against) for data
@@ -144,11 +130,27 @@ impl AvroDecoder {
         columns: &[ColumnSpec],
         options: AvroDecoderOptions,
     ) -> Result<Self, PlanError> {
+        Self::planned(writer, Some(reader), columns, options, None)
+    }
+
+    /// Compiles the plan: exact without `reader` (every column must be a writer field),
+    /// resolved against it otherwise.
+    fn planned(
+        writer: &AvroSchema,
+        reader: Option<&AvroSchema>,
+        columns: &[ColumnSpec],
+        options: AvroDecoderOptions,
+        header: Option<[u8; 10]>,
+    ) -> Result<Self, PlanError> {
+        let missing = match reader {
+            None => plan::Missing::Error,
+            Some(_) => plan::Missing::Null,
+        };
         let plan = plan::compile(
             writer,
-            Some(reader),
+            reader,
             columns,
-            plan::Missing::Null,
+            missing,
             options.batch_size.min(1 << 16),
             options.max_depth,
         )?;
@@ -157,7 +159,7 @@ impl AvroDecoder {
             plan: Arc::new(plan),
             state,
             batch_size: options.batch_size.max(1),
-            header: None,
+            header,
         })
     }
 
