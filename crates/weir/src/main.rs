@@ -143,8 +143,8 @@ enum Command {
         /// The state directory.
         state_dir: PathBuf,
     },
-    /// Compact a Delta table's small files into files of about --target-file-size (delta-rs's
-    /// OPTIMIZE: one commit that changes no rows; the old files stay until VACUUM). It may run
+    /// Compact a Delta table's small files into files of about --target-file-size within
+    /// each partition (Delta's OPTIMIZE: one commit that changes no rows; the old files stay until VACUUM). It may run
     /// while a weir sink writes the table: the sink's txn versions are left alone.
     Compact {
         /// The table: a local directory or an s3://, gs://, az://, abfss:// or file:// URL.

@@ -1,4 +1,4 @@
-//! `weir compact TABLE`: compacts a Delta table's small files (delta-rs's OPTIMIZE), for tables
+//! `weir compact TABLE`: compacts a Delta table's small files (Delta's OPTIMIZE), for tables
 //! whose sink runs without `'compaction.interval'` or that another writer made.
 
 use anyhow::{Context, Result};

@@ -276,6 +276,70 @@ async fn small_files_are_compacted_by_the_sink_and_by_weir_compact() {
     );
 }
 
+/// Compaction keeps each partition's rows in their partition: the small files of a table
+/// partitioned by `half` become fewer, each file's `half` value is still that of its rows, and
+/// every id is there once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_packs_each_partition_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("in.jsonl");
+    append(&data, &(1..=40).collect::<Vec<_>>(), "a");
+    let table_dir = dir.path().join("table");
+    let script = format!(
+        "{}\nCREATE SINK lake FROM (SELECT id, v, id % 2 AS half FROM s) WITH ( \
+         'connector' = 'delta', 'path' = '{}', 'partition.by' = 'half', \
+         'compaction.interval' = '4');",
+        source(&data, &dir.path().join("state")),
+        table_dir.display()
+    );
+    let e = small_engine();
+    e.query(&script).await.unwrap();
+    e.finish().await.unwrap();
+    let table = load(&table_dir).await;
+    let steps = txn(&table, "lake").await.unwrap();
+    // Two files a step (one per partition) without compaction.
+    assert!(
+        files(&table) < 2 * steps as usize,
+        "{} files",
+        files(&table)
+    );
+    let mut views = table
+        .snapshot()
+        .unwrap()
+        .snapshot()
+        .file_views(table.log_store().as_ref(), None);
+    let mut seen = BTreeMap::new();
+    while let Some(view) = views.next().await {
+        let view = view.unwrap();
+        let half: i64 = view.partition_values_map()["half"]
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let path = table_dir.join(&*view.path());
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
+            std::fs::File::open(&path).unwrap(),
+            1024,
+        )
+        .unwrap();
+        for b in reader {
+            let b = b.unwrap();
+            assert!(b.column_by_name("half").is_none(), "{}", path.display());
+            for id in b
+                .column_by_name("id")
+                .unwrap()
+                .as_primitive::<Int64Type>()
+                .values()
+            {
+                assert_eq!(id % 2, half, "{}", path.display());
+                *seen.entry(*id).or_insert(0) += 1;
+            }
+        }
+    }
+    assert_eq!(seen.len(), 40);
+    assert!(seen.values().all(|&n| n == 1), "{seen:?}");
+}
+
 /// The positions the state directory committed, through `weir stats`'s library call.
 fn weir_state_positions(state: &Path) -> Vec<(String, i64)> {
     let (checkpoint, _, _) = weir_dedup::StateStore::inspect(state).unwrap();

@@ -45,8 +45,8 @@ const COMPACTION_INTERVAL: OptionSpec = OptionSpec::new(
     "compaction.interval",
     OptionKind::Count,
     "every this many table versions, the table's files below `target.file.size` are compacted \
-     into files of about that size (delta-rs's OPTIMIZE: a commit of its own that changes no \
-     rows; the old files stay until `VACUUM`); `0`: never (run `weir compact` instead)",
+     into files of about that size, within each partition (Delta's OPTIMIZE: a commit of its own \
+     that changes no rows; the old files stay until `VACUUM`); `0`: never (run `weir compact` instead)",
 )
 .default_value("100");
 const SCHEMA_EVOLUTION: OptionSpec = OptionSpec::new(
