@@ -35,14 +35,20 @@ pub(crate) fn stats(dir: &Path) -> Result<()> {
             })
             .collect();
         // A kafka sink records its step's transaction instead of files.
-        let (transactions, files): (Vec<String>, Vec<String>) = names
-            .into_iter()
-            .partition(|n| n.starts_with("kafka-transaction:"));
+        // and, when it refused rows, where they go in its dead-letter file.
+        let (records, files): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(|n| n.starts_with("kafka-"));
         if !files.is_empty() {
             println!("files of the last step:  {}", files.join(", "));
         }
-        for t in transactions {
-            println!("transaction of the last step: {t} (transactional.id:producer id:epoch)");
+        for r in records {
+            if let Some(t) = r.strip_prefix("kafka-transaction:") {
+                println!("transaction of the last step: {t} (transactional.id:producer id:epoch)");
+            } else if let Some(d) = r.strip_prefix("kafka-dead-letters:") {
+                println!(
+                    "refused rows of the last step: {d} (offset in the dead-letter file:bytes:CRC-32)"
+                );
+            }
         }
     }
     if let Some(w) = weir::WindowStateReport::from_state(&checkpoint.state) {

@@ -20,6 +20,7 @@ use crate::pipeline::steps::{self, StepFiles};
 use crate::pipeline::window::query::ContinuousQuery;
 use crate::sink::delta::{DeltaSettings, DeltaSink, DeltaSteps};
 use crate::sink::kafka::{KafkaSink, KafkaSinkSettings, AUTO_REGISTER};
+use crate::sink::kafka_dead_letters;
 use crate::sink::kafka_steps::KafkaSteps;
 use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{
@@ -450,6 +451,7 @@ impl Engine {
             // Connecting and settling wait on the brokers.
             let opened = tokio::task::spawn_blocking(move || {
                 let settled = KafkaSteps::settle(&name, &kafka.producer, &recorded)?;
+                kafka_dead_letters::restore(&name, kafka.dead_letter_path(), &recorded)?;
                 let writer = KafkaSink::open(&name, &kafka, &schema, encoder)?;
                 Ok::<_, SinkError>((KafkaSteps::new(writer, metrics), settled))
             })

@@ -154,6 +154,16 @@ pub(crate) const AUTO_REGISTER: OptionSpec = OptionSpec::new(
 )
 .default_value("false");
 
+impl KafkaSinkSettings {
+    /// The dead-letter file, under `'on.error' = 'dead_letter'`.
+    pub(crate) fn dead_letter_path(&self) -> Option<&std::path::Path> {
+        match &self.row_errors {
+            RowErrors::DeadLetter(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
 /// What a `kafka` sink does with a row its encoder cannot write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RowErrors {
@@ -302,13 +312,17 @@ pub(crate) struct KafkaSink {
 }
 
 /// The rows a sink's encoder could not write: counted, and appended to the dead-letter file
-/// under `'on.error' = 'dead_letter'`. (An exactly-once step that is replayed after a crash
-/// appends its refused rows again: the file is at least once.)
+/// under `'on.error' = 'dead_letter'`. Written one transaction a step, the lines are held with
+/// the step and appended when it commits (`crate::sink::kafka_dead_letters`), so that a step
+/// written again does not repeat them.
 struct RefusedRows {
     policy: RowErrors,
     /// The sink's topic, for the dead-letter lines.
     topic: String,
     file: Option<std::io::BufWriter<std::fs::File>>,
+    /// The dead-letter lines of the open step, when the sink writes one transaction a step;
+    /// `None` appends each line at once.
+    held: Option<Vec<u8>>,
     /// Refused since the last finish.
     count: u64,
     /// The first refusal of the run was logged with its reason.
@@ -437,6 +451,7 @@ impl KafkaSink {
                 policy: settings.row_errors.clone(),
                 topic: settings.producer.topic.clone(),
                 file,
+                held: None,
                 count: 0,
                 warned: false,
             },
@@ -453,9 +468,9 @@ impl KafkaSink {
                 "a row cannot be encoded and is left out ('on.error'); the first: {reason}"
             );
         }
-        let Some(file) = &mut self.refused.file else {
+        if self.refused.file.is_none() {
             return Ok(());
-        };
+        }
         let mut rendered = Vec::new();
         {
             let mut w = super::json::json_writer(&mut rendered);
@@ -474,13 +489,87 @@ impl KafkaSink {
             text(reason),
             String::from_utf8_lossy(rendered.trim_ascii_end())
         );
-        let path = match &self.refused.policy {
-            RowErrors::DeadLetter(p) => p.display().to_string(),
-            _ => String::new(),
+        match &mut self.refused.held {
+            Some(held) => {
+                held.extend_from_slice(line.as_bytes());
+                Ok(())
+            }
+            None => self.append_dead_letters(line.as_bytes(), false),
+        }
+    }
+
+    /// From now on, holds the dead-letter lines until [`KafkaSink::take_refused`] takes them
+    /// (one transaction a step: they are appended when the step commits).
+    pub(crate) fn hold_refused(&mut self) {
+        self.refused.held = Some(Vec::new());
+    }
+
+    /// The dead-letter lines held since the last take or drop.
+    pub(crate) fn take_refused(&mut self) -> Vec<u8> {
+        self.refused
+            .held
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Drops the held dead-letter lines: their rows are about to be written again, which
+    /// refuses them again.
+    pub(crate) fn drop_refused(&mut self) {
+        if let Some(held) = &mut self.refused.held {
+            held.clear();
+        }
+    }
+
+    /// The dead-letter file's length, everything appended so far included (0 without a file).
+    pub(crate) fn dead_letter_len(&mut self) -> Result<u64, SinkError> {
+        let path = self.dead_letter_display();
+        let Some(file) = &mut self.refused.file else {
+            return Ok(0);
         };
-        std::io::Write::write_all(file, line.as_bytes())
-            .and_then(|()| std::io::Write::flush(file))
+        std::io::Write::flush(file)
+            .and_then(|()| file.get_ref().metadata())
+            .map(|m| m.len())
             .map_err(|source| SinkError::Io { path, source })
+    }
+
+    /// Appends `lines` to the dead-letter file (if any), with `sync` until they are on disk.
+    pub(crate) fn append_dead_letters(
+        &mut self,
+        lines: &[u8],
+        sync: bool,
+    ) -> Result<(), SinkError> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let path = self.dead_letter_display();
+        let Some(file) = &mut self.refused.file else {
+            return Ok(());
+        };
+        std::io::Write::write_all(file, lines)
+            .and_then(|()| std::io::Write::flush(file))
+            .and_then(|()| {
+                if sync {
+                    file.get_ref().sync_data()
+                } else {
+                    Ok(())
+                }
+            })
+            .map_err(|source| SinkError::Io { path, source })
+    }
+
+    /// The dead-letter file, under `'on.error' = 'dead_letter'`.
+    pub(crate) fn dead_letter_path(&self) -> Option<&std::path::Path> {
+        match &self.refused.policy {
+            RowErrors::DeadLetter(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn dead_letter_display(&self) -> String {
+        self.dead_letter_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
     }
 
     /// The sink's name.

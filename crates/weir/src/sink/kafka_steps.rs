@@ -22,6 +22,9 @@
 //! new producer takes the next step. Both retry with backoff while the brokers are away, for
 //! up to the transaction timeout.
 //!
+//! Rows the encoder refuses under `'on.error' = 'dead_letter'` are held with their step and
+//! reach the dead-letter file once, as `super::kafka_dead_letters` describes.
+//!
 //! The one gap is Kafka's own: a transaction left open longer than `transaction.timeout.ms` is
 //! aborted by the coordinator, so weir must be restarted within it after a stop between the two
 //! commits (15 minutes by default, the brokers' default ceiling).
@@ -32,6 +35,7 @@ use arrow::array::RecordBatch;
 use weir_kafka::{settle_transaction, ProducerConfig, Settled};
 
 use super::kafka::KafkaSink;
+use super::kafka_dead_letters;
 use super::{BatchWriter, SinkError};
 
 /// What a state commit records of a step's transaction: this prefix, then
@@ -54,6 +58,8 @@ pub(crate) struct KafkaSteps {
     /// The producer id and epoch of the sealed step's transaction, which its state commit
     /// records.
     sealed: Option<(i64, i16)>,
+    /// The sealed step's dead-letter lines, appended to the file once it commits.
+    sealed_refused: Vec<u8>,
 }
 
 /// The first wait before a new attempt after a lost broker connection; it doubles up to
@@ -97,9 +103,10 @@ fn retry_until<T>(
 impl KafkaSteps {
     /// Drives `sink`, whose producer has a `transactional.id`.
     pub(crate) fn new(
-        sink: KafkaSink,
+        mut sink: KafkaSink,
         metrics: std::sync::Arc<crate::metrics::SinkMetrics>,
     ) -> Self {
+        sink.hold_refused();
         Self {
             sink,
             metrics,
@@ -107,6 +114,7 @@ impl KafkaSteps {
             held: Vec::new(),
             step_rows: Vec::new(),
             sealed: None,
+            sealed_refused: Vec::new(),
         }
     }
 
@@ -125,6 +133,7 @@ impl KafkaSteps {
             || {
                 sink.reconnect()?;
                 sink.begin_transaction()?;
+                sink.drop_refused();
                 for batch in rows {
                     sink.write(batch)?;
                 }
@@ -173,6 +182,8 @@ impl KafkaSteps {
                 for batch in rows {
                     sink.write(batch)?;
                 }
+                // Refused again: the sealed lines already hold them.
+                sink.drop_refused();
                 sink.finish()?;
                 sink.commit_transaction()?;
                 sink.renew_epoch()?;
@@ -268,6 +279,7 @@ impl super::StepSink for KafkaSteps {
             self.sink.begin_transaction()?;
             self.open = Some(step);
             self.step_rows.clear();
+            self.sink.drop_refused();
         }
         self.step_rows.push(batch.clone());
         match self.sink.write(batch) {
@@ -284,18 +296,27 @@ impl super::StepSink for KafkaSteps {
             Err(e) if is_lost_connection(&e) => self.write_step_again(e, true)?,
             other => other?,
         }
+        let refused = self.sink.take_refused();
+        let mut records = Vec::new();
+        if let (false, Some(path)) = (refused.is_empty(), self.sink.dead_letter_path()) {
+            let path = path.to_path_buf();
+            let offset = self.sink.dead_letter_len()?;
+            records.push(kafka_dead_letters::prepare(&path, offset, &refused)?);
+        }
+        self.sealed_refused = refused;
         let Some((id, epoch)) = self.sink.transaction_identity() else {
             // Nothing reached a partition: there is nothing to commit or to settle.
             self.sink.abort_transaction()?;
             self.open = None;
             self.step_rows.clear();
-            return Ok(Vec::new());
+            return Ok(records);
         };
         self.sealed = Some((id, epoch));
-        Ok(vec![format!(
+        records.push(format!(
             "{RECORD_PREFIX}{}:{id}:{epoch}",
             self.sink.transactional_id()
-        )])
+        ));
+        Ok(records)
     }
 
     fn publishes(&self) -> bool {
@@ -304,7 +325,9 @@ impl super::StepSink for KafkaSteps {
 
     fn publish(&mut self, checkpoint: &weir_dedup::Checkpoint) -> Result<(), SinkError> {
         if self.open.is_none() {
-            return Ok(());
+            // A step whose every row was refused has no transaction, only dead letters.
+            let refused = std::mem::take(&mut self.sealed_refused);
+            return self.sink.append_dead_letters(&refused, true);
         }
         let started = Instant::now();
         match (self.sink.commit_transaction(), self.sealed) {
@@ -315,6 +338,8 @@ impl super::StepSink for KafkaSteps {
             (Err(e), Some(sealed)) if is_lost_connection(&e) => self.settle_commit(e, sealed)?,
             (Err(e), _) => return Err(e),
         }
+        let refused = std::mem::take(&mut self.sealed_refused);
+        self.sink.append_dead_letters(&refused, true)?;
         self.open = None;
         self.sealed = None;
         self.step_rows.clear();

@@ -6,6 +6,7 @@
 pub(crate) mod delta;
 mod json;
 pub(crate) mod kafka;
+pub(crate) mod kafka_dead_letters;
 pub(crate) mod kafka_steps;
 mod options;
 pub(crate) mod storage;

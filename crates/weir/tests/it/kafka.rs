@@ -1151,6 +1151,110 @@ fn a_row_the_encoder_cannot_write_follows_the_sinks_on_error() {
     assert!(e.contains("dead_letter.path"), "{e}");
 }
 
+/// One transaction a step, the rows the encoder refuses reach the dead-letter file once: a
+/// step's refused rows are recorded with its state commit and appended once its transaction
+/// commits, and a start puts the file back to what the last step committed (here after the
+/// file lost its tail and gained a torn line, as a stop between the two commits leaves it).
+#[test]
+fn a_kafka_sink_one_transaction_a_step_dead_letters_each_refused_row_once() {
+    use std::io::Write as _;
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("trades.jsonl");
+    // Every seventh sequence number has a side that Side does not have, the last row's too.
+    let side = |n: u64| match n % 7 {
+        3 => "BOGUS",
+        _ if n % 2 == 0 => "BID",
+        _ => "ASK",
+    };
+    let write_rows = |range: std::ops::Range<u64>| {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&data)
+            .unwrap();
+        for n in range {
+            writeln!(
+                f,
+                r#"{{"ticker": "T{}", "side": "{}", "seq": {n}}}"#,
+                n % 10,
+                side(n)
+            )
+            .unwrap();
+        }
+    };
+    write_rows(0..3_000);
+    let proto = dir.path().join("trade.proto");
+    std::fs::write(
+        &proto,
+        "syntax = \"proto3\"; package t; enum Side { BID = 0; ASK = 1; }\n\
+         message Trade { string ticker = 1; Side side = 2; int64 seq = 3; }\n",
+    )
+    .unwrap();
+    let topic = topic("weir-sink-txn-dead");
+    create_topic(std::slice::from_ref(&broker), &topic, 2, 1, &[], false).unwrap();
+    let dead = dir.path().join("dead.jsonl");
+    let sql = format!(
+        "CREATE SOURCE f (ticker VARCHAR, side VARCHAR, seq BIGINT) WITH ('connector' = 'file', \
+         'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', 'state.dir' = '{}', \
+         'commit.interval' = '500 rows');\n\
+         CREATE SINK out FROM f WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+         'topic' = '{topic}', 'encoding' = 'protobuf', 'message' = 't.Trade', \
+         'location' = '{}', 'transactional.id' = '{topic}-writer', 'on.error' = 'dead_letter', \
+         'dead_letter.path' = '{}');",
+        data.display(),
+        dir.path().join("state").display(),
+        proto.display(),
+        dead.display()
+    );
+    let run = || {
+        let engine = Engine::new(EngineOptions {
+            partitions: 2,
+            ..EngineOptions::default()
+        });
+        rt.block_on(engine.query(&sql)).unwrap();
+        rt.block_on(engine.finish()).unwrap()
+    };
+    // The dead letters' sequence numbers, sorted, and each line's fields checked.
+    let dead_seqs = || -> Vec<u64> {
+        let text = std::fs::read_to_string(&dead).unwrap();
+        let mut seqs: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                assert_eq!(v["row"]["side"], "BOGUS", "{l}");
+                assert_eq!(v["topic"], topic.as_str(), "{l}");
+                v["row"]["seq"].as_u64().unwrap()
+            })
+            .collect();
+        seqs.sort_unstable();
+        seqs
+    };
+    let bogus = |end: u64| -> Vec<u64> { (0..end).filter(|n| n % 7 == 3).collect() };
+
+    assert_eq!(run()[0].rows, 3_000);
+    assert_eq!(dead_seqs(), bogus(3_000));
+    let committed = std::fs::read_to_string(&dead).unwrap();
+
+    // The file as a stop between the state commit and the append leaves it: the last lines
+    // short, a torn one after them. The next start puts back exactly the committed lines.
+    let mut torn = committed.as_bytes()[..committed.len() - 40].to_vec();
+    torn.extend_from_slice(b"{\"sink\":\"out\",\"topic\":\"torn");
+    std::fs::write(&dead, &torn).unwrap();
+    assert_eq!(run()[0].rows, 0, "nothing new to read");
+    assert_eq!(std::fs::read_to_string(&dead).unwrap(), committed);
+
+    // More rows: their refused ones are appended, each once.
+    write_rows(3_000..4_000);
+    assert_eq!(run()[0].rows, 1_000);
+    assert_eq!(dead_seqs(), bogus(4_000));
+}
+
 /// The broker of a run that writes a kafka sink one transaction a step restarts mid-run: the
 /// run goes on (its source reconnects; the sink writes the step's transaction again with a new
 /// producer, or settles the one it was committing), and a `read_committed` reader finds every
