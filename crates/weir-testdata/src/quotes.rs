@@ -6,6 +6,7 @@ use std::io::{self, Write};
 
 use crate::rng::Rng;
 use weir_codec::framing::{put_varint, Framing};
+use weir_codec::ContainerCodec;
 
 /// The schema of the quotes (`stocks.proto`).
 pub const STOCKS_PROTO: &str = include_str!("stocks.proto");
@@ -84,6 +85,8 @@ pub struct QuoteGenerator {
     recent: Vec<(usize, Quote<'static>)>,
     /// The ticker index of the last quote.
     last: usize,
+    /// How an Avro container file's blocks are compressed.
+    container_codec: ContainerCodec,
 }
 
 /// Quotes kept for repeats: a repeat is one of the last this many quotes.
@@ -165,7 +168,15 @@ impl QuoteGenerator {
             duplicates: 0.0,
             recent: Vec::new(),
             last: 0,
+            container_codec: ContainerCodec::Null,
         }
+    }
+
+    /// Compresses the blocks of an Avro container file (`Framing::AvroContainer`) with `codec`
+    /// (default: none).
+    pub fn with_container_codec(mut self, codec: ContainerCodec) -> Self {
+        self.container_codec = codec;
+        self
     }
 
     /// Sets the event time: the first quote comes just after `start` (epoch nanoseconds), and each
@@ -383,8 +394,9 @@ impl QuoteGenerator {
         Ok(total)
     }
 
-    /// Writes `count` quotes as an Avro object container file (uncompressed blocks of about
-    /// 64 KiB, as Avro's Java writer makes them); returns the bytes written.
+    /// Writes `count` quotes as an Avro object container file (blocks of about 64 KiB before
+    /// compression, as Avro's Java writer makes them, compressed with the generator's
+    /// container codec); returns the bytes written.
     fn write_container(
         &mut self,
         out: &mut dyn Write,
@@ -399,15 +411,24 @@ impl QuoteGenerator {
         // Any 16 bytes do; fixed ones keep the output of one seed the same.
         const SYNC: [u8; 16] = *b"weir-quotes-sync";
         let mut file = Vec::with_capacity(1 << 20);
-        weir_codec::write_container_header(&mut file, STOCKS_AVSC, &SYNC);
+        let codec = self.container_codec;
+        weir_codec::write_container_header(&mut file, STOCKS_AVSC, codec, &SYNC);
         let mut data = Vec::with_capacity(80 << 10);
+        let mut scratch = Vec::new();
         let mut values = 0u64;
         let mut total = 0u64;
         for i in 0..count {
             self.next_or_repeat().encode(format, &mut data);
             values += 1;
             if data.len() >= 64 << 10 || i + 1 == count {
-                weir_codec::write_container_block(&mut file, values, &data, &SYNC);
+                weir_codec::write_container_block(
+                    &mut file,
+                    values,
+                    &data,
+                    codec,
+                    &SYNC,
+                    &mut scratch,
+                )?;
                 data.clear();
                 values = 0;
                 if file.len() >= 1 << 20 {

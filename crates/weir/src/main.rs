@@ -197,7 +197,8 @@ enum GenWhat {
         /// Partitions of a topic that --to creates.
         #[arg(long, default_value_t = 4)]
         topic_partitions: i32,
-        /// Batch compression when sending to Kafka: none, gzip, snappy, lz4, zstd.
+        /// Batch compression when sending to Kafka: none, gzip, snappy, lz4, zstd. With
+        /// --framing avro-container, the blocks' codec: none, deflate, snappy, zstd.
         #[arg(long, default_value = "none")]
         compression: String,
         /// Seed: the same seed gives the same bytes.

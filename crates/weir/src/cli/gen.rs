@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use weir_codec::Framing;
+use weir_codec::{ContainerCodec, Framing};
 use weir_testdata::{QuoteFormat, QuoteGenerator, QUOTE_MESSAGE, STOCKS_AVSC, STOCKS_PROTO};
 
 use super::progress::{bytes, count};
@@ -65,6 +65,7 @@ pub(crate) fn quotes(a: QuoteArgs) -> Result<()> {
         }
         (Some(out), _) => {
             let framing = a.framing.unwrap_or(default_framing);
+            generator = generator.with_container_codec(container_codec(&a.compression, framing)?);
             let written = write_file(&out, a.count, &mut generator, format, framing)?;
             eprintln!(
                 "wrote {} quotes ({}) to {}",
@@ -165,6 +166,28 @@ fn registry_prefix(
 }
 
 /// Writes `n` framed quotes to `out`; returns the bytes written.
+/// The blocks' codec of a container file, from `--compression` (Kafka's names, and Avro's);
+/// other framings of a file take none.
+fn container_codec(compression: &str, framing: Framing) -> Result<ContainerCodec> {
+    let codec = match compression {
+        "none" | "null" => ContainerCodec::Null,
+        "deflate" => ContainerCodec::Deflate,
+        "snappy" => ContainerCodec::Snappy,
+        "zstd" | "zstandard" => ContainerCodec::Zstandard,
+        other => bail!(
+            "--compression {other}: an Avro container file's blocks are compressed with none, \
+             deflate, snappy or zstd"
+        ),
+    };
+    if codec != ContainerCodec::Null && framing != Framing::AvroContainer {
+        bail!(
+            "--compression {compression}: a file is compressed only with --framing \
+             avro-container (its blocks); other files are written as they are"
+        );
+    }
+    Ok(codec)
+}
+
 pub(crate) fn write_file(
     out: &Path,
     n: u64,

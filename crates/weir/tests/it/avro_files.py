@@ -3,6 +3,8 @@ tests.
 
 Usage: avro_files.py write PATH SCHEMA CODEC FIRST COUNT
        avro_files.py append PATH FIRST COUNT
+       avro_files.py quotes PATH     (prints the codec, the records and the sum of their
+                                      base.sequence_number and bid_size of a quotes file)
 
 SCHEMA is v0, v1 or v2 (below). Record i has id i, name "n{i % 100}", amount i / 2, kind "A"
 when i % 3 == 0 else "B", and (v2) note "note{i}" for odd i, else null. Blocks hold about
@@ -75,6 +77,15 @@ def main():
             f.seek(0, 2)
             with_note = any(x["name"] == "note" for x in header["fields"])
             fastavro.writer(f, None, records(first, count, with_note), sync_interval=4096)
+    elif sys.argv[1] == "quotes":
+        with open(sys.argv[2], "rb") as f:
+            r = fastavro.reader(f)
+            n = seq = size = 0
+            for q in r:
+                n += 1
+                seq += q["base"]["sequence_number"]
+                size += q["bid_size"]
+            print(r.codec, n, seq, size)
     else:
         sys.exit(f"unknown command {sys.argv[1]}")
 

@@ -1,7 +1,7 @@
 //! Avro object container files on the file connector, written by fastavro: each file's header
 //! gives its writer's schema (resolved against the source's), blocks in every codec, several
-//! readers on one file, bad blocks under `'on.error'`, and a source with state resuming after
-//! blocks appended to a file it read.
+//! readers on one file, bad blocks under `'on.error'`, a source with state resuming after
+//! blocks appended to a file it read, and `weir gen`'s container files read by fastavro.
 
 use std::path::Path;
 use std::process::Command;
@@ -316,6 +316,102 @@ async fn a_source_with_state_resumes_after_blocks_appended_to_a_container_file()
     // Nothing new: nothing read.
     let got = engine(2).query(&script).await.unwrap();
     assert_eq!(totals(&got).0, 0);
+}
+
+/// `weir gen --framing avro-container --compression C` writes files fastavro reads with the
+/// codec named in their header, holding the same quotes whatever the codec, and weir reads
+/// them back to the same totals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gen_writes_container_files_in_every_codec_that_fastavro_reads() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/avro_files.py");
+    let mut sizes = Vec::new();
+    let mut seen = None;
+    for (compression, codec) in [
+        ("none", "null"),
+        ("deflate", "deflate"),
+        ("snappy", "snappy"),
+        ("zstd", "zstandard"),
+    ] {
+        let path = dir.path().join(format!("q-{compression}.avro"));
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "gen",
+                "quotes",
+                "--format",
+                "avro",
+                "--framing",
+                "avro-container",
+            ])
+            .args([
+                "--count",
+                "30000",
+                "--seed",
+                "7",
+                "--compression",
+                compression,
+            ])
+            .arg("--out")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "weir gen: {out:?}");
+        sizes.push(std::fs::metadata(&path).unwrap().len());
+        let read = Command::new(&python)
+            .arg(&script)
+            .arg("quotes")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(read.status.success(), "{read:?}");
+        let text = String::from_utf8(read.stdout).unwrap();
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(fields[0], codec, "{text}");
+        assert_eq!(fields[1], "30000", "{text}");
+        let sums = (
+            fields[2].parse::<i64>().unwrap(),
+            fields[3].parse::<i64>().unwrap(),
+        );
+        assert_eq!(
+            *seen.get_or_insert(sums),
+            sums,
+            "{compression}: other quotes"
+        );
+        let got = engine(2)
+            .query(&format!(
+                "CREATE SOURCE q WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'avro'); \
+                 SELECT count(*), sum(base['sequence_number']), sum(bid_size) FROM q;",
+                path.display()
+            ))
+            .await
+            .unwrap();
+        let col = |c: usize| got[0].column(c).as_primitive::<Int64Type>().value(0);
+        assert_eq!((col(0), (col(1), col(2))), (30000, sums), "{compression}");
+    }
+    // Each codec makes the file smaller than the uncompressed one.
+    assert!(
+        sizes[1..].iter().all(|&s| s < sizes[0] * 3 / 4),
+        "{sizes:?}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "gen",
+            "quotes",
+            "--count",
+            "10",
+            "--compression",
+            "zstd",
+            "--out",
+        ])
+        .arg(dir.path().join("x.bin"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("--framing avro-container"),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
