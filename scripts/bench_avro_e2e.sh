@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Avro against protobuf end to end: the same N quotes (20,000,000 by default) as protobuf and as
-# binary Avro (stocks.avsc), each from the file source through
+# Avro against protobuf end to end: the same N quotes (20,000,000 by default) as protobuf, as
+# binary Avro datums (stocks.avsc, varint-framed) and as Avro object container files with each
+# block codec (null, deflate, snappy, zstandard), each from the file source through
 # `SELECT ticker, count(*), min(bid_price), max(ask_price), avg(bid_size) ... GROUP BY ticker`
-# (10,000 groups), on 1 partition and on 2. The runs alternate between the encodings; each
-# variant runs in its own process under /usr/bin/time, and the table gives the fastest of
-# WEIR_E2E_RUNS (3) runs and the Avro / protobuf ratio of those times.
+# (10,000 groups), on 1 partition and on 2. The runs alternate between the variants; each
+# runs in its own process under /usr/bin/time, and the table gives the fastest of
+# WEIR_E2E_RUNS (3) runs and its ratio to protobuf's. WEIR_E2E_CONTAINERS lists the container
+# codecs to run (default "none deflate snappy zstd"; empty for none).
 #
 #   scripts/bench_avro_e2e.sh [COUNT]     (WEIR_E2E_DIR: where the data goes, default /tmp/weir-e2e)
 set -euo pipefail
@@ -34,6 +36,19 @@ WITH ('connector' = 'file', 'path' = '$AV', 'encoding' = 'avro',
 $QUERY
 SQL
 
+CONTAINERS="${WEIR_E2E_CONTAINERS-none deflate snappy zstd}"
+VARIANTS="protobuf avro"
+for c in $CONTAINERS; do
+  F="$DIR/quotes-$COUNT.$c.avro"
+  [ -s "$F" ] || { "$BIN" gen quotes --format avro --framing avro-container --compression "$c" --count "$COUNT" --out "$F.tmp" >&2; mv "$F.tmp" "$F"; }
+  cat > "$DIR/e2e-container-$c.sql" <<SQL
+CREATE SOURCE opra_quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE, bid_size BIGINT)
+WITH ('connector' = 'file', 'path' = '$F', 'encoding' = 'avro', 'fields.ticker' = 'base.ticker');
+$QUERY
+SQL
+  VARIANTS="$VARIANTS container-$c"
+done
+
 RUNS="${WEIR_E2E_RUNS:-3}"
 secs() { # command...: wall seconds of one run
   local out
@@ -41,17 +56,29 @@ secs() { # command...: wall seconds of one run
   echo "$out" | awk '/^TIME/ {print $2}'
 }
 min() { awk -v a="$1" -v b="$2" 'BEGIN {print (b == "" || a < b) ? a : b}'; }
+size() { # variant: its input's bytes
+  case "$1" in
+    protobuf) stat -c %s "$PB" ;;
+    avro) stat -c %s "$AV" ;;
+    container-*) stat -c %s "$DIR/quotes-$COUNT.${1#container-}.avro" ;;
+  esac
+}
 
-echo "best of $RUNS alternating runs; $COUNT quotes: protobuf $(stat -c %s "$PB") bytes, avro $(stat -c %s "$AV") bytes; $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "best of $RUNS alternating runs; $COUNT quotes; $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| partitions | protobuf s | avro s | avro M msg/s | avro / protobuf |"
-echo "|---|---:|---:|---:|---:|"
+echo "| partitions | input | bytes | s | M msg/s | / protobuf |"
+echo "|---|---|---:|---:|---:|---:|"
 for parts in 1 2; do
-  pb="" av=""
+  declare -A best=()
   for _ in $(seq "$RUNS"); do
-    pb=$(min "$(secs "$BIN" run --quiet --partitions $parts "$DIR/e2e-protobuf.sql")" "$pb")
-    av=$(min "$(secs "$BIN" run --quiet --partitions $parts "$DIR/e2e-avro.sql")" "$av")
+    for v in $VARIANTS; do
+      sql="$DIR/e2e-$v.sql"
+      best[$v]=$(min "$(secs "$BIN" run --quiet --partitions $parts "$sql")" "${best[$v]:-}")
+    done
   done
-  awk -v p="$parts" -v a="$pb" -v b="$av" -v c="$COUNT" 'BEGIN {
-    printf "| %d | %.2f | %.2f | %.2f | %.2fx |\n", p, a, b, c / b / 1e6, b / a }'
+  for v in $VARIANTS; do
+    awk -v p="$parts" -v v="$v" -v n="$(size "$v")" -v t="${best[$v]}" -v pb="${best[protobuf]}" -v c="$COUNT" 'BEGIN {
+      printf "| %d | %s | %d | %.2f | %.2f | %.2fx |\n", p, v, n, t, c / t / 1e6, t / pb }'
+  done
+  unset best
 done

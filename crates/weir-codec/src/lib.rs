@@ -31,8 +31,9 @@ mod schema;
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use avro::container::{
-    write_container_block, write_container_header, ContainerCodec, ContainerError, ContainerHeader,
-    CONTAINER_MAGIC, MAX_HEADER_BYTES as MAX_CONTAINER_HEADER_BYTES,
+    write_container_block, write_container_header, BlockUncompressor, ContainerCodec,
+    ContainerError, ContainerHeader, CONTAINER_MAGIC,
+    MAX_HEADER_BYTES as MAX_CONTAINER_HEADER_BYTES,
 };
 pub use avro::{
     avro_default_columns, AvroDecoder, AvroDecoderOptions, AvroFactory, AvroFraming, AvroPlan,

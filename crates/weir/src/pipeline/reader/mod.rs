@@ -24,7 +24,7 @@ use super::decode::{SourceDecoder, DEAD_LETTER_BYTES};
 use crate::error::{SourceError, SourceErrorKind};
 use crate::metrics::PartitionMetrics;
 use crate::source::meta::Position;
-use weir_codec::{ContainerCodec, ContainerHeader, Frame, Framing};
+use weir_codec::{BlockUncompressor, ContainerCodec, ContainerHeader, Frame, Framing};
 
 /// What a reader has next.
 pub(crate) enum Next {
@@ -117,8 +117,10 @@ pub(crate) struct FileReader {
     decoding: Option<Arc<ContainerHeader>>,
     /// A file header whose schema the columns cannot be read from, and why.
     unreadable: Option<(Arc<ContainerHeader>, String)>,
-    /// Where a compressed container block is uncompressed.
+    /// Where a compressed container block is uncompressed, and what keeps the codecs' state
+    /// from block to block.
     scratch: Vec<u8>,
+    uncompressor: BlockUncompressor,
 }
 
 impl Drop for FileReader {
@@ -146,6 +148,7 @@ impl FileReader {
             decoding: None,
             unreadable: None,
             scratch: Vec::new(),
+            uncompressor: BlockUncompressor::default(),
         }
     }
 
@@ -454,10 +457,14 @@ impl FileReader {
                     self.decoder.values(block, count, &pos)
                 } else {
                     let mut scratch = std::mem::take(&mut self.scratch);
-                    let result = match header.codec.uncompress(block, &mut scratch, limit) {
-                        Ok(()) => self.decoder.values(&scratch, count, &pos),
-                        Err(reason) => self.decoder.bad_frame(kept, &pos, &reason),
-                    };
+                    let result =
+                        match self
+                            .uncompressor
+                            .uncompress(header.codec, block, &mut scratch, limit)
+                        {
+                            Ok(()) => self.decoder.values(&scratch, count, &pos),
+                            Err(reason) => self.decoder.bad_frame(kept, &pos, &reason),
+                        };
                     self.scratch = scratch;
                     result
                 };
