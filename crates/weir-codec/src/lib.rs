@@ -27,6 +27,7 @@ mod options;
 mod protobuf;
 pub mod registry;
 mod schema;
+mod strings;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};

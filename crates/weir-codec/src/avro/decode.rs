@@ -1,9 +1,10 @@
 //! The per-message loop: runs the plan's operations over Avro binary data, appending to the
 //! column arena. Every read is bounded by the message; a failed message is rolled back.
 
-use super::plan::{Const, Num, Op, Plan, NONE};
+use super::plan::{Const, Num, Op, Plan, Skip, SkipCode, SkipRun, Step, NONE};
 use crate::columns::{self, push_offset, Column, Native, Values};
 use crate::error::{DecodeError, DecodeErrorKind};
+use crate::strings::{append_bytes, is_ascii_prefix, short_chunk, utf8_error_at};
 
 /// A decoder's buffers: the columns and the rows they hold.
 #[derive(Debug)]
@@ -319,25 +320,26 @@ fn run(
     let at = *pos;
     let fault = |path: u32| move |problem| Fault { at, path, problem };
     match plan.ops[op as usize] {
-        Op::Record { fields, col } => {
-            if depth > plan.max_depth {
+        Op::Record {
+            col,
+            steps,
+            len,
+            nest,
+            nulls,
+            ..
+        } => {
+            if depth.saturating_add(nest) > plan.max_depth {
                 return Err(Fault {
                     at,
                     path: NONE,
                     problem: Problem::TooDeep(plan.max_depth),
                 });
             }
-            for &f in &plan.lists[fields as usize] {
-                // A record's values are read here, without a call per field; only nested
-                // records, arrays, maps and unions recurse.
-                match plan.ops[f as usize] {
-                    Op::Record { .. }
-                    | Op::Array { .. }
-                    | Op::Map { .. }
-                    | Op::Union { .. }
-                    | Op::Refuse { .. } => run(plan, f, buf, pos, cols, depth + 1, empty)?,
-                    other => value(plan, other, buf, pos, cols)?,
-                }
+            let steps = (steps as usize, len as usize);
+            if nulls {
+                run_steps::<true>(plan, steps, buf, pos, cols, depth, empty)?;
+            } else {
+                run_steps::<false>(plan, steps, buf, pos, cols, depth, empty)?;
             }
             if col != NONE {
                 push_struct_row(cols, col);
@@ -391,7 +393,7 @@ fn run(
                     let k = *pos;
                     let name = read_bytes(buf, pos).map_err(fault_at(k, path))?;
                     if key != NONE {
-                        if crate::protobuf::utf8_error_at(name, 0, name.len()).is_some() {
+                        if utf8_error_at(name, 0, name.len()).is_some() {
                             return Err(Fault {
                                 at: k,
                                 path,
@@ -434,6 +436,247 @@ fn run(
         }
         other => value(plan, other, buf, pos, cols)?,
     }
+    Ok(())
+}
+
+/// Runs the `steps.1` steps from `steps.0` of a record at `depth`. `NULLS`: some step writes a
+/// column that can hold nulls, so each keeps its validity; otherwise no column written here
+/// ever has a validity bitmap (`Compiler::mark_nulls`), and the steps do not look for one.
+#[inline(always)]
+fn run_steps<const NULLS: bool>(
+    plan: &Plan,
+    steps: (usize, usize),
+    buf: &[u8],
+    pos: &mut usize,
+    cols: &mut [Column],
+    depth: u32,
+    empty: &mut u64,
+) -> Result<(), Fault> {
+    let (from, len) = steps;
+    for (i, &step) in plan.steps[from..from + len].iter().enumerate() {
+        let at = *pos;
+        let r =
+            match step {
+                Step::Long { col } => read_long(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
+                Step::Int { col } => read_int(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
+                Step::Double { col } => take_array::<8>(buf, pos)
+                    .map(|b| put::<_, NULLS>(cols, col, f64::from_le_bytes(b))),
+                Step::Float { col } => take_array::<4>(buf, pos)
+                    .map(|b| put::<_, NULLS>(cols, col, f32::from_le_bytes(b))),
+                Step::Str { col } => read_string::<NULLS>(buf, pos, cols, col, true),
+                Step::Bin { col } => read_string::<NULLS>(buf, pos, cols, col, false),
+                Step::Bool { col } => read_bool::<NULLS>(buf, pos, cols, col),
+                Step::StructRow { col } => {
+                    push_struct_row(cols, col);
+                    Ok(())
+                }
+                Step::Skip { run } => {
+                    skip_run(plan, run, buf, pos)?;
+                    Ok(())
+                }
+                Step::Op { op, level } => {
+                    run(plan, op, buf, pos, cols, depth.saturating_add(level), empty)?;
+                    Ok(())
+                }
+            };
+        if let Err(problem) = r {
+            return Err(step_fault(plan, from + i, at, problem));
+        }
+    }
+    Ok(())
+}
+
+/// The fault of step `index` of [`Plan::steps`], which started at byte `at`.
+#[cold]
+fn step_fault(plan: &Plan, index: usize, at: usize, problem: Problem) -> Fault {
+    Fault {
+        at,
+        path: plan.step_paths.get(index).copied().unwrap_or(NONE),
+        problem,
+    }
+}
+
+/// Appends `v` to column `col`; `NULLS`: the column may have a validity bitmap to extend.
+#[inline(always)]
+fn put<T: Native, const NULLS: bool>(cols: &mut [Column], col: u32, v: T) {
+    let c = &mut cols[col as usize];
+    if let Some(values) = T::vec(&mut c.values) {
+        values.push(v);
+    }
+    valid::<NULLS>(c);
+}
+
+/// Marks the row just appended to `c` valid, where `c` may have a validity bitmap (`NULLS`).
+#[inline(always)]
+fn valid<const NULLS: bool>(c: &mut Column) {
+    if NULLS {
+        c.valid();
+    } else {
+        debug_assert!(
+            c.nulls.is_none(),
+            "a column the plan never nulls has a bitmap"
+        );
+    }
+}
+
+/// Passes over skip run `run` (see [`super::plan::SkipRun`]).
+#[inline(always)]
+fn skip_run(plan: &Plan, run: u32, buf: &[u8], pos: &mut usize) -> Result<(), Fault> {
+    let r = plan.runs[run as usize];
+    let start = *pos;
+    for code in &plan.skip_code[r.code.0 as usize..r.code.1 as usize] {
+        let passed = match *code {
+            SkipCode::Varints(n) => skip_varints(buf, pos, n),
+            SkipCode::Bytes => read_bytes(buf, pos).is_ok(),
+            SkipCode::Fixed(n) => take(buf, pos, n as usize).is_ok(),
+        };
+        if !passed {
+            return Err(skip_fault(plan, r, buf, start));
+        }
+    }
+    Ok(())
+}
+
+/// Passes over the skips of run `r` one by one from `start`, to name the field and offset
+/// where the run failed.
+#[cold]
+#[inline(never)]
+fn skip_fault(plan: &Plan, r: SkipRun, buf: &[u8], start: usize) -> Fault {
+    let mut pos = start;
+    for i in r.skips.0 as usize..r.skips.1 as usize {
+        let at = pos;
+        let passed = match plan.skips[i] {
+            Skip::Varint => read_long(buf, &mut pos).map(drop),
+            Skip::Bytes => read_bytes(buf, &mut pos).map(drop),
+            Skip::Fixed(n) => take(buf, &mut pos, n as usize).map(drop),
+        };
+        if let Err(problem) = passed {
+            return Fault {
+                at,
+                path: plan.skip_paths[i],
+                problem,
+            };
+        }
+    }
+    // Unreachable while the two passes agree; an error all the same.
+    Fault {
+        at: pos,
+        path: NONE,
+        problem: Problem::Truncated,
+    }
+}
+
+/// Passes over `n` varints, counting their last bytes (high bit clear) a word at a time. Each
+/// word is taken at the start of a varint, so one that ends within it is at most 8 bytes; a
+/// longer one is read ([`read_long`], which checks its length). False where one fails.
+#[inline(always)]
+fn skip_varints(buf: &[u8], pos: &mut usize, mut n: u32) -> bool {
+    let mut p = *pos;
+    while n > 0 {
+        let Some(w) = buf.get(p..).and_then(<[u8]>::first_chunk::<8>) else {
+            if read_long(buf, &mut p).is_err() {
+                return false;
+            }
+            n -= 1;
+            continue;
+        };
+        let stops = !u64::from_le_bytes(*w) & 0x8080_8080_8080_8080;
+        if stops == 0 {
+            if read_long(buf, &mut p).is_err() {
+                return false;
+            }
+            n -= 1;
+            continue;
+        }
+        // The stop bits are bits 7, 15, ..., 63: their count with one multiply.
+        let count = (((stops >> 7).wrapping_mul(0x0101_0101_0101_0101)) >> 56) as u32;
+        if count >= n {
+            let mut s = stops;
+            for _ in 1..n {
+                s &= s - 1;
+            }
+            p += (s.trailing_zeros() / 8) as usize + 1;
+            break;
+        }
+        p += ((63 - stops.leading_zeros()) / 8) as usize + 1;
+        n -= count;
+    }
+    *pos = p;
+    true
+}
+
+/// `N` bytes at `*pos`, as an array.
+#[inline(always)]
+fn take_array<const N: usize>(buf: &[u8], pos: &mut usize) -> Result<[u8; N], Problem> {
+    match buf.get(*pos..).and_then(<[u8]>::first_chunk::<N>) {
+        Some(b) => {
+            *pos += N;
+            Ok(*b)
+        }
+        None => Err(Problem::LengthPastEnd {
+            length: N as u64,
+            remaining: buf.len().saturating_sub(*pos),
+        }),
+    }
+}
+
+#[inline(always)]
+fn read_bool<const NULLS: bool>(
+    buf: &[u8],
+    pos: &mut usize,
+    cols: &mut [Column],
+    col: u32,
+) -> Result<(), Problem> {
+    let b = *buf.get(*pos).ok_or(Problem::Truncated)?;
+    if b > 1 {
+        return Err(Problem::BadBool(b));
+    }
+    *pos += 1;
+    let c = &mut cols[col as usize];
+    if let Values::Bool(bits) = &mut c.values {
+        bits.push(b == 1);
+    }
+    valid::<NULLS>(c);
+    Ok(())
+}
+
+/// A `string` or `bytes` into a Utf8 (`utf8`: checked) or Binary column. Short values are
+/// checked and copied as one chunk ([`crate::strings`]).
+#[inline(always)]
+fn read_string<const NULLS: bool>(
+    buf: &[u8],
+    pos: &mut usize,
+    cols: &mut [Column],
+    col: u32,
+    utf8: bool,
+) -> Result<(), Problem> {
+    let len = read_long(buf, pos)?;
+    let n = usize::try_from(len).map_err(|_| Problem::NegativeLength(len))?;
+    let start = *pos;
+    let end = match start.checked_add(n) {
+        Some(end) if end <= buf.len() => end,
+        _ => {
+            return Err(Problem::LengthPastEnd {
+                length: n as u64,
+                remaining: buf.len() - start,
+            })
+        }
+    };
+    if utf8 {
+        let ascii = short_chunk(buf, start, n).is_some_and(|c| is_ascii_prefix(c, n));
+        if !ascii && utf8_error_at(buf, start, end).is_some() {
+            return Err(Problem::InvalidUtf8);
+        }
+    }
+    let c = &mut cols[col as usize];
+    if let Values::Bytes { offsets, data } = &mut c.values {
+        append_bytes(data, buf, start, end);
+        if !push_offset(offsets, data.len()) {
+            return Err(Problem::TooLarge);
+        }
+    }
+    valid::<NULLS>(c);
+    *pos = end;
     Ok(())
 }
 
@@ -491,7 +734,7 @@ fn value(
         }
         Op::Bytes { col, utf8, path } => {
             let b = read_bytes(buf, pos).map_err(fault(path))?;
-            if utf8 && crate::protobuf::utf8_error_at(b, 0, b.len()).is_some() {
+            if utf8 && utf8_error_at(b, 0, b.len()).is_some() {
                 return Err(fault(path)(Problem::InvalidUtf8));
             }
             push_bytes(cols, col, b).map_err(fault(path))?;

@@ -4,7 +4,7 @@
 //! straight sequence of its fields' operations; a declared column the writer lacks gets a fill
 //! operation after them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Fields, IntervalUnit, Schema, SchemaRef, TimeUnit};
@@ -105,10 +105,17 @@ pub(crate) enum Op {
         size: u32,
         path: u32,
     },
-    /// The operations of list `fields`, then a row of struct column `col` (`NONE`: none).
+    /// The operations of list `fields`, then a row of struct column `col` (`NONE`: none). They
+    /// run as the `len` [`Step`]s from `steps`, whose records nested without a union, array or
+    /// map are inlined `nest` levels deep.
     Record {
         fields: u32,
         col: u32,
+        steps: u32,
+        len: u32,
+        nest: u32,
+        /// Whether a step writes a column that can hold nulls (so keeps their validity).
+        nulls: bool,
     },
     /// Blocks of items, each read by operation `item`, then a row of list column `col`.
     Array {
@@ -144,6 +151,83 @@ pub(crate) enum Op {
     },
 }
 
+/// One step of a record's straight-line program. The common leaf reads are steps of their own,
+/// each knowing its column's type, so that the record's loop dispatches once per value and a
+/// skipped field costs a skip, without a call or a second match; runs of skipped fields are one
+/// step. Anything else runs as its operation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Step {
+    /// A `long` into an Int64 (or same-unit time) column.
+    Long {
+        col: u32,
+    },
+    /// An `int` into an Int32 (or Date32, Time32) column.
+    Int {
+        col: u32,
+    },
+    Float {
+        col: u32,
+    },
+    Double {
+        col: u32,
+    },
+    /// `string` or `bytes` into a Utf8 column (validated).
+    Str {
+        col: u32,
+    },
+    /// `string` or `bytes` into a Binary column.
+    Bin {
+        col: u32,
+    },
+    Bool {
+        col: u32,
+    },
+    /// A row of struct column `col`: the end of an inlined record's fields.
+    StructRow {
+        col: u32,
+    },
+    /// Skip run `run` of [`Plan::runs`].
+    Skip {
+        run: u32,
+    },
+    /// Operation `op`, run `level` records below the record that holds the step.
+    Op {
+        op: u32,
+        level: u32,
+    },
+}
+
+/// How a skipped value is passed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    Varint,
+    /// A length, then that many bytes.
+    Bytes,
+    Fixed(u32),
+}
+
+/// Skipped values in a row, passed over as [`SkipCode`]s: consecutive varints are counted
+/// together a word at a time and consecutive fixed sizes added up. Where that fails, the
+/// skips are passed over again one by one (`skips`) to name the field and offset.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SkipRun {
+    /// Into [`Plan::skips`] and [`Plan::skip_paths`].
+    pub(crate) skips: (u32, u32),
+    /// Into [`Plan::skip_code`].
+    pub(crate) code: (u32, u32),
+}
+
+/// One instruction of a skip run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SkipCode {
+    /// This many varints.
+    Varints(u32),
+    /// A length, then that many bytes.
+    Bytes,
+    /// This many bytes.
+    Fixed(u32),
+}
+
 /// A reader's default for a field the writer lacks, as a column value.
 #[derive(Debug, Clone)]
 pub(crate) enum Const {
@@ -162,6 +246,15 @@ pub(crate) enum Const {
 pub(crate) struct Plan {
     pub(crate) ops: Vec<Op>,
     pub(crate) lists: Vec<Vec<u32>>,
+    /// Every record's steps ([`Op::Record`]), and the field path of each (for errors).
+    pub(crate) steps: Vec<Step>,
+    pub(crate) step_paths: Vec<u32>,
+    /// The skip runs of every [`Step::Skip`]: each skip with its field path, and the code
+    /// that passes over them.
+    pub(crate) runs: Vec<SkipRun>,
+    pub(crate) skips: Vec<Skip>,
+    pub(crate) skip_paths: Vec<u32>,
+    pub(crate) skip_code: Vec<SkipCode>,
     /// Per enum table: the bytes of the symbol read for each of the writer's indexes (`None`:
     /// the reader's enum has no such symbol and no default).
     pub(crate) enums: Vec<Vec<Option<Box<[u8]>>>>,
@@ -253,6 +346,12 @@ pub(crate) fn compile(
         plan: Plan {
             ops: Vec::new(),
             lists: Vec::new(),
+            steps: Vec::new(),
+            step_paths: Vec::new(),
+            runs: Vec::new(),
+            skips: Vec::new(),
+            skip_paths: Vec::new(),
+            skip_code: Vec::new(),
             enums: Vec::new(),
             consts: Vec::new(),
             paths: Vec::new(),
@@ -265,6 +364,7 @@ pub(crate) fn compile(
             missing: 0,
         },
         skips: HashMap::new(),
+        pending: HashSet::new(),
         sizes: HashMap::new(),
         empty: HashMap::new(),
         capacity,
@@ -307,6 +407,7 @@ pub(crate) fn compile(
     c.plan.schema = Arc::new(Schema::new(fields));
     let reader_root = reader.map(AvroSchema::root);
     c.plan.root = c.record(writer.root(), wants, NONE, "", reader_root)?;
+    c.mark_nulls();
     Ok(c.plan)
 }
 
@@ -317,6 +418,9 @@ struct Compiler<'a> {
     /// The skip operation of each writer node compiled so far (a recursive type's skip refers
     /// to itself).
     skips: HashMap<NodeId, u32>,
+    /// Operations whose place is taken but whose content is not written yet (a recursive
+    /// type's skip): a record's steps run them as operations.
+    pending: HashSet<u32>,
     /// The fewest bytes of each writer node, and whether it always takes none (memoised: a
     /// schema that uses a record twice in the next, and so on, would make them exponential).
     sizes: HashMap<NodeId, u32>,
@@ -596,8 +700,142 @@ impl Compiler<'_> {
             });
             ops.push(op);
         }
+        Ok(self.record_op(ops, col))
+    }
+
+    /// The record operation of field operations `ops`, with its steps.
+    fn record_op(&mut self, ops: Vec<u32>, col: u32) -> u32 {
+        let op = self.op(Op::Null { cols: 0 });
+        self.set_record(op, ops, col);
+        op
+    }
+
+    /// Writes record operation `at`: field operations `ops`, then a row of `col`.
+    fn set_record(&mut self, at: u32, ops: Vec<u32>, col: u32) {
+        let mut out = Steps::default();
+        for &f in &ops {
+            self.step(f, 1, &mut out);
+        }
+        out.end_skips(&mut self.plan);
+        let steps = self.plan.steps.len() as u32;
+        let len = out.steps.len() as u32;
+        for (step, path) in out.steps {
+            self.plan.steps.push(step);
+            self.plan.step_paths.push(path);
+        }
         let fields = self.list(ops);
-        Ok(self.op(Op::Record { fields, col }))
+        self.plan.ops[at as usize] = Op::Record {
+            fields,
+            col,
+            steps,
+            len,
+            nest: out.nest,
+            nulls: true,
+        };
+    }
+
+    /// Which columns can hold a null: those a null or a missing field's fill writes, and the
+    /// fields of such structs. A record none of whose steps writes one runs without validity
+    /// checks: its columns never get a validity bitmap.
+    fn mark_nulls(&mut self) {
+        let plan = &mut self.plan;
+        let mut nullable = vec![false; plan.templates.len()];
+        let mut next: Vec<u32> = Vec::new();
+        for op in &plan.ops {
+            match *op {
+                Op::Null { cols } => next.extend(&plan.lists[cols as usize]),
+                Op::Fill { col, value: NONE } => next.push(col),
+                _ => {}
+            }
+        }
+        while let Some(c) = next.pop() {
+            let Some(n) = nullable.get_mut(c as usize) else {
+                continue;
+            };
+            if std::mem::replace(n, true) {
+                continue;
+            }
+            if let Values::Struct { children, .. } = &plan.templates[c as usize].values {
+                next.extend(children.iter().map(|&ch| ch as u32));
+            }
+        }
+        let writes_nullable = |step: &Step| match *step {
+            Step::Long { col }
+            | Step::Int { col }
+            | Step::Float { col }
+            | Step::Double { col }
+            | Step::Str { col }
+            | Step::Bin { col }
+            | Step::Bool { col }
+            | Step::StructRow { col } => nullable.get(col as usize).copied().unwrap_or(true),
+            Step::Skip { .. } | Step::Op { .. } => false,
+        };
+        for op in &mut plan.ops {
+            if let Op::Record {
+                steps, len, nulls, ..
+            } = op
+            {
+                let (from, to) = (*steps as usize, (*steps + *len) as usize);
+                *nulls = plan.steps[from..to].iter().any(writes_nullable);
+            }
+        }
+    }
+
+    /// Appends the steps of operation `op`, `level` records below the record being written.
+    fn step(&mut self, op: u32, level: u32, out: &mut Steps) {
+        let leaf = |out: &mut Steps, plan: &mut Plan, step: Step, path: u32| {
+            out.end_skips(plan);
+            out.steps.push((step, path));
+        };
+        if self.pending.contains(&op) {
+            leaf(out, &mut self.plan, Step::Op { op, level }, NONE);
+            return;
+        }
+        match self.plan.ops[op as usize] {
+            Op::SkipVarint { path } => out.skips.push((Skip::Varint, path)),
+            Op::SkipBytes { path } => out.skips.push((Skip::Bytes, path)),
+            Op::SkipFixed { size, path } => out.skips.push((Skip::Fixed(size), path)),
+            // Nothing on the wire and no column (an always-empty value skipped).
+            Op::Null { cols } if self.plan.lists[cols as usize].is_empty() => {}
+            Op::Long {
+                col,
+                to: Num::I64,
+                path,
+            } => leaf(out, &mut self.plan, Step::Long { col }, path),
+            Op::Int {
+                col,
+                to: Num::I32,
+                path,
+            } => leaf(out, &mut self.plan, Step::Int { col }, path),
+            Op::Float {
+                col,
+                to: Num::F32,
+                path,
+            } => leaf(out, &mut self.plan, Step::Float { col }, path),
+            Op::Double { col, path } => leaf(out, &mut self.plan, Step::Double { col }, path),
+            Op::Bytes { col, utf8, path } => {
+                let step = if utf8 {
+                    Step::Str { col }
+                } else {
+                    Step::Bin { col }
+                };
+                leaf(out, &mut self.plan, step, path);
+            }
+            Op::Bool { col, path } => leaf(out, &mut self.plan, Step::Bool { col }, path),
+            // A record inside a record is the same bytes as its fields in line. Bounded, as a
+            // record that holds itself without a union has no finite value.
+            Op::Record { fields, col, .. } if level <= MAX_INLINE => {
+                out.nest = out.nest.max(level);
+                let fields = self.plan.lists[fields as usize].clone();
+                for f in fields {
+                    self.step(f, level + 1, out);
+                }
+                if col != NONE {
+                    leaf(out, &mut self.plan, Step::StructRow { col }, NONE);
+                }
+            }
+            _ => leaf(out, &mut self.plan, Step::Op { op, level }, NONE),
+        }
     }
 
     /// A record (or `["null", record]`) on the path of deeper columns.
@@ -952,22 +1190,21 @@ impl Compiler<'_> {
             },
             Node::Record { fields, .. } => {
                 // Registered before the fields, so a field of the record's own type finds it.
-                let at = self.op(Op::Record {
-                    fields: 0,
-                    col: NONE,
-                });
+                let at = self.op(Op::Null { cols: 0 });
                 self.skips.insert(node, at);
+                self.pending.insert(at);
                 let ops = fields
                     .iter()
                     .map(|f| self.skip(f.schema, &format!("{path}.{}", f.name)))
                     .collect();
-                let fields = self.list(ops);
-                self.plan.ops[at as usize] = Op::Record { fields, col: NONE };
+                self.set_record(at, ops, NONE);
+                self.pending.remove(&at);
                 return at;
             }
             Node::Array(item) => {
                 let at = self.op(Op::SkipVarint { path: p });
                 self.skips.insert(node, at);
+                self.pending.insert(at);
                 let item_bytes = self.min_bytes(item);
                 let item = self.skip(item, &format!("{path}[]"));
                 self.plan.ops[at as usize] = Op::Array {
@@ -976,11 +1213,13 @@ impl Compiler<'_> {
                     item_bytes,
                     path: p,
                 };
+                self.pending.remove(&at);
                 return at;
             }
             Node::Map(v) => {
                 let at = self.op(Op::SkipVarint { path: p });
                 self.skips.insert(node, at);
+                self.pending.insert(at);
                 let value = self.skip(v, &format!("{path}{{}}"));
                 self.plan.ops[at as usize] = Op::Map {
                     col: NONE,
@@ -989,14 +1228,17 @@ impl Compiler<'_> {
                     value,
                     path: p,
                 };
+                self.pending.remove(&at);
                 return at;
             }
             Node::Union(branches) => {
                 let at = self.op(Op::SkipVarint { path: p });
                 self.skips.insert(node, at);
+                self.pending.insert(at);
                 let ops = branches.iter().map(|&b| self.skip(b, path)).collect();
                 let branches = self.list(ops);
                 self.plan.ops[at as usize] = Op::Union { branches, path: p };
+                self.pending.remove(&at);
                 return at;
             }
         };
@@ -1051,6 +1293,53 @@ impl Compiler<'_> {
         };
         self.empty.insert(node, e);
         e
+    }
+}
+
+/// How many records deep a record's steps inline the records it holds.
+const MAX_INLINE: u32 = 8;
+
+/// A record's steps as they are gathered: the steps with their paths, the skips not yet
+/// closed into a step, and how deep records were inlined.
+#[derive(Default)]
+struct Steps {
+    steps: Vec<(Step, u32)>,
+    skips: Vec<(Skip, u32)>,
+    nest: u32,
+}
+
+impl Steps {
+    /// Closes the skips gathered so far into one step.
+    fn end_skips(&mut self, plan: &mut Plan) {
+        if self.skips.is_empty() {
+            return;
+        }
+        let skips = plan.skips.len() as u32;
+        let code = plan.skip_code.len();
+        for (skip, path) in self.skips.drain(..) {
+            plan.skips.push(skip);
+            plan.skip_paths.push(path);
+            let last = plan.skip_code.len().checked_sub(1).filter(|&l| l >= code);
+            let merged = match (last.map(|l| plan.skip_code[l]), skip) {
+                (Some(SkipCode::Varints(n)), Skip::Varint) => Some(SkipCode::Varints(n + 1)),
+                (Some(SkipCode::Fixed(a)), Skip::Fixed(b)) => a.checked_add(b).map(SkipCode::Fixed),
+                _ => None,
+            };
+            match (merged, last) {
+                (Some(merged), Some(l)) => plan.skip_code[l] = merged,
+                _ => plan.skip_code.push(match skip {
+                    Skip::Varint => SkipCode::Varints(1),
+                    Skip::Bytes => SkipCode::Bytes,
+                    Skip::Fixed(n) => SkipCode::Fixed(n),
+                }),
+            }
+        }
+        plan.runs.push(SkipRun {
+            skips: (skips, plan.skips.len() as u32),
+            code: (code as u32, plan.skip_code.len() as u32),
+        });
+        let run = (plan.runs.len() - 1) as u32;
+        self.steps.push((Step::Skip { run }, NONE));
     }
 }
 

@@ -10,7 +10,6 @@
 //! - `encode.rs`: the other way, Arrow rows into messages.
 
 mod decode;
-pub(crate) use decode::utf8_error_at;
 mod encode;
 mod plan;
 // The Avro decoder reads its varints (the same base-128 encoding) with these too.

@@ -465,3 +465,92 @@ fn single_object_messages_carry_the_schema_fingerprint() {
     assert!(e.contains("C3 01"), "{e}");
     assert_eq!(d.flush().unwrap().num_rows(), 1);
 }
+
+/// Fields whose skip checks exactly what their read does (no boolean, int or string: a skip
+/// does not look at a boolean's byte, an int's range or a string's UTF-8), with a nested
+/// record.
+const SKIPPABLE: &str = r#"{"type":"record","name":"S","fields":[
+  {"name":"a","type":"long"},
+  {"name":"b","type":"long"},
+  {"name":"c","type":"double"},
+  {"name":"d","type":"double"},
+  {"name":"e","type":"bytes"},
+  {"name":"f","type":"long"},
+  {"name":"g","type":"long"},
+  {"name":"h","type":"long"},
+  {"name":"i","type":{"type":"fixed","name":"Three","size":3}},
+  {"name":"j","type":{"type":"record","name":"J","fields":[
+      {"name":"k","type":"long"},{"name":"l","type":"bytes"},{"name":"m","type":"long"}]}},
+  {"name":"n","type":"long"},
+  {"name":"z","type":"long"}
+]}"#;
+
+#[test]
+fn skipped_fields_fail_where_read_ones_do() {
+    // The same messages through every column, and through the last column only (every other
+    // field skipped, consecutive ones together): the same rows, and the same errors, naming the
+    // same field and byte, for varints of every length, truncations and random damage.
+    let schema = AvroSchema::parse(SKIPPABLE).unwrap();
+    let all = weir_codec::avro_default_columns(&schema).unwrap();
+    let last = vec![ColumnSpec::new("z", DataType::Int64)];
+    let mut read = AvroDecoder::new(&schema, &all, AvroDecoderOptions::default()).unwrap();
+    let mut skip = AvroDecoder::new(&schema, &last, AvroDecoderOptions::default()).unwrap();
+    let mut rng = Rng::new(11);
+    let (mut same_ok, mut same_err) = (0, 0);
+    for n in 0..20_000 {
+        let mut m = Vec::new();
+        let varint = |m: &mut Vec<u8>, rng: &mut Rng| {
+            // A zigzag long of 1 to 10 bytes, sometimes a damaged 10-byte one or 11 bytes.
+            match rng.below(64) {
+                62 => m.extend_from_slice(&[
+                    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x03,
+                ]),
+                63 => m.extend_from_slice(&[0x80; 11]),
+                k => long(m, (rng.next_u64() >> (63 - 7 * (k % 10) as u32)) as i64),
+            }
+        };
+        varint(&mut m, &mut rng);
+        varint(&mut m, &mut rng);
+        m.extend_from_slice(&1.5f64.to_le_bytes());
+        m.extend_from_slice(&2.5f64.to_le_bytes());
+        bytes(&mut m, &b"a string of some length"[..rng.index(24)]);
+        for _ in 0..3 {
+            varint(&mut m, &mut rng);
+        }
+        m.extend_from_slice(&[1, 2, 3]);
+        varint(&mut m, &mut rng);
+        bytes(&mut m, &[9; 5][..rng.index(6)]);
+        varint(&mut m, &mut rng);
+        varint(&mut m, &mut rng);
+        long(&mut m, n);
+        if n % 2 == 1 {
+            for _ in 0..=rng.below(3) {
+                let at = rng.index(m.len());
+                match rng.below(3) {
+                    0 => m[at] = rng.next_u64() as u8,
+                    1 => m.truncate(at),
+                    _ => m.insert(at, 0x80 | rng.next_u64() as u8),
+                }
+                if m.is_empty() {
+                    break;
+                }
+            }
+        }
+        let (r, s) = (read.decode(&m), skip.decode(&m));
+        match (r, s) {
+            (Ok(()), Ok(())) => same_ok += 1,
+            (Err(r), Err(s)) => {
+                assert_eq!(r.to_string(), s.to_string(), "message {n}: {m:02x?}");
+                same_err += 1;
+            }
+            (r, s) => panic!("message {n} read {r:?} but skipped {s:?}: {m:02x?}"),
+        }
+    }
+    let (r, s) = (read.flush().unwrap(), skip.flush().unwrap());
+    assert_eq!(r.num_rows(), same_ok);
+    assert_eq!(r.column_by_name("z").unwrap(), s.column(0));
+    assert!(
+        same_ok > 5_000 && same_err > 5_000,
+        "{same_ok} read, {same_err} refused"
+    );
+}
