@@ -1,7 +1,7 @@
 //! The per-message loop: runs the plan's operations over Avro binary data, appending to the
 //! column arena. Every read is bounded by the message; a failed message is rolled back.
 
-use super::plan::{Const, Num, Op, Plan, Skip, SkipCode, SkipRun, Step, NONE};
+use super::plan::{Const, Num, Op, Plan, Skip, SkipCode, Step, NONE};
 use crate::columns::{self, push_offset, Column, Native, Values};
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::strings::{append_bytes, is_ascii_prefix, short_chunk, utf8_error_at};
@@ -11,6 +11,19 @@ use crate::strings::{append_bytes, is_ascii_prefix, short_chunk, utf8_error_at};
 pub(crate) struct State {
     pub(crate) cols: Vec<Column>,
     pub(crate) rows: usize,
+    /// Rows of more than one plan fill these columns (registry-framed messages of several
+    /// schema ids): a column one plan never nulls may have nulls from another, so every
+    /// record keeps its columns' validity.
+    pub(crate) plans_mixed: bool,
+}
+
+/// What one message's decoding carries along besides the position.
+#[derive(Debug)]
+struct Ctx {
+    /// Items of zero bytes met so far ([`MAX_EMPTY_ITEMS`]).
+    empty: u64,
+    /// [`State::plans_mixed`].
+    nulls: bool,
 }
 
 /// What went wrong, without the field path (added once, off the hot path).
@@ -51,21 +64,25 @@ impl State {
         Self {
             cols: plan.templates.iter().map(Column::clone_empty).collect(),
             rows: 0,
+            plans_mixed: false,
         }
     }
 
     /// Decodes one message as one row; on error its partial row is rolled back.
     pub(crate) fn decode_row(&mut self, plan: &Plan, message: &[u8]) -> Result<(), DecodeError> {
         let mut pos = 0;
-        let mut empty = 0u64;
-        let fault = match run(
+        let mut ctx = Ctx {
+            empty: 0,
+            nulls: self.plans_mixed,
+        };
+        let fault = match record(
             plan,
             plan.root,
             message,
             &mut pos,
             &mut self.cols,
             0,
-            &mut empty,
+            &mut ctx,
         ) {
             Ok(()) if pos == message.len() => {
                 self.rows += 1;
@@ -95,16 +112,11 @@ impl State {
     /// block) as one row and returns its length; on error its partial row is rolled back.
     pub(crate) fn decode_prefix(&mut self, plan: &Plan, data: &[u8]) -> Result<usize, DecodeError> {
         let mut pos = 0;
-        let mut empty = 0u64;
-        match run(
-            plan,
-            plan.root,
-            data,
-            &mut pos,
-            &mut self.cols,
-            0,
-            &mut empty,
-        ) {
+        let mut ctx = Ctx {
+            empty: 0,
+            nulls: self.plans_mixed,
+        };
+        match record(plan, plan.root, data, &mut pos, &mut self.cols, 0, &mut ctx) {
             Ok(()) => {
                 self.rows += 1;
                 Ok(pos)
@@ -315,36 +327,12 @@ fn run(
     pos: &mut usize,
     cols: &mut [Column],
     depth: u32,
-    empty: &mut u64,
+    ctx: &mut Ctx,
 ) -> Result<(), Fault> {
     let at = *pos;
     let fault = |path: u32| move |problem| Fault { at, path, problem };
     match plan.ops[op as usize] {
-        Op::Record {
-            col,
-            steps,
-            len,
-            nest,
-            nulls,
-            ..
-        } => {
-            if depth.saturating_add(nest) > plan.max_depth {
-                return Err(Fault {
-                    at,
-                    path: NONE,
-                    problem: Problem::TooDeep(plan.max_depth),
-                });
-            }
-            let steps = (steps as usize, len as usize);
-            if nulls {
-                run_steps::<true>(plan, steps, buf, pos, cols, depth, empty)?;
-            } else {
-                run_steps::<false>(plan, steps, buf, pos, cols, depth, empty)?;
-            }
-            if col != NONE {
-                push_struct_row(cols, col);
-            }
-        }
+        Op::Record { .. } => record(plan, op, buf, pos, cols, depth, ctx)?,
         Op::Array {
             col,
             item,
@@ -356,14 +344,14 @@ fn run(
             }
             loop {
                 let at = *pos;
-                let n = match next_block(buf, pos, col == NONE, item_bytes, empty) {
+                let n = match next_block(buf, pos, col == NONE, item_bytes, &mut ctx.empty) {
                     Ok(Block::End) => break,
                     Ok(Block::Skipped) => continue,
                     Ok(Block::Items(n)) => n,
                     Err(problem) => return Err(Fault { at, path, problem }),
                 };
                 for _ in 0..n {
-                    run(plan, item, buf, pos, cols, depth + 1, empty)?;
+                    run(plan, item, buf, pos, cols, depth + 1, ctx)?;
                 }
             }
             if col != NONE {
@@ -383,7 +371,7 @@ fn run(
             loop {
                 let at = *pos;
                 // Each entry holds at least its key's length byte.
-                let n = match next_block(buf, pos, col == NONE, 1, empty) {
+                let n = match next_block(buf, pos, col == NONE, 1, &mut ctx.empty) {
                     Ok(Block::End) => break,
                     Ok(Block::Skipped) => continue,
                     Ok(Block::Items(n)) => n,
@@ -402,7 +390,7 @@ fn run(
                         }
                         push_bytes(cols, key, name).map_err(fault_at(k, path))?;
                     }
-                    run(plan, value, buf, pos, cols, depth + 1, empty)?;
+                    run(plan, value, buf, pos, cols, depth + 1, ctx)?;
                     if entries != NONE {
                         push_struct_row(cols, entries);
                     }
@@ -424,7 +412,7 @@ fn run(
             if depth > plan.max_depth {
                 return Err(fault(path)(Problem::TooDeep(plan.max_depth)));
             }
-            run(plan, b, buf, pos, cols, depth + 1, empty)?;
+            run(plan, b, buf, pos, cols, depth + 1, ctx)?;
         }
         Op::Refuse { branch, path } => {
             // `at` is past the branch index already; point at the index.
@@ -439,10 +427,53 @@ fn run(
     Ok(())
 }
 
+/// Runs record operation `op` at `depth`: its steps, then its struct row.
+#[inline(always)]
+fn record(
+    plan: &Plan,
+    op: u32,
+    buf: &[u8],
+    pos: &mut usize,
+    cols: &mut [Column],
+    depth: u32,
+    ctx: &mut Ctx,
+) -> Result<(), Fault> {
+    let Op::Record {
+        col,
+        steps,
+        len,
+        nest,
+        nulls,
+        ..
+    } = plan.ops[op as usize]
+    else {
+        return run(plan, op, buf, pos, cols, depth, ctx);
+    };
+    if depth.saturating_add(nest) > plan.max_depth {
+        return Err(Fault {
+            at: *pos,
+            path: NONE,
+            problem: Problem::TooDeep(plan.max_depth),
+        });
+    }
+    let steps = (steps as usize, len as usize);
+    if nulls || ctx.nulls {
+        run_steps::<true>(plan, steps, buf, pos, cols, depth, ctx)?;
+    } else {
+        run_steps::<false>(plan, steps, buf, pos, cols, depth, ctx)?;
+    }
+    if col != NONE {
+        push_struct_row(cols, col);
+    }
+    Ok(())
+}
+
 /// Runs the `steps.1` steps from `steps.0` of a record at `depth`. `NULLS`: some step writes a
 /// column that can hold nulls, so each keeps its validity; otherwise no column written here
 /// ever has a validity bitmap (`Compiler::mark_nulls`), and the steps do not look for one.
-#[inline(always)]
+/// A function of its own, apart from the rarer operations of [`run`], so that the loop keeps
+/// its values in registers.
+#[inline(never)]
 fn run_steps<const NULLS: bool>(
     plan: &Plan,
     steps: (usize, usize),
@@ -450,11 +481,15 @@ fn run_steps<const NULLS: bool>(
     pos: &mut usize,
     cols: &mut [Column],
     depth: u32,
-    empty: &mut u64,
+    ctx: &mut Ctx,
 ) -> Result<(), Fault> {
     let (from, len) = steps;
+    // The position lives in a local that no call sees (calls get a copy), so that it stays in
+    // a register.
+    let mut p = *pos;
     for (i, &step) in plan.steps[from..from + len].iter().enumerate() {
-        let at = *pos;
+        let at = p;
+        let pos = &mut p;
         let r =
             match step {
                 Step::Long { col } => read_long(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
@@ -470,12 +505,27 @@ fn run_steps<const NULLS: bool>(
                     push_struct_row(cols, col);
                     Ok(())
                 }
-                Step::Skip { run } => {
-                    skip_run(plan, run, buf, pos)?;
+                Step::Skip { run, code, end } => {
+                    let code = &plan.skip_code[code as usize..end as usize];
+                    let mut q = at;
+                    if !skip_run(code, buf, &mut q) {
+                        return Err(skip_fault(plan, run, buf, at));
+                    }
+                    *pos = q;
                     Ok(())
                 }
                 Step::Op { op, level } => {
-                    run(plan, op, buf, pos, cols, depth.saturating_add(level), empty)?;
+                    let mut q = at;
+                    run(
+                        plan,
+                        op,
+                        buf,
+                        &mut q,
+                        cols,
+                        depth.saturating_add(level),
+                        ctx,
+                    )?;
+                    *pos = q;
                     Ok(())
                 }
             };
@@ -483,6 +533,7 @@ fn run_steps<const NULLS: bool>(
             return Err(step_fault(plan, from + i, at, problem));
         }
     }
+    *pos = p;
     Ok(())
 }
 
@@ -519,29 +570,55 @@ fn valid<const NULLS: bool>(c: &mut Column) {
     }
 }
 
-/// Passes over skip run `run` (see [`super::plan::SkipRun`]).
-#[inline(always)]
-fn skip_run(plan: &Plan, run: u32, buf: &[u8], pos: &mut usize) -> Result<(), Fault> {
-    let r = plan.runs[run as usize];
-    let start = *pos;
-    for code in &plan.skip_code[r.code.0 as usize..r.code.1 as usize] {
+/// Passes over the values of a skip run ([`super::plan::SkipRun`]), false where one fails.
+/// A call of its own: the record's loop keeps its registers, and this one gets its own.
+#[inline(never)]
+fn skip_run(code: &[SkipCode], buf: &[u8], pos: &mut usize) -> bool {
+    let mut p = *pos;
+    for code in code {
         let passed = match *code {
-            SkipCode::Varints(n) => skip_varints(buf, pos, n),
-            SkipCode::Bytes => read_bytes(buf, pos).is_ok(),
-            SkipCode::Fixed(n) => take(buf, pos, n as usize).is_ok(),
+            SkipCode::Varints(n) => skip_varints(buf, &mut p, n),
+            SkipCode::Bytes => skip_bytes(buf, &mut p),
+            SkipCode::Fixed(n) => match p.checked_add(n as usize) {
+                Some(end) if end <= buf.len() => {
+                    p = end;
+                    true
+                }
+                _ => false,
+            },
         };
         if !passed {
-            return Err(skip_fault(plan, r, buf, start));
+            return false;
         }
     }
-    Ok(())
+    *pos = p;
+    true
+}
+
+/// Passes over a length and that many bytes; a length under 64 (one byte) without a call.
+#[inline(always)]
+fn skip_bytes(buf: &[u8], pos: &mut usize) -> bool {
+    let p = *pos;
+    match buf.get(p) {
+        Some(&b) if b < 0x80 => {
+            // A one-byte zigzag length: odd is negative.
+            let end = p + 1 + usize::from(b >> 1);
+            if b & 1 != 0 || end > buf.len() {
+                return false;
+            }
+            *pos = end;
+            true
+        }
+        _ => read_bytes(buf, pos).is_ok(),
+    }
 }
 
 /// Passes over the skips of run `r` one by one from `start`, to name the field and offset
 /// where the run failed.
 #[cold]
 #[inline(never)]
-fn skip_fault(plan: &Plan, r: SkipRun, buf: &[u8], start: usize) -> Fault {
+fn skip_fault(plan: &Plan, run: u32, buf: &[u8], start: usize) -> Fault {
+    let r = plan.runs[run as usize];
     let mut pos = start;
     for i in r.skips.0 as usize..r.skips.1 as usize {
         let at = pos;
@@ -582,7 +659,16 @@ fn skip_varints(buf: &[u8], pos: &mut usize, mut n: u32) -> bool {
         };
         let stops = !u64::from_le_bytes(*w) & 0x8080_8080_8080_8080;
         if stops == 0 {
-            if read_long(buf, &mut p).is_err() {
+            // Nine or ten bytes (a long of 2^55 or more: hashes, ids, negative values): the
+            // ninth byte ends it, or the tenth, which may only hold the 64th bit.
+            let Some(&b8) = buf.get(p + 8) else {
+                return false;
+            };
+            if b8 < 0x80 {
+                p += 9;
+            } else if buf.get(p + 9).is_some_and(|&b9| b9 <= 1) {
+                p += 10;
+            } else {
                 return false;
             }
             n -= 1;

@@ -139,6 +139,7 @@ impl FramedAvroDecoder {
         };
         self.current = index;
         self.current_id = u64::from(id);
+        self.state.plans_mixed |= self.plans.len() > 1;
         Ok(())
     }
 }

@@ -186,9 +186,12 @@ pub(crate) enum Step {
     StructRow {
         col: u32,
     },
-    /// Skip run `run` of [`Plan::runs`].
+    /// Skip run `run` of [`Plan::runs`], whose code is `code..end` of [`Plan::skip_code`]
+    /// (repeated here to save a lookup).
     Skip {
         run: u32,
+        code: u32,
+        end: u32,
     },
     /// Operation `op`, run `level` records below the record that holds the step.
     Op {
@@ -213,8 +216,6 @@ pub(crate) enum Skip {
 pub(crate) struct SkipRun {
     /// Into [`Plan::skips`] and [`Plan::skip_paths`].
     pub(crate) skips: (u32, u32),
-    /// Into [`Plan::skip_code`].
-    pub(crate) code: (u32, u32),
 }
 
 /// One instruction of a skip run.
@@ -1336,10 +1337,14 @@ impl Steps {
         }
         plan.runs.push(SkipRun {
             skips: (skips, plan.skips.len() as u32),
-            code: (code as u32, plan.skip_code.len() as u32),
         });
         let run = (plan.runs.len() - 1) as u32;
-        self.steps.push((Step::Skip { run }, NONE));
+        let step = Step::Skip {
+            run,
+            code: code as u32,
+            end: plan.skip_code.len() as u32,
+        };
+        self.steps.push((step, NONE));
     }
 }
 

@@ -271,3 +271,55 @@ fn a_fields_own_name_wins_over_an_alias_and_defaults_follow_the_readers_units() 
     assert_eq!(row["x"], 2, "x is read from x, not from its alias y");
     assert_eq!(row["at"], 1_500_000, "1500 ms as microseconds");
 }
+
+#[test]
+fn a_column_one_schema_fills_with_nulls_keeps_its_validity_under_the_others() {
+    // Version 4 lacks `item`: its rows hold a null there. Rows of version 1, which reads `item`
+    // as a plain string, must still mark theirs valid in the same batch.
+    const V4: &str = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"}]}"#;
+    let columns = vec![
+        ColumnSpec::new("id", DataType::Int64),
+        ColumnSpec::new("item", DataType::Utf8),
+    ];
+    let source = Arc::new(Schemas {
+        columns: columns.clone(),
+        by_id: HashMap::from([(1, V1), (4, V4)]),
+        asked: Mutex::default(),
+    });
+    let reference = source.plan(1).unwrap();
+    let mut d = FramedAvroDecoder::new(source, reference, 100);
+    let v1 = |id: i64, item: &[u8]| {
+        let mut b = Vec::new();
+        long(&mut b, id);
+        bytes(&mut b, item);
+        framed(1, &b)
+    };
+    let v4 = |id: i64| {
+        let mut b = Vec::new();
+        long(&mut b, id);
+        framed(4, &b)
+    };
+    for m in [
+        v1(1, b"a"),
+        v4(2),
+        v1(3, b"c"),
+        v1(4, b"d"),
+        v4(5),
+        v1(6, b"f"),
+    ] {
+        d.decode(&m).unwrap();
+    }
+    let batch = d.flush().unwrap();
+    let rows: Vec<_> = (0..batch.num_rows()).map(|r| row_json(&batch, r)).collect();
+    assert_eq!(
+        rows,
+        vec![
+            serde_json::json!({"id": 1, "item": "a"}),
+            serde_json::json!({"id": 2, "item": null}),
+            serde_json::json!({"id": 3, "item": "c"}),
+            serde_json::json!({"id": 4, "item": "d"}),
+            serde_json::json!({"id": 5, "item": null}),
+            serde_json::json!({"id": 6, "item": "f"}),
+        ]
+    );
+}
