@@ -490,20 +490,22 @@ fn run_steps<const NULLS: bool>(
     for (i, &step) in plan.steps[from..from + len].iter().enumerate() {
         let at = p;
         let pos = &mut p;
-        let r =
+        // The common reads say only whether they succeeded; a failed one is read again by
+        // `step_fault`, off the hot path, to say why.
+        let read =
             match step {
-                Step::Long { col } => read_long(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
-                Step::Int { col } => read_int(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
-                Step::Double { col } => take_array::<8>(buf, pos)
+                Step::Long { col } => fast_long(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
+                Step::Int { col } => fast_int(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
+                Step::Double { col } => fast_array::<8>(buf, pos)
                     .map(|b| put::<_, NULLS>(cols, col, f64::from_le_bytes(b))),
-                Step::Float { col } => take_array::<4>(buf, pos)
+                Step::Float { col } => fast_array::<4>(buf, pos)
                     .map(|b| put::<_, NULLS>(cols, col, f32::from_le_bytes(b))),
-                Step::Str { col } => read_string::<NULLS>(buf, pos, cols, col, true),
-                Step::Bin { col } => read_string::<NULLS>(buf, pos, cols, col, false),
-                Step::Bool { col } => read_bool::<NULLS>(buf, pos, cols, col),
+                Step::Str { col } => fast_string::<NULLS>(buf, pos, cols, col, true),
+                Step::Bin { col } => fast_string::<NULLS>(buf, pos, cols, col, false),
+                Step::Bool { col } => fast_bool::<NULLS>(buf, pos, cols, col),
                 Step::StructRow { col } => {
                     push_struct_row(cols, col);
-                    Ok(())
+                    Some(())
                 }
                 Step::Skip { run, code, end } => {
                     let code = &plan.skip_code[code as usize..end as usize];
@@ -512,7 +514,7 @@ fn run_steps<const NULLS: bool>(
                         return Err(skip_fault(plan, run, buf, at));
                     }
                     *pos = q;
-                    Ok(())
+                    Some(())
                 }
                 Step::Op { op, level } => {
                     let mut q = at;
@@ -526,25 +528,147 @@ fn run_steps<const NULLS: bool>(
                         ctx,
                     )?;
                     *pos = q;
-                    Ok(())
+                    Some(())
                 }
             };
-        if let Err(problem) = r {
-            return Err(step_fault(plan, from + i, at, problem));
+        if read.is_none() {
+            return Err(step_fault(plan, from + i, buf, at));
         }
     }
     *pos = p;
     Ok(())
 }
 
-/// The fault of step `index` of [`Plan::steps`], which started at byte `at`.
+/// Why step `index` of [`Plan::steps`], which started at byte `at`, failed: its value read
+/// again with the reads that say why.
 #[cold]
-fn step_fault(plan: &Plan, index: usize, at: usize, problem: Problem) -> Fault {
+#[inline(never)]
+fn step_fault(plan: &Plan, index: usize, buf: &[u8], at: usize) -> Fault {
+    let mut pos = at;
+    let pos = &mut pos;
+    let problem = match plan.steps.get(index) {
+        Some(Step::Long { .. }) => read_long(buf, pos).err(),
+        Some(Step::Int { .. }) => read_int(buf, pos).err(),
+        Some(Step::Double { .. }) => take(buf, pos, 8).err(),
+        Some(Step::Float { .. }) => take(buf, pos, 4).err(),
+        Some(Step::Bool { .. }) => match buf.get(at) {
+            None => Some(Problem::Truncated),
+            Some(&b) => Some(Problem::BadBool(b)),
+        },
+        Some(Step::Str { .. }) => match read_bytes(buf, pos) {
+            Err(problem) => Some(problem),
+            Ok(b) if std::str::from_utf8(b).is_err() => Some(Problem::InvalidUtf8),
+            Ok(_) => Some(Problem::TooLarge),
+        },
+        Some(Step::Bin { .. }) => Some(read_bytes(buf, pos).err().unwrap_or(Problem::TooLarge)),
+        _ => None,
+    };
     Fault {
         at,
         path: plan.step_paths.get(index).copied().unwrap_or(NONE),
-        problem,
+        problem: problem.unwrap_or(Problem::Truncated),
     }
+}
+
+/// A varint, or `None` where it is cut short, longer than 10 bytes or past 64 bits. One to
+/// eight bytes are read from one word (the stop byte found with a bit scan, the 7-bit groups
+/// packed with three masked shifts); the rest byte by byte.
+#[inline(always)]
+fn fast_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let p = *pos;
+    let &b = buf.get(p)?;
+    if b < 0x80 {
+        *pos = p + 1;
+        return Some(u64::from(b));
+    }
+    if let Some(w) = buf.get(p..).and_then(<[u8]>::first_chunk::<8>) {
+        let word = u64::from_le_bytes(*w);
+        let stops = !word & 0x8080_8080_8080_8080;
+        if stops != 0 {
+            let bytes = stops.trailing_zeros() / 8 + 1;
+            *pos = p + bytes as usize;
+            // The varint's bytes only (bytes is 2 to 8), their high bits cleared.
+            let x = (word & (u64::MAX >> (64 - 8 * bytes))) & 0x7f7f_7f7f_7f7f_7f7f;
+            let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+            let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+            return Some((x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4));
+        }
+    }
+    read_long(buf, pos)
+        .ok()
+        .map(|v| ((v << 1) ^ (v >> 63)) as u64)
+}
+
+/// [`fast_varint`] as a zigzag `long`.
+#[inline(always)]
+fn fast_long(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let v = fast_varint(buf, pos)?;
+    Some((v >> 1) as i64 ^ -((v & 1) as i64))
+}
+
+/// [`fast_long`] within an `int`'s range.
+#[inline(always)]
+fn fast_int(buf: &[u8], pos: &mut usize) -> Option<i32> {
+    i32::try_from(fast_long(buf, pos)?).ok()
+}
+
+/// `N` bytes at `*pos`, as an array.
+#[inline(always)]
+fn fast_array<const N: usize>(buf: &[u8], pos: &mut usize) -> Option<[u8; N]> {
+    let b = buf.get(*pos..)?.first_chunk::<N>()?;
+    *pos += N;
+    Some(*b)
+}
+
+#[inline(always)]
+fn fast_bool<const NULLS: bool>(
+    buf: &[u8],
+    pos: &mut usize,
+    cols: &mut [Column],
+    col: u32,
+) -> Option<()> {
+    let b = *buf.get(*pos)?;
+    if b > 1 {
+        return None;
+    }
+    *pos += 1;
+    let c = &mut cols[col as usize];
+    if let Values::Bool(bits) = &mut c.values {
+        bits.push(b == 1);
+    }
+    valid::<NULLS>(c);
+    Some(())
+}
+
+/// A `string` or `bytes` into a Utf8 (`utf8`: checked) or Binary column. Short values are
+/// checked and copied as one chunk ([`crate::strings`]).
+#[inline(always)]
+fn fast_string<const NULLS: bool>(
+    buf: &[u8],
+    pos: &mut usize,
+    cols: &mut [Column],
+    col: u32,
+    utf8: bool,
+) -> Option<()> {
+    let n = usize::try_from(fast_long(buf, pos)?).ok()?;
+    let start = *pos;
+    let end = start.checked_add(n).filter(|&end| end <= buf.len())?;
+    if utf8 {
+        let ascii = short_chunk(buf, start, n).is_some_and(|c| is_ascii_prefix(c, n));
+        if !ascii && utf8_error_at(buf, start, end).is_some() {
+            return None;
+        }
+    }
+    let c = &mut cols[col as usize];
+    if let Values::Bytes { offsets, data } = &mut c.values {
+        append_bytes(data, buf, start, end);
+        if !push_offset(offsets, data.len()) {
+            return None;
+        }
+    }
+    valid::<NULLS>(c);
+    *pos = end;
+    Some(())
 }
 
 /// Appends `v` to column `col`; `NULLS`: the column may have a validity bitmap to extend.
@@ -689,81 +813,6 @@ fn skip_varints(buf: &[u8], pos: &mut usize, mut n: u32) -> bool {
     }
     *pos = p;
     true
-}
-
-/// `N` bytes at `*pos`, as an array.
-#[inline(always)]
-fn take_array<const N: usize>(buf: &[u8], pos: &mut usize) -> Result<[u8; N], Problem> {
-    match buf.get(*pos..).and_then(<[u8]>::first_chunk::<N>) {
-        Some(b) => {
-            *pos += N;
-            Ok(*b)
-        }
-        None => Err(Problem::LengthPastEnd {
-            length: N as u64,
-            remaining: buf.len().saturating_sub(*pos),
-        }),
-    }
-}
-
-#[inline(always)]
-fn read_bool<const NULLS: bool>(
-    buf: &[u8],
-    pos: &mut usize,
-    cols: &mut [Column],
-    col: u32,
-) -> Result<(), Problem> {
-    let b = *buf.get(*pos).ok_or(Problem::Truncated)?;
-    if b > 1 {
-        return Err(Problem::BadBool(b));
-    }
-    *pos += 1;
-    let c = &mut cols[col as usize];
-    if let Values::Bool(bits) = &mut c.values {
-        bits.push(b == 1);
-    }
-    valid::<NULLS>(c);
-    Ok(())
-}
-
-/// A `string` or `bytes` into a Utf8 (`utf8`: checked) or Binary column. Short values are
-/// checked and copied as one chunk ([`crate::strings`]).
-#[inline(always)]
-fn read_string<const NULLS: bool>(
-    buf: &[u8],
-    pos: &mut usize,
-    cols: &mut [Column],
-    col: u32,
-    utf8: bool,
-) -> Result<(), Problem> {
-    let len = read_long(buf, pos)?;
-    let n = usize::try_from(len).map_err(|_| Problem::NegativeLength(len))?;
-    let start = *pos;
-    let end = match start.checked_add(n) {
-        Some(end) if end <= buf.len() => end,
-        _ => {
-            return Err(Problem::LengthPastEnd {
-                length: n as u64,
-                remaining: buf.len() - start,
-            })
-        }
-    };
-    if utf8 {
-        let ascii = short_chunk(buf, start, n).is_some_and(|c| is_ascii_prefix(c, n));
-        if !ascii && utf8_error_at(buf, start, end).is_some() {
-            return Err(Problem::InvalidUtf8);
-        }
-    }
-    let c = &mut cols[col as usize];
-    if let Values::Bytes { offsets, data } = &mut c.values {
-        append_bytes(data, buf, start, end);
-        if !push_offset(offsets, data.len()) {
-            return Err(Problem::TooLarge);
-        }
-    }
-    valid::<NULLS>(c);
-    *pos = end;
-    Ok(())
 }
 
 /// Reads one value (anything but a record, array, map or union). Inlined into the record loop
