@@ -487,13 +487,14 @@ fn run_steps<const NULLS: bool>(
     // The position lives in a local that no call sees (calls get a copy), so that it stays in
     // a register.
     let mut p = *pos;
-    for (i, &step) in plan.steps[from..from + len].iter().enumerate() {
+    let steps = &plan.steps[from..from + len];
+    for (i, step) in steps.iter().enumerate() {
         let at = p;
         let pos = &mut p;
         // The common reads say only whether they succeeded; a failed one is read again by
         // `step_fault`, off the hot path, to say why.
         let read =
-            match step {
+            match *step {
                 Step::Long { col } => fast_long(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
                 Step::Int { col } => fast_int(buf, pos).map(|v| put::<_, NULLS>(cols, col, v)),
                 Step::Double { col } => fast_array::<8>(buf, pos)
@@ -582,6 +583,11 @@ fn fast_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
         return Some(u64::from(b));
     }
     if let Some(w) = buf.get(p..).and_then(<[u8]>::first_chunk::<8>) {
+        // Two bytes (64 to 8191: sizes, counts, small ids) without the packing.
+        if w[1] < 0x80 {
+            *pos = p + 2;
+            return Some(u64::from(b & 0x7f) | u64::from(w[1]) << 7);
+        }
         let word = u64::from_le_bytes(*w);
         let stops = !word & 0x8080_8080_8080_8080;
         if stops != 0 {
