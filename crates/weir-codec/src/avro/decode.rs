@@ -444,6 +444,7 @@ fn record(
         len,
         nest,
         nulls,
+        skips,
         ..
     } = plan.ops[op as usize]
     else {
@@ -457,10 +458,11 @@ fn record(
         });
     }
     let steps = (steps as usize, len as usize);
-    if nulls || ctx.nulls {
-        run_steps::<true>(plan, steps, buf, pos, cols, depth, ctx)?;
-    } else {
-        run_steps::<false>(plan, steps, buf, pos, cols, depth, ctx)?;
+    match (nulls || ctx.nulls, skips) {
+        (true, true) => run_steps::<true, true>(plan, steps, buf, pos, cols, depth, ctx)?,
+        (true, false) => run_steps::<true, false>(plan, steps, buf, pos, cols, depth, ctx)?,
+        (false, true) => run_steps::<false, true>(plan, steps, buf, pos, cols, depth, ctx)?,
+        (false, false) => run_steps::<false, false>(plan, steps, buf, pos, cols, depth, ctx)?,
     }
     if col != NONE {
         push_struct_row(cols, col);
@@ -471,10 +473,12 @@ fn record(
 /// Runs the `steps.1` steps from `steps.0` of a record at `depth`. `NULLS`: some step writes a
 /// column that can hold nulls, so each keeps its validity; otherwise no column written here
 /// ever has a validity bitmap (`Compiler::mark_nulls`), and the steps do not look for one.
+/// `SKIPS`: some step is a skip run, passed over in line (a loop that reads every field keeps
+/// its registers for the reads instead).
 /// A function of its own, apart from the rarer operations of [`run`], so that the loop keeps
 /// its values in registers.
 #[inline(never)]
-fn run_steps<const NULLS: bool>(
+fn run_steps<const NULLS: bool, const SKIPS: bool>(
     plan: &Plan,
     steps: (usize, usize),
     buf: &[u8],
@@ -511,7 +515,12 @@ fn run_steps<const NULLS: bool>(
                 Step::Skip { run, code, end } => {
                     let code = &plan.skip_code[code as usize..end as usize];
                     let mut q = at;
-                    if !skip_run(code, buf, &mut q) {
+                    let passed = if SKIPS {
+                        skip_run(code, buf, &mut q)
+                    } else {
+                        skip_run_apart(code, buf, &mut q)
+                    };
+                    if !passed {
                         return Err(skip_fault(plan, run, buf, at));
                     }
                     *pos = q;
@@ -700,9 +709,15 @@ fn valid<const NULLS: bool>(c: &mut Column) {
     }
 }
 
-/// Passes over the values of a skip run ([`super::plan::SkipRun`]), false where one fails.
-/// A call of its own: the record's loop keeps its registers, and this one gets its own.
+/// [`skip_run`], a call of its own, for the loop of a record that reads every field: that
+/// loop keeps its registers for the reads.
 #[inline(never)]
+fn skip_run_apart(code: &[SkipCode], buf: &[u8], pos: &mut usize) -> bool {
+    skip_run(code, buf, pos)
+}
+
+/// Passes over the values of a skip run ([`super::plan::SkipRun`]), false where one fails.
+#[inline(always)]
 fn skip_run(code: &[SkipCode], buf: &[u8], pos: &mut usize) -> bool {
     let mut p = *pos;
     for code in code {

@@ -116,6 +116,8 @@ pub(crate) enum Op {
         nest: u32,
         /// Whether a step writes a column that can hold nulls (so keeps their validity).
         nulls: bool,
+        /// Whether a step is a skip run.
+        skips: bool,
     },
     /// Blocks of items, each read by operation `item`, then a row of list column `col`.
     Array {
@@ -720,6 +722,10 @@ impl Compiler<'_> {
         out.end_skips(&mut self.plan);
         let steps = self.plan.steps.len() as u32;
         let len = out.steps.len() as u32;
+        let skips = out
+            .steps
+            .iter()
+            .any(|(s, _)| matches!(s, Step::Skip { .. }));
         for (step, path) in out.steps {
             self.plan.steps.push(step);
             self.plan.step_paths.push(path);
@@ -732,6 +738,7 @@ impl Compiler<'_> {
             len,
             nest: out.nest,
             nulls: true,
+            skips,
         };
     }
 
