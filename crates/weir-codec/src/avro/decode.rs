@@ -1,5 +1,8 @@
-//! The per-message loop: runs the plan's operations over Avro binary data, appending to the
-//! column arena. Every read is bounded by the message; a failed message is rolled back.
+//! The per-message loop: runs the plan over Avro binary data, appending to the column arena.
+//! A record runs as its straight-line steps (the common reads typed, skipped fields in runs);
+//! arrays, maps, unions and the rarer values run as operations. Every read is bounded by the
+//! message; a failed message is rolled back, and a failed value is read again, off the hot
+//! path, to say where and why.
 
 use super::plan::{Const, Num, Op, Plan, Skip, SkipCode, Step, NONE};
 use crate::columns::{self, push_offset, Column, Native, Values};
