@@ -8,6 +8,7 @@ use super::plan::{Const, Num, Op, Plan, Skip, SkipCode, Step, NONE};
 use crate::columns::{self, push_offset, Column, Native, Values};
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::strings::{append_bytes, is_ascii_prefix, short_chunk, utf8_error_at};
+use arrow_buffer::i256;
 
 /// A decoder's buffers: the columns and the rows they hold.
 #[derive(Debug)]
@@ -316,6 +317,28 @@ fn decimal_value(bytes: &[u8], precision: u8) -> Result<i128, Problem> {
     }
     let bound = POW10[usize::from(precision.min(38))];
     if v >= bound || v <= -bound {
+        return Err(Problem::OutOfRange);
+    }
+    Ok(v)
+}
+
+/// [`decimal_value`] for Decimal256: up to 32 bytes (more only as redundant sign bytes), below
+/// 10^precision in magnitude.
+fn decimal256_value(bytes: &[u8], precision: u8) -> Result<i256, Problem> {
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    let sign = if negative { 0xff } else { 0 };
+    let cut = bytes.len().saturating_sub(32);
+    if bytes[..cut].iter().any(|&b| b != sign) {
+        return Err(Problem::OutOfRange);
+    }
+    let rest = &bytes[cut..];
+    let mut be = [sign; 32];
+    be[32 - rest.len()..].copy_from_slice(rest);
+    let v = i256::from_be_bytes(be);
+    let bound = i256::from_i128(10)
+        .checked_pow(u32::from(precision.min(76)))
+        .ok_or(Problem::OutOfRange)?;
+    if v >= bound || v <= bound.wrapping_neg() {
         return Err(Problem::OutOfRange);
     }
     Ok(v)
@@ -903,6 +926,7 @@ fn value(
             push_bytes(cols, col, b).map_err(fault(path))?;
         }
         Op::Decimal {
+            wide,
             col,
             size,
             precision,
@@ -914,8 +938,13 @@ fn value(
                 take(buf, pos, size as usize)
             }
             .map_err(fault(path))?;
-            let v = decimal_value(b, precision).map_err(fault(path))?;
-            push(cols, col, v);
+            if wide {
+                let v = decimal256_value(b, precision).map_err(fault(path))?;
+                push(cols, col, v);
+            } else {
+                let v = decimal_value(b, precision).map_err(fault(path))?;
+                push(cols, col, v);
+            }
         }
         Op::Duration { col, path } => {
             let b = take(buf, pos, 12).map_err(fault(path))?;

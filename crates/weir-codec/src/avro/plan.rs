@@ -77,8 +77,10 @@ pub(crate) enum Op {
         size: u32,
         path: u32,
     },
-    /// A decimal (`size` 0: length-prefixed bytes; else a fixed of `size`) into Decimal128.
+    /// A decimal (`size` 0: length-prefixed bytes; else a fixed of `size`) into Decimal128, or
+    /// Decimal256 where `wide`.
     Decimal {
+        wide: bool,
         col: u32,
         size: u32,
         precision: u8,
@@ -581,11 +583,12 @@ impl Compiler<'_> {
                     DataType::Decimal128(_, _) | DataType::Interval(IntervalUnit::MonthDayNano) => {
                         Values::I128(Vec::new())
                     }
+                    DataType::Decimal256(_, _) => Values::I256(Vec::new()),
                     DataType::Utf8 | DataType::Binary => Values::bytes(),
                     _ => {
                         return Err(unsupported(format!(
                             "Arrow type {other} (the Avro decoder reads Boolean, Int32, Int64, \
-                             Float32, Float64, Decimal128, Date32, Time32(ms), Time64(us|ns), \
+                             Float32, Float64, Decimal128, Decimal256, Date32, Time32(ms), Time64(us|ns), \
                              Timestamp, Interval(MonthDayNano), Utf8, Binary, Struct, List and \
                              Map)"
                         )))
@@ -1046,7 +1049,12 @@ impl Compiler<'_> {
                     Some(Leaf::Double) => Op::Double { col, path: p },
                     Some(Leaf::Bytes { utf8 }) => Op::Bytes { col, utf8, path: p },
                     Some(Leaf::Fixed(size)) => Op::Fixed { col, size, path: p },
-                    Some(Leaf::Decimal { size, precision }) => Op::Decimal {
+                    Some(Leaf::Decimal {
+                        size,
+                        precision,
+                        wide,
+                    }) => Op::Decimal {
+                        wide,
                         col,
                         size,
                         precision,
@@ -1362,9 +1370,15 @@ enum Leaf {
     Long(Num),
     Float(Num),
     Double,
-    Bytes { utf8: bool },
+    Bytes {
+        utf8: bool,
+    },
     Fixed(u32),
-    Decimal { size: u32, precision: u8 },
+    Decimal {
+        size: u32,
+        precision: u8,
+        wide: bool,
+    },
     Duration,
     Enum(Vec<String>),
 }
@@ -1413,24 +1427,25 @@ fn leaf(n: &Node, ty: &DataType) -> Option<Leaf> {
         (Node::Double, D::Float64) => Leaf::Double,
         (Node::String(_) | Node::Bytes(None), D::Utf8) => Leaf::Bytes { utf8: true },
         (Node::String(_) | Node::Bytes(None), D::Binary) => Leaf::Bytes { utf8: false },
-        (Node::Bytes(Some(Logical::Decimal { precision, scale })), D::Decimal128(p, s))
-            if p >= precision && s == scale =>
-        {
-            Leaf::Decimal {
-                size: 0,
-                precision: *p,
-            }
-        }
+        (
+            Node::Bytes(Some(Logical::Decimal { precision, scale })),
+            D::Decimal128(p, s) | D::Decimal256(p, s),
+        ) if p >= precision && s == scale => Leaf::Decimal {
+            size: 0,
+            precision: *p,
+            wide: matches!(ty, D::Decimal256(..)),
+        },
         (
             Node::Fixed {
                 size,
                 logical: Some(Logical::Decimal { precision, scale }),
                 ..
             },
-            D::Decimal128(p, s),
+            D::Decimal128(p, s) | D::Decimal256(p, s),
         ) if p >= precision && s == scale => Leaf::Decimal {
             size: *size as u32,
             precision: *p,
+            wide: matches!(ty, D::Decimal256(..)),
         },
         (
             Node::Fixed {
@@ -1455,9 +1470,10 @@ fn hint(n: &Node, ty: &DataType) -> &'static str {
         (Node::Long(Some(_)), DataType::Timestamp(..)) => {
             "; a timestamp reads into its own unit or a finer one"
         }
-        (Node::Bytes(Some(_)) | Node::Fixed { .. }, DataType::Decimal128(..)) => {
-            "; a decimal reads into the same scale and a precision at least the writer's"
-        }
+        (
+            Node::Bytes(Some(_)) | Node::Fixed { .. },
+            DataType::Decimal128(..) | DataType::Decimal256(..),
+        ) => "; a decimal reads into the same scale and a precision at least the writer's",
         (Node::Long(_), DataType::Int32) => "; a long does not narrow to INT: declare BIGINT",
         (Node::Double, DataType::Float32) => "; a double does not narrow to REAL: declare DOUBLE",
         _ => "",

@@ -284,14 +284,16 @@ impl AvroSchema {
     }
 }
 
-/// Decimal128 up to precision 38; Avro's larger decimals have no column type here.
+/// Decimal128 up to precision 38, Decimal256 up to 76.
 pub(crate) fn decimal_type(precision: u8, scale: i8) -> Result<DataType, String> {
-    if precision == 0 || precision > 38 {
-        return Err(format!(
-            "decimal({precision}, {scale}) does not fit Decimal128 (precision 1 to 38)"
-        ));
+    match precision {
+        1..=38 => Ok(DataType::Decimal128(precision, scale)),
+        39..=76 => Ok(DataType::Decimal256(precision, scale)),
+        _ => Err(format!(
+            "decimal({precision}, {scale}) does not fit Decimal128 or Decimal256 (precision 1 \
+             to 76)"
+        )),
     }
-    Ok(DataType::Decimal128(precision, scale))
 }
 
 /// The unit of a timestamp logical type, and whether it is an instant (UTC) rather than a

@@ -38,6 +38,8 @@ pub(crate) enum Values {
     F64(Vec<f64>),
     /// Decimal128.
     I128(Vec<i128>),
+    /// Decimal256.
+    I256(Vec<arrow_buffer::i256>),
     /// Utf8 and Binary: offsets (starting with 0) and bytes.
     Bytes {
         offsets: Vec<i32>,
@@ -70,6 +72,7 @@ macro_rules! fixed {
             Values::F32($v) => $body,
             Values::F64($v) => $body,
             Values::I128($v) => $body,
+            Values::I256($v) => $body,
             $other => $else,
         }
     };
@@ -91,6 +94,7 @@ impl Values {
             Values::F32(_) => Values::F32(Vec::new()),
             Values::F64(_) => Values::F64(Vec::new()),
             Values::I128(_) => Values::I128(Vec::new()),
+            Values::I256(_) => Values::I256(Vec::new()),
             Values::Bytes { .. } => Values::bytes(),
             Values::Struct { children, .. } => Values::Struct {
                 children: children.clone(),
@@ -134,7 +138,7 @@ macro_rules! native {
 }
 
 native!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32,
-    u64 => U64, f32 => F32, f64 => F64, i128 => I128);
+    u64 => U64, f32 => F32, f64 => F64, i128 => I128, arrow_buffer::i256 => I256);
 
 /// One column: values, validity, and the Arrow type it becomes.
 #[derive(Debug)]
@@ -459,6 +463,7 @@ pub(crate) fn finish(cols: &mut [Column], id: usize) -> ArrayRef {
         Values::F32(v) => buffers.push(take(v, cap)),
         Values::F64(v) => buffers.push(take(v, cap)),
         Values::I128(v) => buffers.push(take(v, cap)),
+        Values::I256(v) => buffers.push(take(v, cap)),
         Values::Bytes { offsets, data } => {
             let data_cap = data.capacity().max(cap * 16);
             let o = std::mem::replace(offsets, Vec::with_capacity(cap + 1));

@@ -554,3 +554,55 @@ fn skipped_fields_fail_where_read_ones_do() {
         "{same_ok} read, {same_err} refused"
     );
 }
+
+#[test]
+fn decimals_past_38_digits_read_as_decimal256() {
+    // 39 to 76 digits: Decimal256, from bytes and from a fixed (here 40 bytes: 8 redundant
+    // sign bytes); a value of more digits than declared is an error; 77 digits is no decimal.
+    let schema = AvroSchema::parse(
+        r#"{"type":"record","name":"B","fields":[
+            {"name":"b","type":{"type":"bytes","logicalType":"decimal","precision":50,"scale":4}},
+            {"name":"f","type":{"type":"fixed","name":"F40","size":40,"logicalType":"decimal","precision":76,"scale":0}}]}"#,
+    )
+    .unwrap();
+    let cols = weir_codec::avro_default_columns(&schema).unwrap();
+    assert_eq!(cols[0].data_type, DataType::Decimal256(50, 4));
+    assert_eq!(cols[1].data_type, DataType::Decimal256(76, 0));
+    let mut d = AvroDecoder::new(&schema, &cols, AvroDecoderOptions::default()).unwrap();
+    // Big-endian two's complement, as Avro writes it.
+    let be = |digits: &str| {
+        let v = arrow_buffer_i256(digits);
+        v.to_be_bytes()
+    };
+    let b = "-12345678901234567890123456789012345678901234567890";
+    let f = "9999999999999999999999999999999999999999999999999999999999999999999999999999";
+    let mut m = Vec::new();
+    let bb = be(b);
+    let first = bb.iter().position(|&x| x != 0xff).unwrap() - 1;
+    bytes(&mut m, &bb[first..]);
+    m.extend_from_slice(&[0; 8]);
+    m.extend_from_slice(&be(f));
+    d.decode(&m).unwrap();
+    let row = row_json(&d.flush().unwrap(), 0);
+    assert_eq!(row["b"], b);
+    assert_eq!(row["f"], f);
+    // 51 digits into decimal(50, 4): out of range, named.
+    let mut m = Vec::new();
+    bytes(&mut m, &be(&format!("1{}", "0".repeat(50)))[8..]);
+    m.extend_from_slice(&[0; 40]);
+    let e = d.decode(&m).unwrap_err().to_string();
+    assert!(e.contains("field 'b'") && e.contains("does not fit"), "{e}");
+    let too_wide = AvroSchema::parse(
+        r#"{"type":"record","name":"C","fields":[
+            {"name":"c","type":{"type":"bytes","logicalType":"decimal","precision":77,"scale":0}}]}"#,
+    )
+    .unwrap();
+    // As the specification says of a logical type that is not valid: the underlying type.
+    let c = weir_codec::avro_default_columns(&too_wide).unwrap();
+    assert_eq!(c[0].data_type, DataType::Binary);
+}
+
+/// An i256 from its decimal digits.
+fn arrow_buffer_i256(digits: &str) -> arrow_buffer::i256 {
+    arrow_buffer::i256::from_string(digits).unwrap()
+}

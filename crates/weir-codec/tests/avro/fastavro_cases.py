@@ -62,11 +62,12 @@ class Gen:
             base, logical = self.rng.choice(LOGICAL)
             return {"type": base, "logicalType": logical}
         if r < 0.56:
-            precision = self.rng.randint(1, 38)
+            # Decimal128 up to 38 digits, Decimal256 past them.
+            precision = self.rng.randint(1, 76)
             scale = self.rng.randint(0, precision)
             if self.rng.random() < 0.5:
                 return {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
-            size = 16
+            size = 16 if precision <= 38 else 32
             return {"type": "fixed", "name": self.name("Dec"), "size": size,
                     "logicalType": "decimal", "precision": precision, "scale": scale}
         if r < 0.62:
@@ -162,7 +163,7 @@ class Gen:
 
 
 def main():
-    # Decimals of up to 38 digits, exactly (the default context rounds to 28).
+    # Decimals of up to 76 digits, exactly (the default context rounds to 28).
     decimal.getcontext().prec = 80
     out, seed, schemas, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     rng = random.Random(seed)

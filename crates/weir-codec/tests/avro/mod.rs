@@ -8,7 +8,7 @@ mod evolution;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
+    Date32Type, Decimal128Type, Decimal256Type, Float32Type, Float64Type, Int32Type, Int64Type,
     Time32MillisecondType, Time64MicrosecondType, Time64NanosecondType,
 };
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -51,6 +51,9 @@ pub fn cell(a: &ArrayRef, i: usize) -> Value {
         DataType::Timestamp(_, _) => {
             let v = a.to_data().buffers()[0].typed_data::<i64>()[a.offset() + i];
             json!(v)
+        }
+        DataType::Decimal256(_, _) => {
+            json!(a.as_primitive::<Decimal256Type>().value(i).to_string())
         }
         DataType::Decimal128(_, _) => {
             json!(a.as_primitive::<Decimal128Type>().value(i).to_string())
