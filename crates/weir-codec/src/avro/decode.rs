@@ -291,40 +291,21 @@ fn store_num(cols: &mut [Column], col: u32, v: i64, to: Num) -> Result<(), Probl
     Ok(())
 }
 
-/// 10^p for p in 0..=38: the bound of a Decimal128 of precision p.
-const POW10: [i128; 39] = {
-    let mut t = [1i128; 39];
+/// 10^p for p in 0..=76: the bound of a decimal of precision p.
+const POW10: [i256; 77] = {
+    let mut t = [i256::ONE; 77];
     let mut i = 1;
-    while i < 39 {
-        t[i] = t[i - 1] * 10;
+    while i < 77 {
+        t[i] = t[i - 1].wrapping_mul(i256::from_i128(10));
         i += 1;
     }
     t
 };
 
-/// A big-endian two's-complement integer (an Avro decimal's unscaled value).
-fn decimal_value(bytes: &[u8], precision: u8) -> Result<i128, Problem> {
-    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
-    let sign = if negative { 0xff } else { 0 };
-    // Redundant leading sign bytes (a wide fixed) are allowed; the rest must fit 16 bytes.
-    let cut = bytes.len().saturating_sub(16);
-    if bytes[..cut].iter().any(|&b| b != sign) {
-        return Err(Problem::OutOfRange);
-    }
-    let mut v: i128 = if negative { -1 } else { 0 };
-    for &b in &bytes[cut..] {
-        v = (v << 8) | i128::from(b);
-    }
-    let bound = POW10[usize::from(precision.min(38))];
-    if v >= bound || v <= -bound {
-        return Err(Problem::OutOfRange);
-    }
-    Ok(v)
-}
-
-/// [`decimal_value`] for Decimal256: up to 32 bytes (more only as redundant sign bytes), below
-/// 10^precision in magnitude.
-fn decimal256_value(bytes: &[u8], precision: u8) -> Result<i256, Problem> {
+/// A big-endian two's-complement integer (an Avro decimal's unscaled value), below
+/// 10^precision in magnitude: redundant leading sign bytes (a wide fixed) are allowed, the rest
+/// must fit 32 bytes. Of precision 38 or less, it fits an i128 (Decimal128).
+fn decimal_value(bytes: &[u8], precision: u8) -> Result<i256, Problem> {
     let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
     let sign = if negative { 0xff } else { 0 };
     let cut = bytes.len().saturating_sub(32);
@@ -335,9 +316,7 @@ fn decimal256_value(bytes: &[u8], precision: u8) -> Result<i256, Problem> {
     let mut be = [sign; 32];
     be[32 - rest.len()..].copy_from_slice(rest);
     let v = i256::from_be_bytes(be);
-    let bound = i256::from_i128(10)
-        .checked_pow(u32::from(precision.min(76)))
-        .ok_or(Problem::OutOfRange)?;
+    let bound = POW10[usize::from(precision.min(76))];
     if v >= bound || v <= bound.wrapping_neg() {
         return Err(Problem::OutOfRange);
     }
@@ -938,12 +917,11 @@ fn value(
                 take(buf, pos, size as usize)
             }
             .map_err(fault(path))?;
+            let v = decimal_value(b, precision).map_err(fault(path))?;
             if wide {
-                let v = decimal256_value(b, precision).map_err(fault(path))?;
                 push(cols, col, v);
             } else {
-                let v = decimal_value(b, precision).map_err(fault(path))?;
-                push(cols, col, v);
+                push(cols, col, v.as_i128());
             }
         }
         Op::Duration { col, path } => {

@@ -1030,6 +1030,19 @@ fn a_kafka_sink_in_follow_mode_sends_after_linger_without_more_rows() {
 /// A row the protobuf encoder cannot write (a name that is no value of its enum) follows the
 /// sink's `'on.error'`: it stops the run naming the column, or is left out (skipped, or written
 /// to the dead-letter file with its columns) while every other row reaches the topic.
+/// `trade.proto` in `dir`: `t.Trade` of a ticker, a side enum (BID, ASK) and a sequence
+/// number, the sink tests' output message.
+fn write_trade_proto(dir: &std::path::Path) -> std::path::PathBuf {
+    let proto = dir.join("trade.proto");
+    std::fs::write(
+        &proto,
+        "syntax = \"proto3\"; package t; enum Side { BID = 0; ASK = 1; }\n\
+         message Trade { string ticker = 1; Side side = 2; int64 seq = 3; }\n",
+    )
+    .unwrap();
+    proto
+}
+
 #[test]
 fn a_row_the_encoder_cannot_write_follows_the_sinks_on_error() {
     let Some(broker) = bootstrap() else { return };
@@ -1047,13 +1060,7 @@ fn a_row_the_encoder_cannot_write_follows_the_sinks_on_error() {
         weir_testdata::QuoteFormat::Json,
         weir_codec::Framing::Lines,
     );
-    let proto = dir.path().join("trade.proto");
-    std::fs::write(
-        &proto,
-        "syntax = \"proto3\"; package t; enum Side { BID = 0; ASK = 1; }\n\
-         message Trade { string ticker = 1; Side side = 2; int64 seq = 3; }\n",
-    )
-    .unwrap();
+    let proto = write_trade_proto(dir.path());
     let source = format!(
         "CREATE SOURCE f (ticker VARCHAR, seq BIGINT) WITH ('connector' = 'file', \
          'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', \
@@ -1189,13 +1196,7 @@ fn a_kafka_sink_one_transaction_a_step_dead_letters_each_refused_row_once() {
         }
     };
     write_rows(0..3_000);
-    let proto = dir.path().join("trade.proto");
-    std::fs::write(
-        &proto,
-        "syntax = \"proto3\"; package t; enum Side { BID = 0; ASK = 1; }\n\
-         message Trade { string ticker = 1; Side side = 2; int64 seq = 3; }\n",
-    )
-    .unwrap();
+    let proto = write_trade_proto(dir.path());
     let topic = topic("weir-sink-txn-dead");
     create_topic(std::slice::from_ref(&broker), &topic, 2, 1, &[], false).unwrap();
     let dead = dir.path().join("dead.jsonl");
