@@ -84,6 +84,9 @@ if ! "$VENV/bin/python" -c "import deltalake, pyarrow" 2>/dev/null; then
 fi
 export WEIR_TEST_PYTHON="$VENV/bin/python"
 
+echo "== Avro's Java implementation for the differential tests (scripts/avro_java.sh)"
+eval "$(scripts/avro_java.sh)"
+
 echo "== prometheus (scripts/prometheus.sh)"
 # Installs Debian's prometheus when missing; the metrics test points it at a `weir run --follow`
 # and asks its HTTP API. Exit 3: not installable here and CI unset (the test skips that part).

@@ -1,6 +1,8 @@
 //! fastavro (Python) writes random schemas and records; weir decodes them, and every value is
 //! compared with what was written. The schemas nest records, arrays, maps, enums, fixed,
-//! `["null", T]` unions in both orders and every logical type fastavro writes.
+//! `["null", T]` unions in both orders and every logical type fastavro writes. Avro's Java
+//! implementation then writes the same records again, its own way (sized blocks, its container
+//! files), and weir decodes those too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -214,6 +216,122 @@ fn fastavro_records_decode_value_for_value() {
     assert!(
         blocks > 2 * SCHEMAS,
         "the container files have {blocks} blocks"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The class path of Avro's Java implementation (`scripts/avro_java.sh` fetches it); `None` (and a
+/// notice) outside CI when it is not set. In CI a missing one fails the test.
+fn avro_java() -> Option<String> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let Ok(lib) = std::env::var("WEIR_TEST_AVRO_JAVA") else {
+        assert!(
+            !ci,
+            "WEIR_TEST_AVRO_JAVA must be set in CI (scripts/test.sh sets it)"
+        );
+        eprintln!(
+            "NOTICE: the Java Avro differential test skipped: WEIR_TEST_AVRO_JAVA is not set \
+             (scripts/avro_java.sh fetches it)"
+        );
+        return None;
+    };
+    Some(format!("{lib}/*"))
+}
+
+#[test]
+fn java_avro_rewrites_decode_value_for_value() {
+    let Some(python) = python() else { return };
+    let Some(classpath) = avro_java() else { return };
+    const SCHEMAS: usize = 40;
+    let dir = cases(&python, 20261128, SCHEMAS, 60);
+    // Java reads fastavro's container files and writes every record again, as a container file
+    // of its own and with its blocking encoder.
+    let program =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/avro-java/AvroJava.java");
+    let out = Command::new("java")
+        .args(["-cp", &classpath])
+        .arg(&program)
+        .arg("rewrite")
+        .arg(&dir)
+        .arg(SCHEMAS.to_string())
+        .output()
+        .expect("run java (Java 17 or later runs AvroJava.java)");
+    assert!(
+        out.status.success(),
+        "AvroJava.java failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mut values, mut blocks, mut reencoded) = (0usize, 0usize, 0usize);
+    for i in 0..SCHEMAS {
+        let text = std::fs::read_to_string(dir.join(format!("{i}.avsc"))).unwrap();
+        let schema = AvroSchema::parse(&text).unwrap_or_else(|e| panic!("schema {i}: {e}"));
+        let expected: Vec<serde_json::Value> =
+            std::fs::read_to_string(dir.join(format!("{i}.jsonl")))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        let columns = avro_default_columns(&schema).unwrap_or_else(|e| panic!("schema {i}: {e}"));
+
+        // Java's records alone: arrays and maps in blocks with byte sizes.
+        let fastavro_bin = std::fs::read(dir.join(format!("{i}.bin"))).unwrap();
+        let java_bin = std::fs::read(dir.join(format!("{i}.java.bin"))).unwrap();
+        let msgs = messages(&java_bin);
+        reencoded += msgs
+            .iter()
+            .zip(messages(&fastavro_bin))
+            .filter(|(j, f)| **j != *f)
+            .count();
+        let options = AvroDecoderOptions {
+            batch_size: 7,
+            ..AvroDecoderOptions::default()
+        };
+        let mut d = AvroDecoder::new(&schema, &columns, options).unwrap();
+        let got = decode_all(&mut d, &msgs, &format!("schema {i}, Java's encoding"));
+        assert_eq!(got.len(), expected.len(), "schema {i}: Java's records");
+        for (r, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(g, e, "schema {i} ({text}), Java's record {r}");
+        }
+        values += got.len() * columns.len();
+        // Skipping every other column passes over the same blocks.
+        let some: Vec<ColumnSpec> = columns.iter().step_by(2).cloned().collect();
+        let mut d = AvroDecoder::new(&schema, &some, options).unwrap();
+        let got = decode_all(&mut d, &msgs, &format!("schema {i}, Java's, every other"));
+        for (r, (g, e)) in got.iter().zip(&expected).enumerate() {
+            for c in &some {
+                assert_eq!(
+                    g[&c.name], e[&c.name],
+                    "schema {i}, Java's record {r}, {}",
+                    c.name
+                );
+            }
+        }
+
+        // Java's container file, with its header's schema (as Java wrote it back).
+        let file = std::fs::read(dir.join(format!("{i}.java.avro"))).unwrap();
+        let (got, file_blocks) = decode_container(&file, &columns, &format!("schema {i}, Java"));
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "schema {i}: Java's container rows"
+        );
+        for (r, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(g, e, "schema {i}, Java's container file, record {r}");
+        }
+        blocks += file_blocks;
+    }
+    eprintln!(
+        "{SCHEMAS} schemas, {values} top-level values compared; {reencoded} records Java encoded \
+         otherwise than fastavro; {blocks} blocks in Java's container files"
+    );
+    // The blocking encoder must have exercised the sized blocks, and the files many blocks.
+    assert!(
+        reencoded > SCHEMAS,
+        "only {reencoded} records encoded otherwise"
+    );
+    assert!(
+        blocks > 4 * SCHEMAS,
+        "Java's container files have {blocks} blocks"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

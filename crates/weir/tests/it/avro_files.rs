@@ -1,7 +1,8 @@
 //! Avro object container files on the file connector, written by fastavro: each file's header
 //! gives its writer's schema (resolved against the source's), blocks in every codec, several
 //! readers on one file, bad blocks under `'on.error'`, a source with state resuming after
-//! blocks appended to a file it read, and `weir gen`'s container files read by fastavro.
+//! blocks appended to a file it read, and `weir gen`'s container files read by fastavro and by
+//! Avro's Java implementation.
 
 use std::path::Path;
 use std::process::Command;
@@ -26,6 +27,38 @@ fn python() -> Option<String> {
         return None;
     };
     Some(python)
+}
+
+/// `AvroJava.java quotes <path>` (Avro's Java implementation reading a file of quotes): its
+/// output, or `None` (and a notice) outside CI when `WEIR_TEST_AVRO_JAVA` is not set.
+fn java_quotes(path: &Path) -> Option<String> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let Ok(lib) = std::env::var("WEIR_TEST_AVRO_JAVA") else {
+        assert!(
+            !ci,
+            "WEIR_TEST_AVRO_JAVA must be set in CI (scripts/test.sh sets it)"
+        );
+        eprintln!(
+            "NOTICE: Java's read skipped: WEIR_TEST_AVRO_JAVA is not set (scripts/avro_java.sh)"
+        );
+        return None;
+    };
+    let program =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/avro-java/AvroJava.java");
+    let out = Command::new("java")
+        .args(["-cp", &format!("{lib}/*")])
+        .arg(&program)
+        .arg("quotes")
+        .arg(path)
+        .output()
+        .expect("run java (Java 17 or later runs AvroJava.java)");
+    assert!(
+        out.status.success(),
+        "AvroJava.java quotes {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
 }
 
 /// Runs `avro_files.py` with `args`.
@@ -318,9 +351,9 @@ async fn a_source_with_state_resumes_after_blocks_appended_to_a_container_file()
     assert_eq!(totals(&got).0, 0);
 }
 
-/// `weir gen --framing avro-container --compression C` writes files fastavro reads with the
-/// codec named in their header, holding the same quotes whatever the codec, and weir reads
-/// them back to the same totals.
+/// `weir gen --framing avro-container --compression C` writes files that fastavro and Avro's
+/// Java implementation read with the codec named in their header, holding the same quotes
+/// whatever the codec, and weir reads them back to the same totals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gen_writes_container_files_in_every_codec_that_fastavro_reads() {
     let Some(python) = python() else { return };
@@ -378,6 +411,14 @@ async fn gen_writes_container_files_in_every_codec_that_fastavro_reads() {
             sums,
             "{compression}: other quotes"
         );
+        // Avro's Java implementation reads the same file to the same codec, count and sums.
+        if let Some(java) = java_quotes(&path) {
+            assert_eq!(
+                java.trim(),
+                text.trim(),
+                "{compression}: Java read otherwise"
+            );
+        }
         let got = engine(2)
             .query(&format!(
                 "CREATE SOURCE q WITH ('connector' = 'file', 'path' = '{}', 'encoding' = 'avro'); \
