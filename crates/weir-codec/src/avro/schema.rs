@@ -93,9 +93,24 @@ pub struct AvroSchemaError(pub(crate) String);
 impl AvroSchema {
     /// Parses a schema from its JSON text.
     pub fn parse(text: &str) -> Result<Self, AvroSchemaError> {
+        Self::parse_with_references(text, &[])
+    }
+
+    /// Parses a schema whose text may name types that other schemas define: `references`,
+    /// the JSON texts of those schemas, are parsed first, in order (a text may use the types of
+    /// those before it), and their named types are known to `text`, as a schema registry's
+    /// references are resolved by Confluent's deserializer.
+    pub fn parse_with_references(text: &str, references: &[&str]) -> Result<Self, AvroSchemaError> {
+        let mut p = Parser::default();
+        for (i, r) in references.iter().enumerate() {
+            let json: Value = serde_json::from_str(r).map_err(|e| {
+                AvroSchemaError(format!("referenced schema {} is not JSON: {e}", i + 1))
+            })?;
+            p.node(&json, "", "its top level")
+                .map_err(|e| AvroSchemaError(format!("referenced schema {}: {}", i + 1, e.0)))?;
+        }
         let json: Value = serde_json::from_str(text)
             .map_err(|e| AvroSchemaError(format!("the schema is not JSON: {e}")))?;
-        let mut p = Parser::default();
         let root = p.node(&json, "", "the schema")?;
         let mut canonical = String::new();
         let mut written = vec![false; p.nodes.len()];
@@ -804,6 +819,44 @@ mod tests {
             AvroSchema::parse("\"int\"").unwrap().fingerprint(),
             0x7275_d51a_3f39_5c8f
         );
+    }
+
+    #[test]
+    fn referenced_schemas_lend_their_named_types_in_order() {
+        let address = r#"{"type":"record","name":"Address","namespace":"wt",
+            "fields":[{"name":"city","type":"string"}]}"#;
+        // Uses the type of the reference before it.
+        let customer = r#"{"type":"record","name":"wt.Customer",
+            "fields":[{"name":"name","type":"string"},{"name":"address","type":"wt.Address"}]}"#;
+        let order = r#"{"type":"record","name":"Order","namespace":"wt",
+            "fields":[{"name":"id","type":"long"},{"name":"customer","type":"Customer"}]}"#;
+        let s = AvroSchema::parse_with_references(order, &[address, customer]).unwrap();
+        // The canonical form is the whole schema, the referenced types inlined where first used.
+        assert_eq!(
+            s.canonical_form(),
+            r#"{"name":"wt.Order","type":"record","fields":[{"name":"id","type":"long"},{"name":"customer","type":{"name":"wt.Customer","type":"record","fields":[{"name":"name","type":"string"},{"name":"address","type":{"name":"wt.Address","type":"record","fields":[{"name":"city","type":"string"}]}}]}}]}"#
+        );
+        let inline = AvroSchema::parse(
+            r#"{"type":"record","name":"Order","namespace":"wt","fields":[{"name":"id","type":"long"},
+              {"name":"customer","type":{"type":"record","name":"Customer","fields":[
+                {"name":"name","type":"string"},{"name":"address","type":{"type":"record",
+                "name":"Address","fields":[{"name":"city","type":"string"}]}}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.fingerprint(), inline.fingerprint());
+
+        // Out of order, or missing, the type is unknown; a type defined twice is refused.
+        let e = AvroSchema::parse_with_references(order, &[customer, address]).unwrap_err();
+        assert!(
+            e.0.contains("referenced schema 1") && e.0.contains("wt.Address"),
+            "{e}"
+        );
+        let e = AvroSchema::parse(order).unwrap_err();
+        assert!(e.0.contains("unknown type 'Customer'"), "{e}");
+        let e = AvroSchema::parse_with_references(address, &[address]).unwrap_err();
+        assert!(e.0.contains("defined twice"), "{e}");
+        let e = AvroSchema::parse_with_references(order, &["{"]).unwrap_err();
+        assert!(e.0.contains("referenced schema 1 is not JSON"), "{e}");
     }
 
     #[test]

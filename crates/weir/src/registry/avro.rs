@@ -60,7 +60,7 @@ impl AvroRegistry {
             what: format!("subject '{subject}' version latest"),
             reason: "no 'id'".into(),
         })?;
-        let schema = Arc::new(parse(&latest, latest_id, &subject)?);
+        let schema = Arc::new(parse(&client, &latest, latest_id, &subject)?);
         stats.schema_ids.fetch_add(1, Ordering::Relaxed);
         Ok(Self {
             client,
@@ -78,13 +78,18 @@ impl AvroRegistry {
         self.schemas.get(id, || {
             self.client
                 .schema_by_id(id)
-                .and_then(|s| parse(&s, id, &self.subject))
+                .and_then(|s| parse(&self.client, &s, id, &self.subject))
         })
     }
 }
 
-/// A registered schema as Avro.
-fn parse(schema: &RegisteredSchema, id: u32, subject: &str) -> Result<AvroSchema, Error> {
+/// A registered schema as Avro, with the named types of the schemas it refers to.
+fn parse(
+    client: &RegistryClient,
+    schema: &RegisteredSchema,
+    id: u32,
+    subject: &str,
+) -> Result<AvroSchema, Error> {
     let what = format!("schema id {id} (subject '{subject}')");
     if !schema.schema_type.eq_ignore_ascii_case("AVRO") {
         return Err(Error::References {
@@ -95,18 +100,75 @@ fn parse(schema: &RegisteredSchema, id: u32, subject: &str) -> Result<AvroSchema
             ),
         });
     }
-    if !schema.references.is_empty() {
-        return Err(Error::References {
-            what,
-            reason: "it refers to named types of other subjects, which weir does not resolve \
-                     for Avro; register the schema with its types inline"
-                .into(),
-        });
-    }
-    AvroSchema::parse(&schema.schema).map_err(|e| Error::References {
+    let mut texts = Vec::new();
+    let mut open = Vec::new();
+    referenced(
+        client,
+        schema,
+        &what,
+        &mut open,
+        &mut Vec::new(),
+        &mut texts,
+    )?;
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    AvroSchema::parse_with_references(&schema.schema, &texts).map_err(|e| Error::References {
         what,
         reason: e.to_string(),
     })
+}
+
+/// The most schemas one schema may refer to, directly or not.
+const MAX_REFERENCES: usize = 1000;
+
+/// Appends to `texts` the schemas `schema` refers to (other subjects' versions that define the
+/// named types it uses), each after the ones it refers to itself and each once, the order in
+/// which their types must be known. `open` holds the references being resolved (a cycle is an
+/// error), `done` those already appended.
+fn referenced(
+    client: &RegistryClient,
+    schema: &RegisteredSchema,
+    what: &str,
+    open: &mut Vec<(String, i64)>,
+    done: &mut Vec<(String, i64)>,
+    texts: &mut Vec<String>,
+) -> Result<(), Error> {
+    for r in &schema.references {
+        let key = (r.subject.clone(), r.version);
+        if done.contains(&key) {
+            continue;
+        }
+        if open.contains(&key) {
+            return Err(Error::References {
+                what: what.to_string(),
+                reason: format!(
+                    "its references form a cycle through subject '{}' version {}",
+                    r.subject, r.version
+                ),
+            });
+        }
+        if done.len() >= MAX_REFERENCES {
+            return Err(Error::References {
+                what: what.to_string(),
+                reason: format!("it refers to more than {MAX_REFERENCES} schemas"),
+            });
+        }
+        let referred = client.version(&r.subject, r.version)?;
+        if !referred.schema_type.eq_ignore_ascii_case("AVRO") {
+            return Err(Error::References {
+                what: what.to_string(),
+                reason: format!(
+                    "its reference '{}' (subject '{}') is a {} schema, not an AVRO one",
+                    r.name, r.subject, referred.schema_type
+                ),
+            });
+        }
+        open.push(key.clone());
+        referenced(client, &referred, what, open, done, texts)?;
+        open.pop();
+        done.push(key);
+        texts.push(referred.schema);
+    }
+    Ok(())
 }
 
 /// The plans of one preparation (its columns), by schema id.

@@ -1057,7 +1057,26 @@ fn messages_from_confluents_own_serializer_decode() {
 
 /// Registers an Avro schema under `subject`; returns its id.
 fn register_avro(url: &str, subject: &str, schema: &str) -> u32 {
-    let body = serde_json::json!({"schemaType": "AVRO", "schema": schema});
+    register_avro_with(url, subject, schema, &[])
+}
+
+/// Registers an Avro schema under `subject` that uses the named types of `references`
+/// (name, subject, version); returns its id.
+fn register_avro_with(
+    url: &str,
+    subject: &str,
+    schema: &str,
+    references: &[(&str, &str, i64)],
+) -> u32 {
+    let mut body = serde_json::json!({"schemaType": "AVRO", "schema": schema});
+    if !references.is_empty() {
+        body["references"] = references
+            .iter()
+            .map(|(name, subject, version)| {
+                serde_json::json!({"name": name, "subject": subject, "version": version})
+            })
+            .collect();
+    }
     let mut resp = ureq::post(&format!("{url}/subjects/{subject}/versions"))
         .header("Content-Type", "application/vnd.schemaregistry.v1+json")
         .send(body.to_string())
@@ -1199,6 +1218,96 @@ fn avro_schemas_evolve_mid_stream_by_schema_id() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("note") && err.contains(&subject), "{err}");
+}
+
+/// A schema whose record types live in other subjects (registry references, transitively):
+/// weir fetches the referenced versions and reads the messages, with and without a column list.
+#[test]
+fn avro_schemas_with_references_to_other_subjects_decode() {
+    let Some(url) = registry() else { return };
+    let Some(broker) = broker() else { return };
+    let topic = unique("weir-registry-avro-refs");
+    let (address_subject, customer_subject) =
+        (format!("{topic}-address"), format!("{topic}-customer"));
+    register_avro(
+        &url,
+        &address_subject,
+        r#"{"type":"record","name":"Address","namespace":"wt","fields":[
+            {"name":"city","type":"string"},{"name":"zip","type":"string"}]}"#,
+    );
+    register_avro_with(
+        &url,
+        &customer_subject,
+        r#"{"type":"record","name":"Customer","namespace":"wt","fields":[
+            {"name":"name","type":"string"},{"name":"address","type":"wt.Address"}]}"#,
+        &[("wt.Address", &address_subject, 1)],
+    );
+    let order = register_avro_with(
+        &url,
+        &format!("{topic}-value"),
+        r#"{"type":"record","name":"Order","namespace":"wt","fields":[
+            {"name":"id","type":"string"},{"name":"customer","type":"Customer"},
+            {"name":"qty","type":"long"}]}"#,
+        &[("wt.Customer", &customer_subject, 1)],
+    );
+    let message = |id: &str, name: &str, city: &str, qty: i64| {
+        let mut m = vec![0];
+        m.extend_from_slice(&order.to_be_bytes());
+        avro_string(&mut m, id);
+        avro_string(&mut m, name);
+        avro_string(&mut m, city);
+        avro_string(&mut m, "10001");
+        avro_long(&mut m, qty);
+        m
+    };
+    produce(
+        &broker,
+        &topic,
+        &[
+            message("a", "Ann", "Oslo", 3),
+            message("b", "Bo", "Lima", 5),
+        ],
+    );
+    let rt = runtime();
+    let source = |columns: &str, extra: &str| {
+        format!(
+            "CREATE SOURCE q {columns} WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+             'topic' = '{topic}', 'encoding' = 'avro', 'schema.registry.url' = '{url}'{extra});"
+        )
+    };
+    // No column list: the latest schema's fields, the referenced records as structs.
+    let got = rt
+        .block_on(engine().query(&format!(
+            "{}\nSELECT id, customer['name'], customer['address']['city'], qty FROM q ORDER BY id;",
+            source("", "")
+        )))
+        .unwrap();
+    let b = arrow::compute::concat_batches(&got[0].schema(), &got).unwrap();
+    let text = arrow::util::pretty::pretty_format_batches(&[b])
+        .unwrap()
+        .to_string();
+    for row in ["| a  | Ann ", "| Oslo ", "| b  | Bo ", "| Lima "] {
+        assert!(text.contains(row), "{row} missing from\n{text}");
+    }
+    // Declared columns, one of them a path through the referenced records.
+    let got = rt
+        .block_on(engine().query(&format!(
+            "{}\nSELECT city, sum(qty) FROM q GROUP BY city ORDER BY city;",
+            source(
+                "(city VARCHAR, qty BIGINT)",
+                ", 'fields.city' = 'customer.address.city'"
+            )
+        )))
+        .unwrap();
+    let b = arrow::compute::concat_batches(&got[0].schema(), &got).unwrap();
+    let cities: Vec<&str> = (0..b.num_rows())
+        .map(|i| b.column(0).as_string::<i32>().value(i))
+        .collect();
+    assert_eq!(cities, ["Lima", "Oslo"]);
+    assert_eq!(
+        b.column(1).as_primitive::<Int64Type>().values().to_vec(),
+        vec![5, 3]
+    );
 }
 
 #[test]
