@@ -198,6 +198,12 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# Consumer groups (Kafka 4's protocol) heartbeat every second and lose a silent member after
+# 6 s, so the group tests see rebalances in seconds (the broker's defaults: 5 s and 45 s).
+group.consumer.heartbeat.interval.ms=1000
+group.consumer.min.heartbeat.interval.ms=1000
+group.consumer.session.timeout.ms=6000
+group.consumer.min.session.timeout.ms=6000
 auto.create.topics.enable=false
 log.segment.bytes=268435456
 PROPS

@@ -229,6 +229,14 @@ pub enum Error {
         /// What it answered, and for how long.
         reason: String,
     },
+    /// The consumer group's coordinator refused this member, or cannot be found.
+    #[error("kafka group '{group_id}': {reason}")]
+    Group {
+        /// The `group.id`.
+        group_id: String,
+        /// What was refused, and why.
+        reason: String,
+    },
     /// A newer producer with the same `transactional.id` took over: this one may not write.
     #[error(
         "kafka transaction '{transactional_id}': fenced: another producer with this \

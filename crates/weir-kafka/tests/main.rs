@@ -8,4 +8,5 @@
 mod broker;
 mod common;
 mod fake_broker;
+mod group;
 mod secure;

@@ -1,0 +1,447 @@
+//! Membership of a consumer group by Kafka 4's consumer group protocol (KIP-848): the group
+//! coordinator computes each member's partitions, and a member learns them from its heartbeats
+//! (ConsumerGroupHeartbeat). A member joins with epoch 0, is given an epoch and, in the answers
+//! to its heartbeats, the partitions it may own. When a rebalance takes a partition away, the
+//! member finishes with it first (its open step committed or dropped) and then says so in its
+//! next heartbeat, by the partitions it still owns; only then does the coordinator give that
+//! partition to another member, so no partition ever has two owners that both know it. A member
+//! that stops heartbeating for the group's session timeout (`group.consumer.session.timeout.ms`
+//! on the broker, 45 s by default) loses its partitions; one the coordinator fenced (an unknown
+//! member id, or an epoch the group has moved past) owns nothing and joins again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{
+    consumer_group_heartbeat_request::TopicPartitions, metadata_request::MetadataRequestTopic,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, MetadataRequest, MetadataResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use crate::cluster;
+use crate::connection::{Connection, Connector};
+use crate::error::{error_name, Error, Result};
+use crate::security::SecurityConfig;
+
+/// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: find the
+/// coordinator again and ask again.
+const LOADING: i16 = 14;
+const NOT_AVAILABLE: i16 = 15;
+const NOT_COORDINATOR: i16 = 16;
+/// UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH: the coordinator no longer counts this member (it
+/// missed its session timeout, or the group moved on): it owns nothing and joins again.
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const FENCED_MEMBER_EPOCH: i16 = 110;
+/// UNSUPPORTED_VERSION: the broker does not run the consumer protocol for this group.
+const UNSUPPORTED_VERSION: i16 = 35;
+
+/// A partition of a topic, by name.
+pub type TopicPartition = (String, i32);
+
+/// How a member joins its group.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `group.id`.
+    pub group_id: String,
+    /// `group.instance.id`: a static member, whose partitions wait for it through a restart
+    /// within the session timeout instead of moving at once.
+    pub instance_id: Option<String>,
+    /// How long the coordinator waits for this member to give up a partition it takes away
+    /// (`max.poll.interval.ms` in librdkafka and the Java client, whose name this follows).
+    pub rebalance_timeout: Duration,
+    /// `group.remote.assignor`: the coordinator's assignor (`uniform` or `range`), or its default.
+    pub remote_assignor: Option<String>,
+    /// How long one request to the coordinator may take, finding it included.
+    pub timeout: Duration,
+}
+
+impl GroupConfig {
+    /// A dynamic member of `group_id` with librdkafka's defaults.
+    pub fn new(group_id: &str) -> Self {
+        Self {
+            group_id: group_id.to_string(),
+            instance_id: None,
+            rebalance_timeout: Duration::from_secs(300),
+            remote_assignor: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a heartbeat brought.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupEvent {
+    /// Nothing new: the member keeps what it owns.
+    Unchanged,
+    /// The coordinator gave the member these partitions (sorted), in place of those before.
+    /// The member finishes with the partitions no longer listed, then calls
+    /// [`GroupMember::owned`] with what it still owns.
+    Assigned(Vec<TopicPartition>),
+    /// The coordinator fenced the member: every partition it held may already be another's.
+    /// It must drop what it had not committed; it has joined again, with nothing.
+    Fenced,
+}
+
+/// One member of a consumer group, speaking to the group's coordinator.
+pub struct GroupMember {
+    config: GroupConfig,
+    connector: Connector,
+    brokers: Vec<String>,
+    conn: Connection,
+    topics: Vec<String>,
+    member_id: String,
+    epoch: i32,
+    /// Topic ids (in the coordinator's answers) to names.
+    names: HashMap<Uuid, String>,
+    /// The partitions the member owns, to be reported in the next heartbeat when changed.
+    owned: Vec<TopicPartition>,
+    report_owned: bool,
+    /// The first heartbeat of a membership sends the subscription and settings; later ones
+    /// only what changed.
+    joining: bool,
+    interval: Duration,
+    last_beat: Option<Instant>,
+    rebalances: u64,
+}
+
+impl GroupMember {
+    /// Joins `config.group_id`, subscribed to `topics`, through any of `brokers` (connected as
+    /// `security` says): finds the coordinator and learns the topics' ids; the first
+    /// [`GroupMember::poll`] sends the heartbeat that joins. The member owns nothing until a
+    /// heartbeat answers with its partitions.
+    pub fn join(
+        brokers: &[String],
+        security: &SecurityConfig,
+        config: GroupConfig,
+        topics: &[String],
+    ) -> Result<Self> {
+        if config.group_id.is_empty() {
+            return Err(Error::Config("'group.id' must not be empty".into()));
+        }
+        let connector = Connector::new(security, config.timeout)?;
+        let conn = locate(&connector, brokers, &config.group_id, config.timeout)?;
+        let mut member = Self {
+            member_id: new_member_id()?,
+            conn,
+            connector,
+            brokers: brokers.to_vec(),
+            topics: topics.to_vec(),
+            config,
+            epoch: 0,
+            names: HashMap::new(),
+            owned: Vec::new(),
+            report_owned: false,
+            joining: true,
+            interval: Duration::from_secs(1),
+            last_beat: None,
+            rebalances: 0,
+        };
+        member.learn_topic_ids()?;
+        Ok(member)
+    }
+
+    /// This member's id (made by the client, as the protocol's version 1 wants).
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The member's epoch: the group's generation as this member knows it (0 before it is
+    /// given one).
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// The partitions the member says it owns.
+    pub fn owned_partitions(&self) -> &[TopicPartition] {
+        &self.owned
+    }
+
+    /// How many times the coordinator changed this member's partitions.
+    pub fn rebalances(&self) -> u64 {
+        self.rebalances
+    }
+
+    /// How long until the next heartbeat is due (zero: now).
+    pub fn next_heartbeat_in(&self) -> Duration {
+        match self.last_beat {
+            None => Duration::ZERO,
+            Some(t) => self.interval.saturating_sub(t.elapsed()),
+        }
+    }
+
+    /// Records that the member owns exactly `partitions` now (having finished with those the
+    /// last assignment took away); the next heartbeat tells the coordinator, which may then give
+    /// the others to other members.
+    pub fn owned(&mut self, mut partitions: Vec<TopicPartition>) {
+        partitions.sort();
+        partitions.dedup();
+        if partitions != self.owned {
+            self.owned = partitions;
+            self.report_owned = true;
+        }
+    }
+
+    /// Sends a heartbeat when one is due (or a change of the owned partitions waits to be told)
+    /// and returns what it brought.
+    pub fn poll(&mut self) -> Result<GroupEvent> {
+        if self.report_owned || self.next_heartbeat_in().is_zero() {
+            self.heartbeat()
+        } else {
+            Ok(GroupEvent::Unchanged)
+        }
+    }
+
+    /// Sends one heartbeat now and returns what it brought.
+    pub fn heartbeat(&mut self) -> Result<GroupEvent> {
+        let deadline = Instant::now() + self.config.timeout;
+        loop {
+            let req = self.request(self.epoch);
+            let v = self.conn.version(
+                ApiKey::ConsumerGroupHeartbeat,
+                "ConsumerGroupHeartbeat",
+                1,
+                1,
+            )?;
+            let resp: ConsumerGroupHeartbeatResponse =
+                self.conn.request(ApiKey::ConsumerGroupHeartbeat, v, &req)?;
+            self.last_beat = Some(Instant::now());
+            match resp.error_code {
+                0 => return self.answered(resp),
+                UNKNOWN_MEMBER_ID | FENCED_MEMBER_EPOCH => {
+                    log::warn!(
+                        "kafka group '{}': member {} was fenced at epoch {} ({}); it gives up \
+                         its partitions and joins again",
+                        self.config.group_id,
+                        self.member_id,
+                        self.epoch,
+                        error_name(resp.error_code)
+                    );
+                    self.epoch = 0;
+                    self.joining = true;
+                    self.owned.clear();
+                    self.report_owned = false;
+                    return Ok(GroupEvent::Fenced);
+                }
+                LOADING | NOT_AVAILABLE | NOT_COORDINATOR if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    self.conn = locate(
+                        &self.connector,
+                        &self.brokers,
+                        &self.config.group_id,
+                        self.config.timeout,
+                    )?;
+                }
+                code => return Err(self.refused("ConsumerGroupHeartbeat", code, &resp)),
+            }
+        }
+    }
+
+    /// Leaves the group (epoch -1; -2 for a static member, whose partitions then wait for it
+    /// through the session timeout). The coordinator gives the partitions to the others at once.
+    pub fn leave(mut self) -> Result<()> {
+        let epoch = if self.config.instance_id.is_some() {
+            -2
+        } else {
+            -1
+        };
+        let req = self.request(epoch);
+        let v = self.conn.version(
+            ApiKey::ConsumerGroupHeartbeat,
+            "ConsumerGroupHeartbeat",
+            1,
+            1,
+        )?;
+        let resp: ConsumerGroupHeartbeatResponse =
+            self.conn.request(ApiKey::ConsumerGroupHeartbeat, v, &req)?;
+        match resp.error_code {
+            0 | UNKNOWN_MEMBER_ID | FENCED_MEMBER_EPOCH => Ok(()),
+            code => Err(self.refused("ConsumerGroupHeartbeat (leave)", code, &resp)),
+        }
+    }
+
+    fn request(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {
+        let mut req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(self.config.group_id.clone())))
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(-1);
+        // A static member names itself in every heartbeat that joins or leaves.
+        if self.joining || epoch < 0 {
+            req = req.with_instance_id(self.config.instance_id.clone().map(StrBytes::from_string));
+        }
+        if self.joining {
+            req = req
+                .with_rebalance_timeout_ms(
+                    i32::try_from(self.config.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
+                )
+                .with_subscribed_topic_names(Some(
+                    self.topics
+                        .iter()
+                        .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                        .collect(),
+                ))
+                .with_server_assignor(
+                    self.config
+                        .remote_assignor
+                        .clone()
+                        .map(StrBytes::from_string),
+                );
+        }
+        if self.joining || self.report_owned {
+            req = req.with_topic_partitions(Some(self.owned_by_id()));
+        }
+        req
+    }
+
+    /// The owned partitions by topic id, as the heartbeat reports them.
+    fn owned_by_id(&self) -> Vec<TopicPartitions> {
+        let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in &self.owned {
+            by_topic.entry(t).or_default().push(*p);
+        }
+        by_topic
+            .into_iter()
+            .filter_map(|(t, partitions)| {
+                let id = self.names.iter().find(|(_, n)| n.as_str() == t)?.0;
+                Some(
+                    TopicPartitions::default()
+                        .with_topic_id(*id)
+                        .with_partitions(partitions),
+                )
+            })
+            .collect()
+    }
+
+    fn answered(&mut self, resp: ConsumerGroupHeartbeatResponse) -> Result<GroupEvent> {
+        self.joining = false;
+        self.report_owned = false;
+        self.epoch = resp.member_epoch;
+        if let Ok(ms) = u64::try_from(resp.heartbeat_interval_ms) {
+            if ms > 0 {
+                self.interval = Duration::from_millis(ms);
+            }
+        }
+        let Some(assignment) = resp.assignment else {
+            return Ok(GroupEvent::Unchanged);
+        };
+        let mut partitions = Vec::new();
+        for tp in &assignment.topic_partitions {
+            if !self.names.contains_key(&tp.topic_id) {
+                self.learn_topic_ids()?;
+            }
+            let Some(name) = self.names.get(&tp.topic_id) else {
+                return Err(Error::Protocol {
+                    broker: self.conn.addr.clone(),
+                    api: "ConsumerGroupHeartbeat",
+                    reason: format!(
+                        "the assignment names topic id {} that the cluster's metadata lacks",
+                        tp.topic_id
+                    ),
+                });
+            };
+            partitions.extend(tp.partitions.iter().map(|&p| (name.clone(), p)));
+        }
+        partitions.sort();
+        self.rebalances += 1;
+        log::info!(
+            "kafka group '{}': member {} at epoch {} is given {} partition(s)",
+            self.config.group_id,
+            self.member_id,
+            self.epoch,
+            partitions.len()
+        );
+        Ok(GroupEvent::Assigned(partitions))
+    }
+
+    /// Asks the cluster for the ids of the subscribed topics.
+    fn learn_topic_ids(&mut self) -> Result<()> {
+        let mut conn = cluster::connect_any(&self.connector, &self.brokers)?;
+        let v = conn.version(ApiKey::Metadata, "Metadata", 10, 12)?;
+        let req = MetadataRequest::default()
+            .with_topics(Some(
+                self.topics
+                    .iter()
+                    .map(|t| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
+                    })
+                    .collect(),
+            ))
+            .with_allow_auto_topic_creation(false);
+        let resp: MetadataResponse = conn.request(ApiKey::Metadata, v, &req)?;
+        for t in resp.topics {
+            if let (0, Some(name)) = (t.error_code, t.name) {
+                self.names.insert(t.topic_id, name.0.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    fn refused(&self, api: &str, code: i16, resp: &ConsumerGroupHeartbeatResponse) -> Error {
+        let detail = resp
+            .error_message
+            .as_ref()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        let hint = if code == UNSUPPORTED_VERSION {
+            "; the broker does not run the consumer group protocol for this group (Kafka 4.0 \
+             or later runs it by default)"
+        } else {
+            ""
+        };
+        Error::Group {
+            group_id: self.config.group_id.clone(),
+            reason: format!("{api} failed: {} ({code}){detail}{hint}", error_name(code)),
+        }
+    }
+}
+
+/// A member id as the Java client makes one: 16 random bytes in URL-safe base64.
+fn new_member_id() -> Result<String> {
+    use base64::Engine as _;
+    let mut raw = [0u8; 16];
+    crate::security::tls::provider()
+        .secure_random
+        .fill(&mut raw)
+        .map_err(|_| Error::Config("no secure random numbers for a group member id".into()))?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
+}
+
+/// A connection to the coordinator of group `group`, asked of any of `brokers`.
+fn locate(
+    connector: &Connector,
+    brokers: &[String],
+    group: &str,
+    timeout: Duration,
+) -> Result<Connection> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut conn = cluster::connect_any(connector, brokers)?;
+        let v = conn.version(ApiKey::FindCoordinator, "FindCoordinator", 4, 6)?;
+        // Key type 0: a group coordinator.
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]);
+        let resp: FindCoordinatorResponse = conn.request(ApiKey::FindCoordinator, v, &req)?;
+        let (code, node, addr) = match resp.coordinators.first() {
+            Some(c) => (c.error_code, c.node_id.0, format!("{}:{}", c.host, c.port)),
+            None => (resp.error_code, -1, String::new()),
+        };
+        if code == 0 && node >= 0 {
+            return connector.open(&addr);
+        }
+        if Instant::now() >= deadline || !matches!(code, LOADING | NOT_AVAILABLE | NOT_COORDINATOR)
+        {
+            return Err(Error::Group {
+                group_id: group.to_string(),
+                reason: format!(
+                    "no group coordinator: FindCoordinator answered {} ({code})",
+                    error_name(code)
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
