@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
     consumer_group_heartbeat_request::TopicPartitions, metadata_request::MetadataRequestTopic,
-    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, MetadataRequest, MetadataResponse, TopicName,
+    offset_commit_request::OffsetCommitRequestPartition,
+    offset_commit_request::OffsetCommitRequestTopic, ApiKey, ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -235,6 +237,75 @@ impl GroupMember {
                 }
                 code => return Err(self.refused("ConsumerGroupHeartbeat", code, &resp)),
             }
+        }
+    }
+
+    /// Commits `offsets` (the next offset to read, per partition) to the group, as the offsets
+    /// lag monitors and Kafka's own tools read (`kafka-consumer-groups.sh --describe`). They are
+    /// stamped with the member's epoch, so a member the group has moved past cannot write them;
+    /// weir keeps its own positions with its output and never reads these back.
+    pub fn commit_offsets(&mut self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+        for ((topic, partition), offset) in offsets {
+            by_topic.entry(topic).or_default().push(
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(*partition)
+                    .with_committed_offset(*offset)
+                    .with_committed_leader_epoch(-1),
+            );
+        }
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(self.config.group_id.clone())))
+            .with_generation_id_or_member_epoch(self.epoch)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_group_instance_id(self.config.instance_id.clone().map(StrBytes::from_string))
+            .with_topics(
+                by_topic
+                    .into_iter()
+                    .map(|(t, partitions)| {
+                        OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            );
+        // Version 9: the first that takes a member epoch of the consumer protocol.
+        let v = self
+            .conn
+            .version(ApiKey::OffsetCommit, "OffsetCommit", 9, 9)?;
+        let resp: OffsetCommitResponse = self.conn.request(ApiKey::OffsetCommit, v, &req)?;
+        let failed: Vec<String> = resp
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .filter(|p| p.error_code != 0)
+                    .map(move |p| {
+                        format!(
+                            "{}/{}: {} ({})",
+                            t.name.0,
+                            p.partition_index,
+                            error_name(p.error_code),
+                            p.error_code
+                        )
+                    })
+            })
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Group {
+                group_id: self.config.group_id.clone(),
+                reason: format!(
+                    "OffsetCommit at epoch {} failed for {}",
+                    self.epoch,
+                    failed.join(", ")
+                ),
+            })
         }
     }
 

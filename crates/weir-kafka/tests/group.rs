@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::common::{bootstrap, serial, topic};
+use crate::common::{bootstrap, classpath, serial, topic};
 use weir_kafka::{
     create_topic, GroupConfig, GroupEvent, GroupMember, SecurityConfig, TopicPartition,
 };
@@ -101,10 +101,43 @@ fn until(members: &mut [&mut Member], what: &str, done: impl Fn(&[&mut Member]) 
     }
 }
 
+/// The committed offsets of `group` as Kafka's own tool shows them: (partition, offset) of each
+/// row of `kafka-consumer-groups.sh --describe --offsets`.
+fn described_offsets(broker: &str, group: &str, topic: &str) -> BTreeSet<(i32, i64)> {
+    let out = std::process::Command::new("java")
+        .arg("-Xmx256m")
+        .arg("-cp")
+        .arg(classpath())
+        .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
+        .args([
+            "--bootstrap-server",
+            broker,
+            "--describe",
+            "--offsets",
+            "--group",
+            group,
+        ])
+        .output()
+        .expect("run Kafka's ConsumerGroupCommand");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "ConsumerGroupCommand: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() >= 4 && f[1] == topic)
+        .filter_map(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+        .collect()
+}
+
 /// Three members of one group share a 6-partition topic: the first takes all six; a second
 /// joining takes half only after the first gave them up; a third gets its share the same way;
 /// a member leaving hands its partitions to the others, and one that stops heartbeating loses
-/// them after the session timeout and is fenced when it comes back. While the members
+/// them after the session timeout and is fenced when it comes back (offsets it commits meanwhile
+/// are refused; those committed by an owner are what Kafka's tool shows). While the members
 /// heartbeat, no partition ever has two owners (a silent one still believes it owns its
 /// partitions until it hears otherwise: what the sinks' fencing is for).
 #[test]
@@ -141,6 +174,18 @@ fn group_members_share_a_topic_and_hand_partitions_over() {
         "a rebalance gives a new epoch"
     );
 
+    // Offsets committed with the member's epoch are what Kafka's own tool shows.
+    let offsets: Vec<(TopicPartition, i64)> = a
+        .owns()
+        .into_iter()
+        .map(|(t, p)| ((t, p), 100 + i64::from(p)))
+        .collect();
+    a.group.commit_offsets(&offsets).unwrap();
+    let shown = described_offsets(&b, &group, &t);
+    for ((_, p), o) in &offsets {
+        assert!(shown.contains(&(*p, *o)), "{p} at {o} not in {shown:?}");
+    }
+
     let mut c = Member::join(&b, &group, &t, "c");
     until(
         &mut [&mut a, &mut b2, &mut c],
@@ -166,6 +211,10 @@ fn group_members_share_a_topic_and_hand_partitions_over() {
         silent_since.elapsed() >= Duration::from_secs(4),
         "moved before the session timeout"
     );
+    // The silent member, not told yet, cannot commit offsets for what it believes it owns.
+    let stale: Vec<(TopicPartition, i64)> = a.owns().into_iter().map(|tp| (tp, 1)).collect();
+    let e = a.group.commit_offsets(&stale).unwrap_err().to_string();
+    assert!(e.contains("OffsetCommit") && e.contains(&group), "{e}");
     until(&mut [&mut a], "the silent member is fenced", |ms| {
         ms[0].fenced > 0
     });
