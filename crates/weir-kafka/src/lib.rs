@@ -2,7 +2,8 @@
 //!
 //! This crate owns everything between a Kafka broker and a message slice: the wire protocol
 //! (requests of ApiVersions, Metadata, ListOffsets, Fetch, Produce, InitProducerId,
-//! FindCoordinator, ConsumerGroupHeartbeat, CreateTopics, SaslHandshake and SaslAuthenticate are framed by the `kafka-protocol` crate; the consumer's responses are read by
+//! FindCoordinator, ConsumerGroupHeartbeat, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! OffsetCommit, CreateTopics, SaslHandshake and SaslAuthenticate are framed by the `kafka-protocol` crate; the consumer's responses are read by
 //! hand, every length checked before anything is reserved), the hot path written by hand
 //! because it demands it (the Fetch response walker and the record-batch v2 parser: zero-copy,
 //! zero-allocation),
@@ -15,10 +16,12 @@
 //!   consumer group (weir checkpoints offsets itself). [`Consumer::poll`] calls a closure with
 //!   a [`Record`] whose key, value and headers are slices of the response.
 //! * [`Producer`]: a batching producer with optional compression, for loading data.
-//! * [`GroupMember`]: membership of a consumer group by Kafka 4's consumer group protocol
-//!   (KIP-848, ConsumerGroupHeartbeat): the partitions the group's coordinator gives the
-//!   member, taken away only after the member says it has finished with them, and fencing of a
-//!   member the group has moved past. Not yet used by the engine's Kafka source.
+//! * [`GroupMember`]: membership of a consumer group, by Kafka 4's consumer group protocol
+//!   (KIP-848, ConsumerGroupHeartbeat) or the classic one (JoinGroup and SyncGroup, the
+//!   cooperative-sticky assignor), as [`GroupProtocol`] says: the partitions the group gives
+//!   the member, taken away only after the member says it has finished with them, fencing of a
+//!   member the group has moved past, and offsets committed for lag monitors. Not yet used by
+//!   the engine's Kafka source.
 //! * [`create_topic`] / [`create_topic_with`]: topic creation for tests, benchmarks and
 //!   `weir gen`.
 //! * [`SecurityConfig`]: TLS and SASL for all three, built from librdkafka's option names by
@@ -112,7 +115,7 @@ pub use consumer::{
     StartupMode,
 };
 pub use error::{AuthFailure, Error, Result};
-pub use group::{GroupConfig, GroupEvent, GroupMember, TopicPartition};
+pub use group::{GroupConfig, GroupEvent, GroupMember, GroupProtocol, TopicPartition};
 pub use producer::{murmur2, settle_transaction, Producer, ProducerConfig, Settled};
 pub use record_batch::{Compression, Headers};
 pub use security::{

@@ -1,104 +1,142 @@
-//! Consumer group membership (Kafka 4's consumer group protocol) against the real broker of
-//! `scripts/kafka.sh`, which heartbeats every second and drops a silent member after 6 s.
+//! Consumer group membership against the real broker of `scripts/kafka.sh` (whose consumer
+//! protocol heartbeats every second and drops a silent member after 6 s), by both protocols:
+//! Kafka 4's consumer protocol and the classic one with the cooperative-sticky assignor. Each
+//! member runs on a thread of its own, as a classic member's join waits for the whole group.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::common::{bootstrap, classpath, serial, topic};
 use weir_kafka::{
-    create_topic, GroupConfig, GroupEvent, GroupMember, SecurityConfig, TopicPartition,
+    create_topic, GroupConfig, GroupEvent, GroupMember, GroupProtocol, SecurityConfig,
+    TopicPartition,
 };
 
-/// One member and what it was last given.
-struct Member {
+/// What the members' threads share with the test: what each says it owns (those heartbeating
+/// only: a silent member still believes it owns what it had), how often each was fenced, and
+/// what a silent member's offset commit answered when it woke.
+#[derive(Default)]
+struct Seen {
+    owned: BTreeMap<&'static str, BTreeSet<TopicPartition>>,
+    fenced: BTreeMap<&'static str, u32>,
+    stale_commit: Option<String>,
+}
+
+enum Ctl {
+    /// Commit these offsets (and report the result).
+    Commit(Vec<(TopicPartition, i64)>, Sender<Result<(), String>>),
+    /// Stop heartbeating this long, then try to commit offsets for what it owned.
+    Silence(Duration),
+    Leave,
+}
+
+/// Starts member `name` of `group` on a thread of its own.
+fn member(
     name: &'static str,
-    group: GroupMember,
-    given: Vec<TopicPartition>,
-    fenced: u32,
-}
-
-impl Member {
-    fn join(broker: &str, group: &str, topic: &str, name: &'static str) -> Self {
-        let group = GroupMember::join(
-            &[broker.to_string()],
-            &SecurityConfig::default(),
-            GroupConfig::new(group),
-            &[topic.to_string()],
-        )
-        .unwrap();
-        Self {
-            name,
-            group,
-            given: Vec::new(),
-            fenced: 0,
+    broker: &str,
+    group: &str,
+    topic: &str,
+    protocol: GroupProtocol,
+    seen: &Arc<Mutex<Seen>>,
+) -> (Sender<Ctl>, JoinHandle<()>) {
+    let (tx, rx): (Sender<Ctl>, Receiver<Ctl>) = channel();
+    let config = GroupConfig {
+        protocol,
+        session_timeout: Duration::from_secs(6),
+        rebalance_timeout: Duration::from_secs(30),
+        ..GroupConfig::new(group)
+    };
+    let mut m = GroupMember::join(
+        &[broker.to_string()],
+        &SecurityConfig::default(),
+        config,
+        &[topic.to_string()],
+    )
+    .unwrap();
+    let seen = Arc::clone(seen);
+    let handle = std::thread::spawn(move || loop {
+        match rx.try_recv() {
+            Ok(Ctl::Commit(offsets, answer)) => {
+                let _ = answer.send(m.commit_offsets(&offsets).map_err(|e| e.to_string()));
+            }
+            Ok(Ctl::Silence(d)) => {
+                let had = seen.lock().unwrap().owned.remove(name).unwrap_or_default();
+                std::thread::sleep(d);
+                let stale: Vec<_> = had.into_iter().map(|tp| (tp, 1)).collect();
+                let r = m.commit_offsets(&stale);
+                seen.lock().unwrap().stale_commit = Some(match r {
+                    Ok(()) => "accepted".into(),
+                    Err(e) => e.to_string(),
+                });
+            }
+            Ok(Ctl::Leave) | Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                seen.lock().unwrap().owned.remove(name);
+                m.leave().unwrap();
+                return;
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
         }
-    }
-
-    /// One poll. A member here has nothing to finish, so it gives up what it lost and takes
-    /// what it was given at once.
-    fn poll(&mut self) {
-        match self.group.poll().unwrap() {
+        match m.poll().unwrap() {
             GroupEvent::Unchanged => {}
-            GroupEvent::Assigned(p) => {
-                self.group.owned(p.clone());
-                self.given = p;
-            }
-            GroupEvent::Fenced => {
-                self.fenced += 1;
-                self.given.clear();
-            }
-        }
-    }
-
-    fn owns(&self) -> BTreeSet<TopicPartition> {
-        self.group.owned_partitions().iter().cloned().collect()
-    }
-}
-
-/// Polls `members` until `done` holds (or fails after 60 s), checking after every poll that no
-/// partition has two owners, neither by what they say they own nor by what they were given.
-fn until(members: &mut [&mut Member], what: &str, done: impl Fn(&[&mut Member]) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        for i in 0..members.len() {
-            members[i].poll();
-            for a in 0..members.len() {
-                for b in a + 1..members.len() {
-                    let (x, y) = (&members[a], &members[b]);
+            GroupEvent::Assigned(given) => {
+                // Nothing to finish here: it lets go of what it lost at once. What it owns is
+                // published before the group hears of it (the next poll), as a real member
+                // finishes before it tells.
+                let mine: BTreeSet<TopicPartition> = given.iter().cloned().collect();
+                let mut s = seen.lock().unwrap();
+                for (other, theirs) in &s.owned {
                     assert!(
-                        x.owns().is_disjoint(&y.owns()),
-                        "{} and {} both own some of {:?} / {:?}",
-                        x.name,
-                        y.name,
-                        x.owns(),
-                        y.owns()
-                    );
-                    let given: BTreeSet<_> = x.given.iter().collect();
-                    assert!(
-                        y.given.iter().all(|p| !given.contains(p)),
-                        "{} and {} were both given some of {:?} / {:?}",
-                        x.name,
-                        y.name,
-                        x.given,
-                        y.given
+                        *other == name || theirs.is_disjoint(&mine),
+                        "{name} was given {mine:?} while {other} owns {theirs:?}"
                     );
                 }
+                s.owned.insert(name, mine);
+                drop(s);
+                m.owned(given);
+            }
+            GroupEvent::Fenced => {
+                let mut s = seen.lock().unwrap();
+                s.owned.insert(name, BTreeSet::new());
+                *s.fenced.entry(name).or_default() += 1;
             }
         }
-        if done(members) {
-            return;
+        std::thread::sleep(Duration::from_millis(20));
+    });
+    (tx, handle)
+}
+
+/// Waits (up to 90 s) until `done` holds of what the members own.
+fn until(seen: &Arc<Mutex<Seen>>, what: &str, done: impl Fn(&Seen) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        {
+            let s = seen.lock().unwrap();
+            if done(&s) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not after 90 s; owned: {:?}",
+                s.owned
+            );
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not after 60 s; {}",
-            members
-                .iter()
-                .map(|m| format!("{} owns {:?} (epoch {})", m.name, m.owns(), m.group.epoch()))
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The members in `names` own `each` partitions apiece, all six between them.
+fn shared(s: &Seen, names: &[&str], each: usize) -> bool {
+    let mut union = BTreeSet::new();
+    for n in names {
+        match s.owned.get(n) {
+            Some(o) if o.len() == each => union.extend(o.iter().cloned()),
+            _ => return false,
+        }
+    }
+    union.len() == 6
 }
 
 /// The committed offsets of `group` as Kafka's own tool shows them: (partition, offset) of each
@@ -133,97 +171,93 @@ fn described_offsets(broker: &str, group: &str, topic: &str) -> BTreeSet<(i32, i
         .collect()
 }
 
-/// Three members of one group share a 6-partition topic: the first takes all six; a second
-/// joining takes half only after the first gave them up; a third gets its share the same way;
-/// a member leaving hands its partitions to the others, and one that stops heartbeating loses
-/// them after the session timeout and is fenced when it comes back (offsets it commits meanwhile
-/// are refused; those committed by an owner are what Kafka's tool shows). While the members
-/// heartbeat, no partition ever has two owners (a silent one still believes it owns its
-/// partitions until it hears otherwise: what the sinks' fencing is for).
-#[test]
-fn group_members_share_a_topic_and_hand_partitions_over() {
+/// Three members of one group share a 6-partition topic: the first takes all six; a second and
+/// a third get their shares only after the owners let go; offsets an owner commits are what
+/// Kafka's tool shows; a member that leaves hands its partitions over; one that stops
+/// heartbeating loses them after the session timeout, cannot commit offsets for them, and is
+/// fenced when it comes back. Among the members that heartbeat, no partition ever has two
+/// owners (a silent one still believes it owns its partitions until it hears otherwise: what
+/// the sinks' fencing is for).
+fn members_share_a_topic_and_hand_partitions_over(protocol: GroupProtocol, test: &str) {
     let _serial = serial();
-    let Some(b) = bootstrap("group_members_share_a_topic_and_hand_partitions_over") else {
+    let Some(b) = bootstrap(test) else {
         return;
     };
     let t = topic("wgroup");
     create_topic(std::slice::from_ref(&b), &t, 6, 1, &[], false).unwrap();
     let group = format!("{t}-group");
-    let all: BTreeSet<TopicPartition> = (0..6).map(|p| (t.clone(), p)).collect();
-    let owns_all = |ms: &[&mut Member]| {
-        let mut union = BTreeSet::new();
-        for m in ms {
-            union.extend(m.owns());
-        }
-        union == all
-    };
+    let seen = Arc::new(Mutex::new(Seen::default()));
 
-    let mut a = Member::join(&b, &group, &t, "a");
-    until(&mut [&mut a], "the first member owns all six", |ms| {
-        ms[0].owns().len() == 6
+    let (a, a_thread) = member("a", &b, &group, &t, protocol, &seen);
+    until(&seen, "the first member owns all six", |s| {
+        shared(s, &["a"], 6)
     });
-    let first_epoch = a.group.epoch();
-    assert!(first_epoch > 0);
-
-    let mut b2 = Member::join(&b, &group, &t, "b");
-    until(&mut [&mut a, &mut b2], "two members own three each", |ms| {
-        owns_all(ms) && ms.iter().all(|m| m.owns().len() == 3)
+    let (b2, b_thread) = member("b", &b, &group, &t, protocol, &seen);
+    until(&seen, "two members own three each", |s| {
+        shared(s, &["a", "b"], 3)
     });
-    assert!(
-        a.group.epoch() > first_epoch,
-        "a rebalance gives a new epoch"
-    );
 
-    // Offsets committed with the member's epoch are what Kafka's own tool shows.
-    let offsets: Vec<(TopicPartition, i64)> = a
-        .owns()
-        .into_iter()
-        .map(|(t, p)| ((t, p), 100 + i64::from(p)))
+    let offsets: Vec<(TopicPartition, i64)> = seen.lock().unwrap().owned["a"]
+        .iter()
+        .map(|(t, p)| ((t.clone(), *p), 100 + i64::from(*p)))
         .collect();
-    a.group.commit_offsets(&offsets).unwrap();
+    let (tx, rx) = channel();
+    a.send(Ctl::Commit(offsets.clone(), tx)).unwrap();
+    rx.recv().unwrap().unwrap();
     let shown = described_offsets(&b, &group, &t);
     for ((_, p), o) in &offsets {
         assert!(shown.contains(&(*p, *o)), "{p} at {o} not in {shown:?}");
     }
 
-    let mut c = Member::join(&b, &group, &t, "c");
-    until(
-        &mut [&mut a, &mut b2, &mut c],
-        "three members own two each",
-        |ms| owns_all(ms) && ms.iter().all(|m| m.owns().len() == 2),
-    );
-
-    // A member that leaves hands its partitions over at once.
-    c.group.leave().unwrap();
-    until(&mut [&mut a, &mut b2], "the two left own all six", |ms| {
-        owns_all(ms) && ms.iter().all(|m| m.owns().len() == 3)
+    let (c, c_thread) = member("c", &b, &group, &t, protocol, &seen);
+    until(&seen, "three members own two each", |s| {
+        shared(s, &["a", "b", "c"], 2)
+    });
+    c.send(Ctl::Leave).unwrap();
+    c_thread.join().unwrap();
+    until(&seen, "the two left own three each", |s| {
+        shared(s, &["a", "b"], 3)
     });
 
-    // A member that stops heartbeating loses its partitions after the session timeout; when it
-    // comes back it is fenced, owns nothing, and joins again.
+    // The session timeout is 6 s; the silent member sleeps past it.
     let silent_since = Instant::now();
-    until(
-        &mut [&mut b2],
-        "the member still heard from owns all six",
-        |ms| ms[0].owns().len() == 6,
-    );
+    a.send(Ctl::Silence(Duration::from_secs(10))).unwrap();
+    until(&seen, "the member still heard from owns all six", |s| {
+        shared(s, &["b"], 6)
+    });
     assert!(
         silent_since.elapsed() >= Duration::from_secs(4),
         "moved before the session timeout"
     );
-    // The silent member, not told yet, cannot commit offsets for what it believes it owns.
-    let stale: Vec<(TopicPartition, i64)> = a.owns().into_iter().map(|tp| (tp, 1)).collect();
-    let e = a.group.commit_offsets(&stale).unwrap_err().to_string();
-    assert!(e.contains("OffsetCommit") && e.contains(&group), "{e}");
-    until(&mut [&mut a], "the silent member is fenced", |ms| {
-        ms[0].fenced > 0
+    until(&seen, "the silent member is fenced", |s| {
+        s.fenced.get("a").is_some_and(|&n| n > 0)
     });
-    assert!(a.owns().is_empty());
-    until(
-        &mut [&mut a, &mut b2],
-        "the fenced member joined again",
-        |ms| owns_all(ms) && ms.iter().all(|m| m.owns().len() == 3),
+    let stale = seen.lock().unwrap().stale_commit.clone().unwrap();
+    assert!(
+        stale.contains("OffsetCommit") || stale.contains("fail"),
+        "a fenced member's offsets were {stale}"
     );
-    a.group.leave().unwrap();
-    b2.group.leave().unwrap();
+    until(&seen, "the fenced member joined again", |s| {
+        shared(s, &["a", "b"], 3)
+    });
+    a.send(Ctl::Leave).unwrap();
+    b2.send(Ctl::Leave).unwrap();
+    a_thread.join().unwrap();
+    b_thread.join().unwrap();
+}
+
+#[test]
+fn group_members_of_the_consumer_protocol_hand_partitions_over() {
+    members_share_a_topic_and_hand_partitions_over(
+        GroupProtocol::Consumer,
+        "group_members_of_the_consumer_protocol_hand_partitions_over",
+    );
+}
+
+#[test]
+fn group_members_of_the_classic_protocol_hand_partitions_over() {
+    members_share_a_topic_and_hand_partitions_over(
+        GroupProtocol::Classic,
+        "group_members_of_the_classic_protocol_hand_partitions_over",
+    );
 }

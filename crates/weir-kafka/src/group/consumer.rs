@@ -16,22 +16,21 @@ use kafka_protocol::messages::{
     consumer_group_heartbeat_request::TopicPartitions, metadata_request::MetadataRequestTopic,
     offset_commit_request::OffsetCommitRequestPartition,
     offset_commit_request::OffsetCommitRequestTopic, ApiKey, ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, TopicName,
+    ConsumerGroupHeartbeatResponse, GroupId, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use super::{
+    locate, new_member_id, GroupConfig, GroupEvent, TopicPartition, LOADING, NOT_AVAILABLE,
+    NOT_COORDINATOR,
+};
 use crate::cluster;
 use crate::connection::{Connection, Connector};
 use crate::error::{error_name, Error, Result};
 use crate::security::SecurityConfig;
 
-/// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: find the
-/// coordinator again and ask again.
-const LOADING: i16 = 14;
-const NOT_AVAILABLE: i16 = 15;
-const NOT_COORDINATOR: i16 = 16;
 /// UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH: the coordinator no longer counts this member (it
 /// missed its session timeout, or the group moved on): it owns nothing and joins again.
 const UNKNOWN_MEMBER_ID: i16 = 25;
@@ -39,55 +38,8 @@ const FENCED_MEMBER_EPOCH: i16 = 110;
 /// UNSUPPORTED_VERSION: the broker does not run the consumer protocol for this group.
 const UNSUPPORTED_VERSION: i16 = 35;
 
-/// A partition of a topic, by name.
-pub type TopicPartition = (String, i32);
-
-/// How a member joins its group.
-#[derive(Debug, Clone)]
-pub struct GroupConfig {
-    /// `group.id`.
-    pub group_id: String,
-    /// `group.instance.id`: a static member, whose partitions wait for it through a restart
-    /// within the session timeout instead of moving at once.
-    pub instance_id: Option<String>,
-    /// How long the coordinator waits for this member to give up a partition it takes away
-    /// (`max.poll.interval.ms` in librdkafka and the Java client, whose name this follows).
-    pub rebalance_timeout: Duration,
-    /// `group.remote.assignor`: the coordinator's assignor (`uniform` or `range`), or its default.
-    pub remote_assignor: Option<String>,
-    /// How long one request to the coordinator may take, finding it included.
-    pub timeout: Duration,
-}
-
-impl GroupConfig {
-    /// A dynamic member of `group_id` with librdkafka's defaults.
-    pub fn new(group_id: &str) -> Self {
-        Self {
-            group_id: group_id.to_string(),
-            instance_id: None,
-            rebalance_timeout: Duration::from_secs(300),
-            remote_assignor: None,
-            timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// What a heartbeat brought.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GroupEvent {
-    /// Nothing new: the member keeps what it owns.
-    Unchanged,
-    /// The coordinator gave the member these partitions (sorted), in place of those before.
-    /// The member finishes with the partitions no longer listed, then calls
-    /// [`GroupMember::owned`] with what it still owns.
-    Assigned(Vec<TopicPartition>),
-    /// The coordinator fenced the member: every partition it held may already be another's.
-    /// It must drop what it had not committed; it has joined again, with nothing.
-    Fenced,
-}
-
-/// One member of a consumer group, speaking to the group's coordinator.
-pub struct GroupMember {
+/// One member of a group of the consumer protocol, speaking to the group's coordinator.
+pub(crate) struct ConsumerMember {
     config: GroupConfig,
     connector: Connector,
     brokers: Vec<String>,
@@ -108,12 +60,12 @@ pub struct GroupMember {
     rebalances: u64,
 }
 
-impl GroupMember {
+impl ConsumerMember {
     /// Joins `config.group_id`, subscribed to `topics`, through any of `brokers` (connected as
     /// `security` says): finds the coordinator and learns the topics' ids; the first
-    /// [`GroupMember::poll`] sends the heartbeat that joins. The member owns nothing until a
+    /// [`ConsumerMember::poll`] sends the heartbeat that joins. The member owns nothing until a
     /// heartbeat answers with its partitions.
-    pub fn join(
+    pub(crate) fn join(
         brokers: &[String],
         security: &SecurityConfig,
         config: GroupConfig,
@@ -145,28 +97,28 @@ impl GroupMember {
     }
 
     /// This member's id (made by the client, as the protocol's version 1 wants).
-    pub fn member_id(&self) -> &str {
+    pub(crate) fn member_id(&self) -> &str {
         &self.member_id
     }
 
     /// The member's epoch: the group's generation as this member knows it (0 before it is
     /// given one).
-    pub fn epoch(&self) -> i32 {
+    pub(crate) fn epoch(&self) -> i32 {
         self.epoch
     }
 
     /// The partitions the member says it owns.
-    pub fn owned_partitions(&self) -> &[TopicPartition] {
+    pub(crate) fn owned_partitions(&self) -> &[TopicPartition] {
         &self.owned
     }
 
     /// How many times the coordinator changed this member's partitions.
-    pub fn rebalances(&self) -> u64 {
+    pub(crate) fn rebalances(&self) -> u64 {
         self.rebalances
     }
 
     /// How long until the next heartbeat is due (zero: now).
-    pub fn next_heartbeat_in(&self) -> Duration {
+    pub(crate) fn next_heartbeat_in(&self) -> Duration {
         match self.last_beat {
             None => Duration::ZERO,
             Some(t) => self.interval.saturating_sub(t.elapsed()),
@@ -176,7 +128,7 @@ impl GroupMember {
     /// Records that the member owns exactly `partitions` now (having finished with those the
     /// last assignment took away); the next heartbeat tells the coordinator, which may then give
     /// the others to other members.
-    pub fn owned(&mut self, mut partitions: Vec<TopicPartition>) {
+    pub(crate) fn owned(&mut self, mut partitions: Vec<TopicPartition>) {
         partitions.sort();
         partitions.dedup();
         if partitions != self.owned {
@@ -187,7 +139,7 @@ impl GroupMember {
 
     /// Sends a heartbeat when one is due (or a change of the owned partitions waits to be told)
     /// and returns what it brought.
-    pub fn poll(&mut self) -> Result<GroupEvent> {
+    pub(crate) fn poll(&mut self) -> Result<GroupEvent> {
         if self.report_owned || self.next_heartbeat_in().is_zero() {
             self.heartbeat()
         } else {
@@ -196,7 +148,7 @@ impl GroupMember {
     }
 
     /// Sends one heartbeat now and returns what it brought.
-    pub fn heartbeat(&mut self) -> Result<GroupEvent> {
+    pub(crate) fn heartbeat(&mut self) -> Result<GroupEvent> {
         let deadline = Instant::now() + self.config.timeout;
         loop {
             let req = self.request(self.epoch);
@@ -244,7 +196,7 @@ impl GroupMember {
     /// lag monitors and Kafka's own tools read (`kafka-consumer-groups.sh --describe`). They are
     /// stamped with the member's epoch, so a member the group has moved past cannot write them;
     /// weir keeps its own positions with its output and never reads these back.
-    pub fn commit_offsets(&mut self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
+    pub(crate) fn commit_offsets(&mut self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
         if offsets.is_empty() {
             return Ok(());
         }
@@ -277,41 +229,12 @@ impl GroupMember {
             .conn
             .version(ApiKey::OffsetCommit, "OffsetCommit", 9, 9)?;
         let resp: OffsetCommitResponse = self.conn.request(ApiKey::OffsetCommit, v, &req)?;
-        let failed: Vec<String> = resp
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .filter(|p| p.error_code != 0)
-                    .map(move |p| {
-                        format!(
-                            "{}/{}: {} ({})",
-                            t.name.0,
-                            p.partition_index,
-                            error_name(p.error_code),
-                            p.error_code
-                        )
-                    })
-            })
-            .collect();
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Group {
-                group_id: self.config.group_id.clone(),
-                reason: format!(
-                    "OffsetCommit at epoch {} failed for {}",
-                    self.epoch,
-                    failed.join(", ")
-                ),
-            })
-        }
+        super::offset_commit_result(&self.config.group_id, self.epoch, &resp)
     }
 
     /// Leaves the group (epoch -1; -2 for a static member, whose partitions then wait for it
     /// through the session timeout). The coordinator gives the partitions to the others at once.
-    pub fn leave(mut self) -> Result<()> {
+    pub(crate) fn leave(mut self) -> Result<()> {
         let epoch = if self.config.instance_id.is_some() {
             -2
         } else {
@@ -466,53 +389,5 @@ impl GroupMember {
             group_id: self.config.group_id.clone(),
             reason: format!("{api} failed: {} ({code}){detail}{hint}", error_name(code)),
         }
-    }
-}
-
-/// A member id as the Java client makes one: 16 random bytes in URL-safe base64.
-fn new_member_id() -> Result<String> {
-    use base64::Engine as _;
-    let mut raw = [0u8; 16];
-    crate::security::tls::provider()
-        .secure_random
-        .fill(&mut raw)
-        .map_err(|_| Error::Config("no secure random numbers for a group member id".into()))?;
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
-}
-
-/// A connection to the coordinator of group `group`, asked of any of `brokers`.
-fn locate(
-    connector: &Connector,
-    brokers: &[String],
-    group: &str,
-    timeout: Duration,
-) -> Result<Connection> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut conn = cluster::connect_any(connector, brokers)?;
-        let v = conn.version(ApiKey::FindCoordinator, "FindCoordinator", 4, 6)?;
-        // Key type 0: a group coordinator.
-        let req = FindCoordinatorRequest::default()
-            .with_key_type(0)
-            .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]);
-        let resp: FindCoordinatorResponse = conn.request(ApiKey::FindCoordinator, v, &req)?;
-        let (code, node, addr) = match resp.coordinators.first() {
-            Some(c) => (c.error_code, c.node_id.0, format!("{}:{}", c.host, c.port)),
-            None => (resp.error_code, -1, String::new()),
-        };
-        if code == 0 && node >= 0 {
-            return connector.open(&addr);
-        }
-        if Instant::now() >= deadline || !matches!(code, LOADING | NOT_AVAILABLE | NOT_COORDINATOR)
-        {
-            return Err(Error::Group {
-                group_id: group.to_string(),
-                reason: format!(
-                    "no group coordinator: FindCoordinator answered {} ({code})",
-                    error_name(code)
-                ),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
