@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::common::{
-    bootstrap, config, drain, java_load, java_value, serial, topic, try_java_load,
+    bootstrap, config, drain, java_load, java_value, serial, topic, try_java_load, PrivateBroker,
 };
 use weir_kafka::{
     create_topic, murmur2, settle_transaction, Compression, Consumer, Error, Isolation,
@@ -473,41 +473,6 @@ fn unknown_topic_and_partition_are_errors() {
     })
     .unwrap_err();
     assert!(err.to_string().contains("lists 5"), "{err}");
-}
-
-/// Stops the private broker of a test when the test ends, however it ends.
-struct PrivateBroker {
-    run: std::path::PathBuf,
-}
-
-impl PrivateBroker {
-    fn kafka_sh(run: &std::path::Path, cmd: &str) -> std::process::Output {
-        std::process::Command::new("bash")
-            .arg(crate::common::repo_root().join("scripts/kafka.sh"))
-            .arg(cmd)
-            .env("WEIR_KAFKA_RUN", run)
-            .output()
-            .expect("run scripts/kafka.sh")
-    }
-
-    fn start() -> (Self, String) {
-        let run = std::env::temp_dir().join(topic("weir-kafka-private-run"));
-        let out = Self::kafka_sh(&run, "start");
-        assert!(
-            out.status.success(),
-            "private broker did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let addr = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        (Self { run }, addr)
-    }
-}
-
-impl Drop for PrivateBroker {
-    fn drop(&mut self) {
-        Self::kafka_sh(&self.run, "stop");
-        let _ = std::fs::remove_dir_all(&self.run);
-    }
 }
 
 /// A broker stopped and restarted in the middle of a bounded read: the consumer retries with

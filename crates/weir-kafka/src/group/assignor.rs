@@ -41,20 +41,43 @@ pub(crate) fn assign(
         .collect();
     // Who owns what: a valid claim (an existing partition of a topic the member subscribes
     // to), the newest generation's where two members claim one partition.
+    // Two claims of one generation: neither keeps it, and no one gets it this round (both
+    // may still be working on it); the round after, it is unclaimed.
     let mut owner: BTreeMap<&TopicPartition, (i32, usize)> = BTreeMap::new();
+    let mut disputed: BTreeSet<&TopicPartition> = BTreeSet::new();
+    let mut disputed_lost: BTreeSet<&TopicPartition> = BTreeSet::new();
     for (i, m) in members.iter().enumerate() {
         for tp in &m.owned {
             if !all.contains(tp) || !m.topics.contains(&tp.0) {
                 continue;
             }
             match owner.get(tp) {
-                Some(&(g, _)) if g >= m.generation => {}
+                Some(&(g, o)) if g == m.generation && o != i => {
+                    disputed.insert(tp);
+                }
+                Some(&(g, _)) if g > m.generation => {}
                 _ => {
                     owner.insert(tp, (m.generation, i));
                 }
             }
         }
     }
+    for tp in &disputed {
+        if let Some(&(g, _)) = owner.get(tp) {
+            // Only a dispute at the winning generation takes it from both.
+            if members
+                .iter()
+                .filter(|m| m.generation == g && m.owned.contains(tp))
+                .count()
+                > 1
+            {
+                owner.remove(tp);
+            } else {
+                disputed_lost.insert(tp);
+            }
+        }
+    }
+    disputed.retain(|tp| !disputed_lost.contains(tp));
     let mut claimed: Vec<Vec<TopicPartition>> = vec![Vec::new(); members.len()];
     for (tp, &(_, i)) in &owner {
         claimed[i].push((*tp).clone());
@@ -98,7 +121,7 @@ pub(crate) fn assign(
     }
     // Cooperative: a partition whose owner loses it is given to no one this round.
     for (i, mut parts) in target.into_iter().enumerate() {
-        parts.retain(|tp| owner.get(tp).is_none_or(|&(_, o)| o == i));
+        parts.retain(|tp| owner.get(tp).is_none_or(|&(_, o)| o == i) && !disputed.contains(tp));
         parts.sort();
         out.insert(members[i].member_id.clone(), parts);
     }
@@ -167,6 +190,21 @@ mod tests {
         assert_eq!(parts(&a, "b"), [5, 6]);
         // 3 and 4 leave a this round; c gets them next round.
         assert!(parts(&a, "c").is_empty());
+    }
+
+    #[test]
+    fn two_claims_of_one_generation_leave_the_partition_to_the_next_round() {
+        let counts: BTreeMap<String, i32> = [("t".to_string(), 2)].into();
+        let a = assign(&[sub("a", &[0, 1], 4), sub("b", &[1], 4)], &counts);
+        // 0 stays with a; 1, claimed by both, goes to no one this round.
+        assert_eq!(parts(&a, "a"), [0]);
+        assert!(parts(&a, "b").is_empty());
+        // A newer claim beats an older dispute.
+        let a = assign(
+            &[sub("a", &[1], 3), sub("b", &[1], 3), sub("c", &[1], 5)],
+            &counts,
+        );
+        assert_eq!(parts(&a, "c"), [1]);
     }
 
     #[test]

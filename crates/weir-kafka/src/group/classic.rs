@@ -14,12 +14,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::{
     consumer_protocol_assignment, consumer_protocol_subscription,
-    join_group_request::JoinGroupRequestProtocol,
-    offset_commit_request::OffsetCommitRequestPartition,
-    offset_commit_request::OffsetCommitRequestTopic,
-    sync_group_request::SyncGroupRequestAssignment, ApiKey, ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest,
+    join_group_request::JoinGroupRequestProtocol, sync_group_request::SyncGroupRequestAssignment,
+    ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
+    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
     OffsetCommitResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
@@ -44,7 +41,6 @@ const ILLEGAL_GENERATION: i16 = 22;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const MEMBER_ID_REQUIRED: i16 = 79;
-const FENCED_INSTANCE_ID: i16 = 82;
 
 /// One member of a classic group.
 pub(crate) struct ClassicMember {
@@ -128,9 +124,7 @@ impl ClassicMember {
             match self.heartbeat()? {
                 0 => return Ok(GroupEvent::Unchanged),
                 REBALANCE_IN_PROGRESS => self.must_join = true,
-                ILLEGAL_GENERATION | UNKNOWN_MEMBER_ID | FENCED_INSTANCE_ID => {
-                    return Ok(self.fenced());
-                }
+                ILLEGAL_GENERATION | UNKNOWN_MEMBER_ID => return Ok(self.fenced()),
                 code => return Err(self.refused("Heartbeat", code)),
             }
         }
@@ -158,13 +152,21 @@ impl ClassicMember {
     fn heartbeat(&mut self) -> Result<i16> {
         let deadline = Instant::now() + self.config.timeout;
         loop {
-            let v = self.conn.version(ApiKey::Heartbeat, "Heartbeat", 3, 4)?;
             let req = HeartbeatRequest::default()
                 .with_group_id(self.group())
                 .with_generation_id(self.generation)
                 .with_member_id(StrBytes::from_string(self.member_id.clone()))
                 .with_group_instance_id(self.instance());
-            let resp: HeartbeatResponse = self.conn.request(ApiKey::Heartbeat, v, &req)?;
+            let resp: HeartbeatResponse = super::call(
+                &mut self.conn,
+                &self.connector,
+                &self.brokers,
+                &self.config,
+                (ApiKey::Heartbeat, "Heartbeat", 3, 4),
+                self.config.timeout,
+                deadline,
+                |_| req.clone(),
+            )?;
             self.last_beat = Instant::now();
             if !self.coordinator_moved(resp.error_code, deadline)? {
                 return Ok(resp.error_code);
@@ -191,15 +193,18 @@ impl ClassicMember {
     /// JoinGroup then SyncGroup until a round completes; the partitions it gave.
     fn join_and_sync(&mut self) -> Result<GroupEvent> {
         let deadline = Instant::now() + self.config.rebalance_timeout + self.config.timeout;
-        // JoinGroup waits for the whole group (up to the rebalance timeout).
-        self.conn
-            .set_read_timeout(self.config.rebalance_timeout + Duration::from_secs(5))?;
         let result = self.rounds(deadline);
         self.conn.set_read_timeout(self.config.timeout)?;
         result
     }
 
+    /// JoinGroup and SyncGroup wait for the whole group (up to the rebalance timeout).
+    fn round_read_timeout(&self) -> Duration {
+        self.config.rebalance_timeout + Duration::from_secs(5)
+    }
+
     fn rounds(&mut self, deadline: Instant) -> Result<GroupEvent> {
+        let wait = self.round_read_timeout();
         loop {
             if Instant::now() >= deadline {
                 return Err(self.refused_reason(format!(
@@ -207,7 +212,6 @@ impl ClassicMember {
                     self.config.rebalance_timeout
                 )));
             }
-            let v = self.conn.version(ApiKey::JoinGroup, "JoinGroup", 5, 9)?;
             let req = JoinGroupRequest::default()
                 .with_group_id(self.group())
                 .with_session_timeout_ms(millis(self.config.session_timeout))
@@ -218,7 +222,16 @@ impl ClassicMember {
                 .with_protocols(vec![JoinGroupRequestProtocol::default()
                     .with_name(StrBytes::from_static_str(ASSIGNOR))
                     .with_metadata(self.subscription()?)]);
-            let join: JoinGroupResponse = self.conn.request(ApiKey::JoinGroup, v, &req)?;
+            let join: JoinGroupResponse = super::call(
+                &mut self.conn,
+                &self.connector,
+                &self.brokers,
+                &self.config,
+                (ApiKey::JoinGroup, "JoinGroup", 5, 9),
+                wait,
+                deadline,
+                |_| req.clone(),
+            )?;
             match join.error_code {
                 0 => {}
                 MEMBER_ID_REQUIRED => {
@@ -227,10 +240,17 @@ impl ClassicMember {
                     continue;
                 }
                 UNKNOWN_MEMBER_ID | ILLEGAL_GENERATION => {
+                    // A member that owns partitions lost them: say so before joining again.
+                    if self.generation >= 0 || !self.owned.is_empty() {
+                        return Ok(self.fenced());
+                    }
                     self.member_id.clear();
                     continue;
                 }
-                REBALANCE_IN_PROGRESS => continue,
+                REBALANCE_IN_PROGRESS => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
                 code if self.coordinator_moved(code, deadline)? => continue,
                 code => return Err(self.refused("JoinGroup", code)),
             }
@@ -241,7 +261,6 @@ impl ClassicMember {
             } else {
                 Vec::new()
             };
-            let v = self.conn.version(ApiKey::SyncGroup, "SyncGroup", 3, 5)?;
             let req = SyncGroupRequest::default()
                 .with_group_id(self.group())
                 .with_generation_id(self.generation)
@@ -250,11 +269,26 @@ impl ClassicMember {
                 .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
                 .with_protocol_name(Some(StrBytes::from_static_str(ASSIGNOR)))
                 .with_assignments(assignments);
-            let sync: SyncGroupResponse = self.conn.request(ApiKey::SyncGroup, v, &req)?;
+            let sync: SyncGroupResponse = super::call(
+                &mut self.conn,
+                &self.connector,
+                &self.brokers,
+                &self.config,
+                (ApiKey::SyncGroup, "SyncGroup", 3, 5),
+                wait,
+                deadline,
+                |_| req.clone(),
+            )?;
             match sync.error_code {
                 0 => {}
-                REBALANCE_IN_PROGRESS => continue,
+                REBALANCE_IN_PROGRESS => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
                 UNKNOWN_MEMBER_ID | ILLEGAL_GENERATION => {
+                    if !self.owned.is_empty() {
+                        return Ok(self.fenced());
+                    }
                     self.member_id.clear();
                     continue;
                 }
@@ -264,8 +298,12 @@ impl ClassicMember {
             let given = self.decode_assignment(sync.assignment)?;
             self.must_join = false;
             self.last_beat = Instant::now();
-            // Partitions taken away: once the member lets them go, it joins again.
+            // Partitions taken away: once the member lets them go, it joins again. Until then
+            // it owns those and the new ones, and says so if another round starts meanwhile.
             self.revoking = self.owned.iter().any(|tp| !given.contains(tp));
+            let mut owns: BTreeSet<TopicPartition> = self.owned.drain(..).collect();
+            owns.extend(given.iter().cloned());
+            self.owned = owns.into_iter().collect();
             self.rebalances += 1;
             log::info!(
                 "kafka group '{}': member {} at generation {} is given {} partition(s)",
@@ -396,39 +434,19 @@ impl ClassicMember {
         if offsets.is_empty() {
             return Ok(());
         }
-        let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
-        for ((topic, partition), offset) in offsets {
-            by_topic.entry(topic).or_default().push(
-                OffsetCommitRequestPartition::default()
-                    .with_partition_index(*partition)
-                    .with_committed_offset(*offset)
-                    .with_committed_leader_epoch(-1),
-            );
-        }
         let v = self
             .conn
             .version(ApiKey::OffsetCommit, "OffsetCommit", 7, 9)?;
-        let req = OffsetCommitRequest::default()
-            .with_group_id(self.group())
-            .with_generation_id_or_member_epoch(self.generation)
-            .with_member_id(StrBytes::from_string(self.member_id.clone()))
-            .with_group_instance_id(self.instance())
-            .with_topics(
-                by_topic
-                    .into_iter()
-                    .map(|(t, partitions)| {
-                        OffsetCommitRequestTopic::default()
-                            .with_name(TopicName(StrBytes::from_string(t.to_string())))
-                            .with_partitions(partitions)
-                    })
-                    .collect(),
-            );
+        let req =
+            super::offset_commit_request(&self.config, self.generation, &self.member_id, offsets);
         let resp: OffsetCommitResponse = self.conn.request(ApiKey::OffsetCommit, v, &req)?;
         super::offset_commit_result(&self.config.group_id, self.generation, &resp)
     }
 
     pub(crate) fn leave(mut self) -> Result<()> {
-        if self.member_id.is_empty() {
+        // A static member does not leave: its partitions wait for it through the session
+        // timeout, as the Java client's static members do.
+        if self.member_id.is_empty() || self.config.instance_id.is_some() {
             return Ok(());
         }
         let v = self.conn.version(ApiKey::LeaveGroup, "LeaveGroup", 3, 5)?;
@@ -459,7 +477,11 @@ impl ClassicMember {
     }
 
     fn refused(&self, api: &str, code: i16) -> Error {
-        self.refused_reason(format!("{api} failed: {} ({code})", error_name(code)))
+        self.refused_reason(format!(
+            "{api} failed: {} ({code}){}",
+            error_name(code),
+            super::hint(code, &self.config)
+        ))
     }
 
     fn refused_reason(&self, reason: String) -> Error {

@@ -14,10 +14,8 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
     consumer_group_heartbeat_request::TopicPartitions, metadata_request::MetadataRequestTopic,
-    offset_commit_request::OffsetCommitRequestPartition,
-    offset_commit_request::OffsetCommitRequestTopic, ApiKey, ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse, GroupId, MetadataRequest, MetadataResponse,
-    OffsetCommitRequest, OffsetCommitResponse, TopicName,
+    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId,
+    MetadataRequest, MetadataResponse, OffsetCommitResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -35,8 +33,6 @@ use crate::security::SecurityConfig;
 /// missed its session timeout, or the group moved on): it owns nothing and joins again.
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const FENCED_MEMBER_EPOCH: i16 = 110;
-/// UNSUPPORTED_VERSION: the broker does not run the consumer protocol for this group.
-const UNSUPPORTED_VERSION: i16 = 35;
 
 /// One member of a group of the consumer protocol, speaking to the group's coordinator.
 pub(crate) struct ConsumerMember {
@@ -52,9 +48,9 @@ pub(crate) struct ConsumerMember {
     /// The partitions the member owns, to be reported in the next heartbeat when changed.
     owned: Vec<TopicPartition>,
     report_owned: bool,
-    /// The first heartbeat of a membership sends the subscription and settings; later ones
-    /// only what changed.
-    joining: bool,
+    /// The next heartbeat is a full one: the first of a membership, and any after a failed
+    /// exchange; the others send only what changed.
+    full: bool,
     interval: Duration,
     last_beat: Option<Instant>,
     rebalances: u64,
@@ -87,7 +83,7 @@ impl ConsumerMember {
             names: HashMap::new(),
             owned: Vec::new(),
             report_owned: false,
-            joining: true,
+            full: true,
             interval: Duration::from_secs(1),
             last_beat: None,
             rebalances: 0,
@@ -151,15 +147,25 @@ impl ConsumerMember {
     pub(crate) fn heartbeat(&mut self) -> Result<GroupEvent> {
         let deadline = Instant::now() + self.config.timeout;
         loop {
-            let req = self.request(self.epoch);
-            let v = self.conn.version(
-                ApiKey::ConsumerGroupHeartbeat,
-                "ConsumerGroupHeartbeat",
-                1,
-                1,
+            let (partial, full) = (
+                self.request(self.epoch, self.full),
+                self.request(self.epoch, true),
+            );
+            let resp: ConsumerGroupHeartbeatResponse = super::call(
+                &mut self.conn,
+                &self.connector,
+                &self.brokers,
+                &self.config,
+                (
+                    ApiKey::ConsumerGroupHeartbeat,
+                    "ConsumerGroupHeartbeat",
+                    1,
+                    1,
+                ),
+                self.config.timeout,
+                deadline,
+                |again| if again { full.clone() } else { partial.clone() },
             )?;
-            let resp: ConsumerGroupHeartbeatResponse =
-                self.conn.request(ApiKey::ConsumerGroupHeartbeat, v, &req)?;
             self.last_beat = Some(Instant::now());
             match resp.error_code {
                 0 => return self.answered(resp),
@@ -173,7 +179,7 @@ impl ConsumerMember {
                         error_name(resp.error_code)
                     );
                     self.epoch = 0;
-                    self.joining = true;
+                    self.full = true;
                     self.owned.clear();
                     self.report_owned = false;
                     return Ok(GroupEvent::Fenced);
@@ -186,6 +192,7 @@ impl ConsumerMember {
                         &self.config.group_id,
                         self.config.timeout,
                     )?;
+                    self.full = true;
                 }
                 code => return Err(self.refused("ConsumerGroupHeartbeat", code, &resp)),
             }
@@ -200,30 +207,7 @@ impl ConsumerMember {
         if offsets.is_empty() {
             return Ok(());
         }
-        let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
-        for ((topic, partition), offset) in offsets {
-            by_topic.entry(topic).or_default().push(
-                OffsetCommitRequestPartition::default()
-                    .with_partition_index(*partition)
-                    .with_committed_offset(*offset)
-                    .with_committed_leader_epoch(-1),
-            );
-        }
-        let req = OffsetCommitRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(self.config.group_id.clone())))
-            .with_generation_id_or_member_epoch(self.epoch)
-            .with_member_id(StrBytes::from_string(self.member_id.clone()))
-            .with_group_instance_id(self.config.instance_id.clone().map(StrBytes::from_string))
-            .with_topics(
-                by_topic
-                    .into_iter()
-                    .map(|(t, partitions)| {
-                        OffsetCommitRequestTopic::default()
-                            .with_name(TopicName(StrBytes::from_string(t.to_string())))
-                            .with_partitions(partitions)
-                    })
-                    .collect(),
-            );
+        let req = super::offset_commit_request(&self.config, self.epoch, &self.member_id, offsets);
         // Version 9: the first that takes a member epoch of the consumer protocol.
         let v = self
             .conn
@@ -240,7 +224,7 @@ impl ConsumerMember {
         } else {
             -1
         };
-        let req = self.request(epoch);
+        let req = self.request(epoch, false);
         let v = self.conn.version(
             ApiKey::ConsumerGroupHeartbeat,
             "ConsumerGroupHeartbeat",
@@ -255,17 +239,19 @@ impl ConsumerMember {
         }
     }
 
-    fn request(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {
+    /// A heartbeat at `epoch`; a `full` one carries the subscription, the settings and the
+    /// owned partitions, as the first of a membership and any after a failed exchange must.
+    fn request(&self, epoch: i32, full: bool) -> ConsumerGroupHeartbeatRequest {
         let mut req = ConsumerGroupHeartbeatRequest::default()
             .with_group_id(GroupId(StrBytes::from_string(self.config.group_id.clone())))
             .with_member_id(StrBytes::from_string(self.member_id.clone()))
             .with_member_epoch(epoch)
             .with_rebalance_timeout_ms(-1);
         // A static member names itself in every heartbeat that joins or leaves.
-        if self.joining || epoch < 0 {
+        if full || epoch < 0 {
             req = req.with_instance_id(self.config.instance_id.clone().map(StrBytes::from_string));
         }
-        if self.joining {
+        if full {
             req = req
                 .with_rebalance_timeout_ms(
                     i32::try_from(self.config.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
@@ -283,7 +269,10 @@ impl ConsumerMember {
                         .map(StrBytes::from_string),
                 );
         }
-        if self.joining || self.report_owned {
+        if epoch == 0 {
+            // Joining (or joining again): the coordinator wants an empty list.
+            req = req.with_topic_partitions(Some(Vec::new()));
+        } else if full || self.report_owned {
             req = req.with_topic_partitions(Some(self.owned_by_id()));
         }
         req
@@ -309,8 +298,6 @@ impl ConsumerMember {
     }
 
     fn answered(&mut self, resp: ConsumerGroupHeartbeatResponse) -> Result<GroupEvent> {
-        self.joining = false;
-        self.report_owned = false;
         self.epoch = resp.member_epoch;
         if let Ok(ms) = u64::try_from(resp.heartbeat_interval_ms) {
             if ms > 0 {
@@ -318,25 +305,37 @@ impl ConsumerMember {
             }
         }
         let Some(assignment) = resp.assignment else {
+            self.full = false;
+            self.report_owned = false;
             return Ok(GroupEvent::Unchanged);
         };
+        // Every topic id named first; one the metadata does not show yet (a topic just created)
+        // leaves the assignment for a full heartbeat to bring again.
         let mut partitions = Vec::new();
         for tp in &assignment.topic_partitions {
             if !self.names.contains_key(&tp.topic_id) {
-                self.learn_topic_ids()?;
+                if let Err(e) = self.learn_topic_ids() {
+                    log::warn!(
+                        "kafka group '{}': the topics of an assignment are not known yet ({e}); \
+                         asking again",
+                        self.config.group_id
+                    );
+                }
             }
             let Some(name) = self.names.get(&tp.topic_id) else {
-                return Err(Error::Protocol {
-                    broker: self.conn.addr.clone(),
-                    api: "ConsumerGroupHeartbeat",
-                    reason: format!(
-                        "the assignment names topic id {} that the cluster's metadata lacks",
-                        tp.topic_id
-                    ),
-                });
+                log::warn!(
+                    "kafka group '{}': the assignment names topic id {} that the metadata does \
+                     not show yet; asking again",
+                    self.config.group_id,
+                    tp.topic_id
+                );
+                self.full = true;
+                return Ok(GroupEvent::Unchanged);
             };
             partitions.extend(tp.partitions.iter().map(|&p| (name.clone(), p)));
         }
+        self.full = false;
+        self.report_owned = false;
         partitions.sort();
         self.rebalances += 1;
         log::info!(
@@ -379,12 +378,7 @@ impl ConsumerMember {
             .as_ref()
             .map(|m| format!(": {m}"))
             .unwrap_or_default();
-        let hint = if code == UNSUPPORTED_VERSION {
-            "; the broker does not run the consumer group protocol for this group (Kafka 4.0 \
-             or later runs it by default)"
-        } else {
-            ""
-        };
+        let hint = super::hint(code, &self.config);
         Error::Group {
             group_id: self.config.group_id.clone(),
             reason: format!("{api} failed: {} ({code}){detail}{hint}", error_name(code)),

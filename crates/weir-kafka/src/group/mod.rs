@@ -16,8 +16,12 @@ mod consumer;
 
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::messages::{
-    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitResponse,
+    offset_commit_request::OffsetCommitRequestPartition,
+    offset_commit_request::OffsetCommitRequestTopic, ApiKey, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, OffsetCommitRequest, OffsetCommitResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -105,7 +109,7 @@ pub enum GroupEvent {
     /// [`GroupMember::owned`] with what it still owns.
     Assigned(Vec<TopicPartition>),
     /// The coordinator fenced the member: every partition it held may already be another's.
-    /// It must drop what it had not committed; it has joined again, with nothing.
+    /// It must drop what it had not committed; it owns nothing, and its next poll joins again.
     Fenced,
 }
 
@@ -196,8 +200,8 @@ impl GroupMember {
         each!(mut self, m => m.commit_offsets(offsets))
     }
 
-    /// Leaves the group; its partitions go to the others at once (a static member's wait for
-    /// it through the session timeout).
+    /// Leaves the group; its partitions go to the others at once. A static member's wait for it
+    /// through the session timeout instead (the classic protocol sends nothing for it).
     pub fn leave(self) -> Result<()> {
         match self.0 {
             Member::Consumer(m) => m.leave(),
@@ -252,6 +256,108 @@ pub(crate) fn locate(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Sends a request to the group's coordinator over `*conn` and returns its answer. When the
+/// connection fails (I/O, TLS, a garbled or late reply: a broker restarting, a network cut),
+/// the coordinator is found again, a new connection replaces `*conn`, and the request is sent
+/// again, until `deadline`; `request(true)` builds the one sent again (a heartbeat of the
+/// consumer protocol after a lost answer must be a full one, or the assignment it carried is
+/// never sent again). Each attempt reads with `read_timeout`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn call<Req, Resp>(
+    conn: &mut Connection,
+    connector: &Connector,
+    brokers: &[String],
+    config: &GroupConfig,
+    (key, api, min, max): (ApiKey, &'static str, i16, i16),
+    read_timeout: Duration,
+    deadline: Instant,
+    request: impl Fn(bool) -> Req,
+) -> Result<Resp>
+where
+    Req: kafka_protocol::protocol::Encodable
+        + kafka_protocol::protocol::HeaderVersion
+        + kafka_protocol::protocol::Message,
+    Resp: kafka_protocol::protocol::Decodable,
+{
+    let mut again = false;
+    loop {
+        let attempt = conn.set_read_timeout(read_timeout).and_then(|()| {
+            let v = conn.version(key, api, min, max)?;
+            conn.request::<Req, Resp>(key, v, &request(again))
+        });
+        match attempt {
+            Ok(resp) => return Ok(resp),
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                log::warn!(
+                    "kafka group '{}': {api} to the coordinator failed ({e}); finding it again",
+                    config.group_id
+                );
+                std::thread::sleep(Duration::from_millis(200));
+                match locate(connector, brokers, &config.group_id, config.timeout) {
+                    Ok(c) => *conn = c,
+                    Err(e) if e.is_transient() && Instant::now() < deadline => {}
+                    Err(e) => return Err(e),
+                }
+                again = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What to do about a group error code, for the message that reports it.
+pub(crate) fn hint(code: i16, config: &GroupConfig) -> String {
+    match code {
+        23 => "; the group is in use with the other protocol: set 'group.protocol' to match".into(),
+        30 => format!(
+            "; grant this client's principal Read on group '{}'",
+            config.group_id
+        ),
+        35 => "; the broker does not run the consumer group protocol for this group (Kafka 4.0 \
+               or later runs it by default): set 'group.protocol' = 'classic'"
+            .into(),
+        82 | 111 => format!(
+            "; another process uses 'group.instance.id' = '{}': give each process its own",
+            config.instance_id.as_deref().unwrap_or("")
+        ),
+        _ => String::new(),
+    }
+}
+
+/// The OffsetCommit of `offsets` by member `member_id` at `epoch` (its member epoch, or its
+/// generation in a classic group).
+pub(crate) fn offset_commit_request(
+    config: &GroupConfig,
+    epoch: i32,
+    member_id: &str,
+    offsets: &[(TopicPartition, i64)],
+) -> OffsetCommitRequest {
+    let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+    for ((topic, partition), offset) in offsets {
+        by_topic.entry(topic).or_default().push(
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(*partition)
+                .with_committed_offset(*offset)
+                .with_committed_leader_epoch(-1),
+        );
+    }
+    OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(config.group_id.clone())))
+        .with_generation_id_or_member_epoch(epoch)
+        .with_member_id(StrBytes::from_string(member_id.to_string()))
+        .with_group_instance_id(config.instance_id.clone().map(StrBytes::from_string))
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(t, partitions)| {
+                    OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
 }
 
 /// An OffsetCommit's answer: `Ok`, or the partitions it refused and why.

@@ -188,3 +188,40 @@ pub fn java_value(i: usize) -> Vec<u8> {
     v.resize(100, b'.');
     v
 }
+
+/// Stops the private broker of a test when the test ends, however it ends.
+pub struct PrivateBroker {
+    pub run: PathBuf,
+}
+
+impl PrivateBroker {
+    /// Runs `scripts/kafka.sh CMD` for the broker whose run directory is `run`.
+    pub fn kafka_sh(run: &std::path::Path, cmd: &str) -> std::process::Output {
+        Command::new("bash")
+            .arg(repo_root().join("scripts/kafka.sh"))
+            .arg(cmd)
+            .env("WEIR_KAFKA_RUN", run)
+            .output()
+            .expect("run scripts/kafka.sh")
+    }
+
+    /// Starts a broker of its own; its address.
+    pub fn start() -> (Self, String) {
+        let run = std::env::temp_dir().join(topic("weir-kafka-private-run"));
+        let out = Self::kafka_sh(&run, "start");
+        assert!(
+            out.status.success(),
+            "private broker did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let addr = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        (Self { run }, addr)
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        Self::kafka_sh(&self.run, "stop");
+        let _ = std::fs::remove_dir_all(&self.run);
+    }
+}
