@@ -142,6 +142,42 @@ fn decode_container(
     (rows, blocks)
 }
 
+/// Decodes `msgs` with every other of `columns` only (the others skipped): each column read
+/// holds what `expected` says.
+fn every_other_column_reads_the_same(
+    schema: &AvroSchema,
+    columns: &[ColumnSpec],
+    msgs: &[&[u8]],
+    expected: &[serde_json::Value],
+    what: &str,
+) {
+    let options = AvroDecoderOptions {
+        batch_size: 7,
+        ..AvroDecoderOptions::default()
+    };
+    let some: Vec<ColumnSpec> = columns.iter().step_by(2).cloned().collect();
+    let mut d = AvroDecoder::new(schema, &some, options).unwrap();
+    let got = decode_all(&mut d, msgs, &format!("{what}, every other column"));
+    for (r, (g, e)) in got.iter().zip(expected).enumerate() {
+        for c in &some {
+            assert_eq!(
+                g[&c.name], e[&c.name],
+                "{what}, column {}, record {r}",
+                c.name
+            );
+        }
+    }
+}
+
+/// The records of case `i` as the generator wrote them down (`i.jsonl`).
+fn expected_rows(dir: &Path, i: usize) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join(format!("{i}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn fastavro_records_decode_value_for_value() {
     let Some(python) = python() else { return };
@@ -164,12 +200,7 @@ fn fastavro_records_decode_value_for_value() {
 
         let data = std::fs::read(dir.join(format!("{i}.bin"))).unwrap();
         let msgs = messages(&data);
-        let expected: Vec<serde_json::Value> =
-            std::fs::read_to_string(dir.join(format!("{i}.jsonl")))
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
+        let expected = expected_rows(&dir, i);
         let columns = avro_default_columns(&schema).unwrap_or_else(|e| panic!("schema {i}: {e}"));
         // Small batches, so rows cross batch boundaries.
         let options = AvroDecoderOptions {
@@ -196,18 +227,13 @@ fn fastavro_records_decode_value_for_value() {
         blocks += file_blocks;
 
         // Every other column only: the others are skipped, the rest reads the same.
-        let some: Vec<ColumnSpec> = columns.iter().step_by(2).cloned().collect();
-        let mut d = AvroDecoder::new(&schema, &some, options).unwrap();
-        let got = decode_all(&mut d, &msgs, &format!("schema {i}, every other column"));
-        for (r, (g, e)) in got.iter().zip(&expected).enumerate() {
-            for c in &some {
-                assert_eq!(
-                    g[&c.name], e[&c.name],
-                    "schema {i}, column {}, record {r}",
-                    c.name
-                );
-            }
-        }
+        every_other_column_reads_the_same(
+            &schema,
+            &columns,
+            &msgs,
+            &expected,
+            &format!("schema {i}"),
+        );
     }
     eprintln!(
         "{SCHEMAS} schemas, {values} top-level values compared with fastavro's; {blocks} \
@@ -265,12 +291,7 @@ fn java_avro_rewrites_decode_value_for_value() {
     for i in 0..SCHEMAS {
         let text = std::fs::read_to_string(dir.join(format!("{i}.avsc"))).unwrap();
         let schema = AvroSchema::parse(&text).unwrap_or_else(|e| panic!("schema {i}: {e}"));
-        let expected: Vec<serde_json::Value> =
-            std::fs::read_to_string(dir.join(format!("{i}.jsonl")))
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
+        let expected = expected_rows(&dir, i);
         let columns = avro_default_columns(&schema).unwrap_or_else(|e| panic!("schema {i}: {e}"));
 
         // Java's records alone: arrays and maps in blocks with byte sizes.
@@ -294,18 +315,13 @@ fn java_avro_rewrites_decode_value_for_value() {
         }
         values += got.len() * columns.len();
         // Skipping every other column passes over the same blocks.
-        let some: Vec<ColumnSpec> = columns.iter().step_by(2).cloned().collect();
-        let mut d = AvroDecoder::new(&schema, &some, options).unwrap();
-        let got = decode_all(&mut d, &msgs, &format!("schema {i}, Java's, every other"));
-        for (r, (g, e)) in got.iter().zip(&expected).enumerate() {
-            for c in &some {
-                assert_eq!(
-                    g[&c.name], e[&c.name],
-                    "schema {i}, Java's record {r}, {}",
-                    c.name
-                );
-            }
-        }
+        every_other_column_reads_the_same(
+            &schema,
+            &columns,
+            &msgs,
+            &expected,
+            &format!("schema {i}, Java's"),
+        );
 
         // Java's container file, with its header's schema (as Java wrote it back).
         let file = std::fs::read(dir.join(format!("{i}.java.avro"))).unwrap();

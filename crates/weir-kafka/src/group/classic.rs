@@ -17,16 +17,16 @@ use kafka_protocol::messages::{
     join_group_request::JoinGroupRequestProtocol, sync_group_request::SyncGroupRequestAssignment,
     ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
     HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
-    OffsetCommitResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::assignor::{self, Subscription};
 use super::{
-    locate, GroupConfig, GroupEvent, TopicPartition, LOADING, NOT_AVAILABLE, NOT_COORDINATOR,
+    Coordinator, GroupConfig, GroupEvent, TopicPartition, ILLEGAL_GENERATION, MEMBER_ID_REQUIRED,
+    REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
 };
 use crate::cluster;
-use crate::connection::{Connection, Connector};
 use crate::error::{error_name, Error, Result};
 use crate::security::SecurityConfig;
 
@@ -37,17 +37,10 @@ const ASSIGNOR: &str = "cooperative-sticky";
 const SUBSCRIPTION_VERSION: i16 = 2;
 const ASSIGNMENT_VERSION: i16 = 1;
 
-const ILLEGAL_GENERATION: i16 = 22;
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const REBALANCE_IN_PROGRESS: i16 = 27;
-const MEMBER_ID_REQUIRED: i16 = 79;
-
 /// One member of a classic group.
 pub(crate) struct ClassicMember {
     config: GroupConfig,
-    connector: Connector,
-    brokers: Vec<String>,
-    conn: Connection,
+    coordinator: Coordinator,
     topics: Vec<String>,
     /// Given by the coordinator (empty before the first JoinGroup).
     member_id: String,
@@ -70,15 +63,11 @@ impl ClassicMember {
         config: GroupConfig,
         topics: &[String],
     ) -> Result<Self> {
-        let connector = Connector::new(security, config.timeout)?;
-        let conn = locate(&connector, brokers, &config.group_id, config.timeout)?;
         Ok(Self {
+            coordinator: Coordinator::find(brokers, security, &config)?,
             // A tenth of the session timeout: a member stays in through a few lost heartbeats.
             interval: (config.session_timeout / 10).max(Duration::from_millis(100)),
             config,
-            connector,
-            brokers: brokers.to_vec(),
-            conn,
             topics: topics.to_vec(),
             member_id: String::new(),
             generation: -1,
@@ -157,10 +146,7 @@ impl ClassicMember {
                 .with_generation_id(self.generation)
                 .with_member_id(StrBytes::from_string(self.member_id.clone()))
                 .with_group_instance_id(self.instance());
-            let resp: HeartbeatResponse = super::call(
-                &mut self.conn,
-                &self.connector,
-                &self.brokers,
+            let resp: HeartbeatResponse = self.coordinator.call(
                 &self.config,
                 (ApiKey::Heartbeat, "Heartbeat", 3, 4),
                 self.config.timeout,
@@ -168,34 +154,20 @@ impl ClassicMember {
                 |_| req.clone(),
             )?;
             self.last_beat = Instant::now();
-            if !self.coordinator_moved(resp.error_code, deadline)? {
+            if !self
+                .coordinator
+                .moved(resp.error_code, &self.config, deadline)?
+            {
                 return Ok(resp.error_code);
             }
         }
     }
 
-    /// For a coordinator that is loading or has moved: finds it again (true: ask again).
-    fn coordinator_moved(&mut self, code: i16, deadline: Instant) -> Result<bool> {
-        if !matches!(code, LOADING | NOT_AVAILABLE | NOT_COORDINATOR) || Instant::now() >= deadline
-        {
-            return Ok(false);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        self.conn = locate(
-            &self.connector,
-            &self.brokers,
-            &self.config.group_id,
-            self.config.timeout,
-        )?;
-        Ok(true)
-    }
-
     /// JoinGroup then SyncGroup until a round completes; the partitions it gave.
     fn join_and_sync(&mut self) -> Result<GroupEvent> {
         let deadline = Instant::now() + self.config.rebalance_timeout + self.config.timeout;
-        let result = self.rounds(deadline);
-        self.conn.set_read_timeout(self.config.timeout)?;
-        result
+        // Each exchange sets its own read timeout (the rounds' is long).
+        self.rounds(deadline)
     }
 
     /// JoinGroup and SyncGroup wait for the whole group (up to the rebalance timeout).
@@ -222,10 +194,7 @@ impl ClassicMember {
                 .with_protocols(vec![JoinGroupRequestProtocol::default()
                     .with_name(StrBytes::from_static_str(ASSIGNOR))
                     .with_metadata(self.subscription()?)]);
-            let join: JoinGroupResponse = super::call(
-                &mut self.conn,
-                &self.connector,
-                &self.brokers,
+            let join: JoinGroupResponse = self.coordinator.call(
                 &self.config,
                 (ApiKey::JoinGroup, "JoinGroup", 5, 9),
                 wait,
@@ -251,7 +220,7 @@ impl ClassicMember {
                     std::thread::sleep(Duration::from_millis(100));
                     continue;
                 }
-                code if self.coordinator_moved(code, deadline)? => continue,
+                code if self.coordinator.moved(code, &self.config, deadline)? => continue,
                 code => return Err(self.refused("JoinGroup", code)),
             }
             self.member_id = join.member_id.to_string();
@@ -269,10 +238,7 @@ impl ClassicMember {
                 .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
                 .with_protocol_name(Some(StrBytes::from_static_str(ASSIGNOR)))
                 .with_assignments(assignments);
-            let sync: SyncGroupResponse = super::call(
-                &mut self.conn,
-                &self.connector,
-                &self.brokers,
+            let sync: SyncGroupResponse = self.coordinator.call(
                 &self.config,
                 (ApiKey::SyncGroup, "SyncGroup", 3, 5),
                 wait,
@@ -292,7 +258,7 @@ impl ClassicMember {
                     self.member_id.clear();
                     continue;
                 }
-                code if self.coordinator_moved(code, deadline)? => continue,
+                code if self.coordinator.moved(code, &self.config, deadline)? => continue,
                 code => return Err(self.refused("SyncGroup", code)),
             }
             let given = self.decode_assignment(sync.assignment)?;
@@ -345,7 +311,7 @@ impl ClassicMember {
         }
         let topics: BTreeSet<String> = members.iter().flat_map(|m| m.topics.clone()).collect();
         let mut counts = BTreeMap::new();
-        let mut conn = cluster::connect_any(&self.connector, &self.brokers)?;
+        let mut conn = self.coordinator.any_broker()?;
         for t in topics {
             match cluster::topic_layout(&mut conn, &t) {
                 Ok(layout) => {
@@ -431,16 +397,9 @@ impl ClassicMember {
     }
 
     pub(crate) fn commit_offsets(&mut self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
-        if offsets.is_empty() {
-            return Ok(());
-        }
-        let v = self
-            .conn
-            .version(ApiKey::OffsetCommit, "OffsetCommit", 7, 9)?;
-        let req =
-            super::offset_commit_request(&self.config, self.generation, &self.member_id, offsets);
-        let resp: OffsetCommitResponse = self.conn.request(ApiKey::OffsetCommit, v, &req)?;
-        super::offset_commit_result(&self.config.group_id, self.generation, &resp)
+        let (config, generation) = (&self.config, self.generation);
+        self.coordinator
+            .commit_offsets(config, generation, &self.member_id, offsets, (7, 9))
     }
 
     pub(crate) fn leave(mut self) -> Result<()> {
@@ -449,13 +408,18 @@ impl ClassicMember {
         if self.member_id.is_empty() || self.config.instance_id.is_some() {
             return Ok(());
         }
-        let v = self.conn.version(ApiKey::LeaveGroup, "LeaveGroup", 3, 5)?;
         let req = LeaveGroupRequest::default()
             .with_group_id(self.group())
             .with_members(vec![MemberIdentity::default()
                 .with_member_id(StrBytes::from_string(self.member_id.clone()))
                 .with_group_instance_id(self.instance())]);
-        let resp: LeaveGroupResponse = self.conn.request(ApiKey::LeaveGroup, v, &req)?;
+        let resp: LeaveGroupResponse = self.coordinator.call(
+            &self.config,
+            (ApiKey::LeaveGroup, "LeaveGroup", 3, 5),
+            self.config.timeout,
+            Instant::now() + self.config.timeout,
+            |_| req.clone(),
+        )?;
         let code = resp
             .members
             .iter()

@@ -15,31 +15,22 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::{
     consumer_group_heartbeat_request::TopicPartitions, metadata_request::MetadataRequestTopic,
     ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId,
-    MetadataRequest, MetadataResponse, OffsetCommitResponse, TopicName,
+    MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{
-    locate, new_member_id, GroupConfig, GroupEvent, TopicPartition, LOADING, NOT_AVAILABLE,
-    NOT_COORDINATOR,
+    new_member_id, Coordinator, GroupConfig, GroupEvent, TopicPartition, FENCED_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID,
 };
-use crate::cluster;
-use crate::connection::{Connection, Connector};
 use crate::error::{error_name, Error, Result};
 use crate::security::SecurityConfig;
-
-/// UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH: the coordinator no longer counts this member (it
-/// missed its session timeout, or the group moved on): it owns nothing and joins again.
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const FENCED_MEMBER_EPOCH: i16 = 110;
 
 /// One member of a group of the consumer protocol, speaking to the group's coordinator.
 pub(crate) struct ConsumerMember {
     config: GroupConfig,
-    connector: Connector,
-    brokers: Vec<String>,
-    conn: Connection,
+    coordinator: Coordinator,
     topics: Vec<String>,
     member_id: String,
     epoch: i32,
@@ -67,16 +58,9 @@ impl ConsumerMember {
         config: GroupConfig,
         topics: &[String],
     ) -> Result<Self> {
-        if config.group_id.is_empty() {
-            return Err(Error::Config("'group.id' must not be empty".into()));
-        }
-        let connector = Connector::new(security, config.timeout)?;
-        let conn = locate(&connector, brokers, &config.group_id, config.timeout)?;
         let mut member = Self {
             member_id: new_member_id()?,
-            conn,
-            connector,
-            brokers: brokers.to_vec(),
+            coordinator: Coordinator::find(brokers, security, &config)?,
             topics: topics.to_vec(),
             config,
             epoch: 0,
@@ -151,10 +135,7 @@ impl ConsumerMember {
                 self.request(self.epoch, self.full),
                 self.request(self.epoch, true),
             );
-            let resp: ConsumerGroupHeartbeatResponse = super::call(
-                &mut self.conn,
-                &self.connector,
-                &self.brokers,
+            let resp: ConsumerGroupHeartbeatResponse = self.coordinator.call(
                 &self.config,
                 (
                     ApiKey::ConsumerGroupHeartbeat,
@@ -184,14 +165,7 @@ impl ConsumerMember {
                     self.report_owned = false;
                     return Ok(GroupEvent::Fenced);
                 }
-                LOADING | NOT_AVAILABLE | NOT_COORDINATOR if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(100));
-                    self.conn = locate(
-                        &self.connector,
-                        &self.brokers,
-                        &self.config.group_id,
-                        self.config.timeout,
-                    )?;
+                code if self.coordinator.moved(code, &self.config, deadline)? => {
                     self.full = true;
                 }
                 code => return Err(self.refused("ConsumerGroupHeartbeat", code, &resp)),
@@ -204,16 +178,10 @@ impl ConsumerMember {
     /// stamped with the member's epoch, so a member the group has moved past cannot write them;
     /// weir keeps its own positions with its output and never reads these back.
     pub(crate) fn commit_offsets(&mut self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
-        if offsets.is_empty() {
-            return Ok(());
-        }
-        let req = super::offset_commit_request(&self.config, self.epoch, &self.member_id, offsets);
         // Version 9: the first that takes a member epoch of the consumer protocol.
-        let v = self
-            .conn
-            .version(ApiKey::OffsetCommit, "OffsetCommit", 9, 9)?;
-        let resp: OffsetCommitResponse = self.conn.request(ApiKey::OffsetCommit, v, &req)?;
-        super::offset_commit_result(&self.config.group_id, self.epoch, &resp)
+        let (config, epoch) = (&self.config, self.epoch);
+        self.coordinator
+            .commit_offsets(config, epoch, &self.member_id, offsets, (9, 9))
     }
 
     /// Leaves the group (epoch -1; -2 for a static member, whose partitions then wait for it
@@ -225,14 +193,18 @@ impl ConsumerMember {
             -1
         };
         let req = self.request(epoch, false);
-        let v = self.conn.version(
-            ApiKey::ConsumerGroupHeartbeat,
-            "ConsumerGroupHeartbeat",
-            1,
-            1,
+        let resp: ConsumerGroupHeartbeatResponse = self.coordinator.call(
+            &self.config,
+            (
+                ApiKey::ConsumerGroupHeartbeat,
+                "ConsumerGroupHeartbeat",
+                1,
+                1,
+            ),
+            self.config.timeout,
+            Instant::now() + self.config.timeout,
+            |_| req.clone(),
         )?;
-        let resp: ConsumerGroupHeartbeatResponse =
-            self.conn.request(ApiKey::ConsumerGroupHeartbeat, v, &req)?;
         match resp.error_code {
             0 | UNKNOWN_MEMBER_ID | FENCED_MEMBER_EPOCH => Ok(()),
             code => Err(self.refused("ConsumerGroupHeartbeat (leave)", code, &resp)),
@@ -350,7 +322,7 @@ impl ConsumerMember {
 
     /// Asks the cluster for the ids of the subscribed topics.
     fn learn_topic_ids(&mut self) -> Result<()> {
-        let mut conn = cluster::connect_any(&self.connector, &self.brokers)?;
+        let mut conn = self.coordinator.any_broker()?;
         let v = conn.version(ApiKey::Metadata, "Metadata", 10, 12)?;
         let req = MetadataRequest::default()
             .with_topics(Some(

@@ -35,6 +35,13 @@ use crate::security::SecurityConfig;
 pub(crate) const LOADING: i16 = 14;
 pub(crate) const NOT_AVAILABLE: i16 = 15;
 pub(crate) const NOT_COORDINATOR: i16 = 16;
+/// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED,
+/// FENCED_MEMBER_EPOCH: how a coordinator tells a member the group moved on, or asks it to join.
+pub(crate) const ILLEGAL_GENERATION: i16 = 22;
+pub(crate) const UNKNOWN_MEMBER_ID: i16 = 25;
+pub(crate) const REBALANCE_IN_PROGRESS: i16 = 27;
+pub(crate) const MEMBER_ID_REQUIRED: i16 = 79;
+pub(crate) const FENCED_MEMBER_EPOCH: i16 = 110;
 /// A partition of a topic, by name.
 pub type TopicPartition = (String, i32);
 
@@ -222,7 +229,7 @@ pub(crate) fn new_member_id() -> Result<String> {
 }
 
 /// A connection to the coordinator of group `group`, asked of any of `brokers`.
-pub(crate) fn locate(
+fn locate(
     connector: &Connector,
     brokers: &[String],
     group: &str,
@@ -258,52 +265,131 @@ pub(crate) fn locate(
     }
 }
 
-/// Sends a request to the group's coordinator over `*conn` and returns its answer. When the
-/// connection fails (I/O, TLS, a garbled or late reply: a broker restarting, a network cut),
-/// the coordinator is found again, a new connection replaces `*conn`, and the request is sent
-/// again, until `deadline`; `request(true)` builds the one sent again (a heartbeat of the
-/// consumer protocol after a lost answer must be a full one, or the assignment it carried is
-/// never sent again). Each attempt reads with `read_timeout`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn call<Req, Resp>(
-    conn: &mut Connection,
-    connector: &Connector,
-    brokers: &[String],
-    config: &GroupConfig,
-    (key, api, min, max): (ApiKey, &'static str, i16, i16),
-    read_timeout: Duration,
-    deadline: Instant,
-    request: impl Fn(bool) -> Req,
-) -> Result<Resp>
-where
-    Req: kafka_protocol::protocol::Encodable
-        + kafka_protocol::protocol::HeaderVersion
-        + kafka_protocol::protocol::Message,
-    Resp: kafka_protocol::protocol::Decodable,
-{
-    let mut again = false;
-    loop {
-        let attempt = conn.set_read_timeout(read_timeout).and_then(|()| {
-            let v = conn.version(key, api, min, max)?;
-            conn.request::<Req, Resp>(key, v, &request(again))
-        });
-        match attempt {
-            Ok(resp) => return Ok(resp),
-            Err(e) if e.is_transient() && Instant::now() < deadline => {
-                log::warn!(
-                    "kafka group '{}': {api} to the coordinator failed ({e}); finding it again",
-                    config.group_id
-                );
-                std::thread::sleep(Duration::from_millis(200));
-                match locate(connector, brokers, &config.group_id, config.timeout) {
-                    Ok(c) => *conn = c,
-                    Err(e) if e.is_transient() && Instant::now() < deadline => {}
-                    Err(e) => return Err(e),
+/// The connection to a group's coordinator, found again when the coordinator moves or the
+/// connection fails.
+pub(crate) struct Coordinator {
+    connector: Connector,
+    brokers: Vec<String>,
+    conn: Connection,
+}
+
+impl Coordinator {
+    /// Finds the coordinator of `config.group_id` through any of `brokers`.
+    pub(crate) fn find(
+        brokers: &[String],
+        security: &SecurityConfig,
+        config: &GroupConfig,
+    ) -> Result<Self> {
+        let connector = Connector::new(security, config.timeout)?;
+        let conn = locate(&connector, brokers, &config.group_id, config.timeout)?;
+        Ok(Self {
+            connector,
+            brokers: brokers.to_vec(),
+            conn,
+        })
+    }
+
+    /// A connection to any broker of the cluster (for metadata).
+    pub(crate) fn any_broker(&self) -> Result<Connection> {
+        cluster::connect_any(&self.connector, &self.brokers)
+    }
+
+    /// Sends a request to the coordinator and returns its answer. When the connection fails
+    /// (I/O, TLS, a garbled or late reply: a broker restarting, a network cut), the coordinator
+    /// is found again, a new connection replaces the old, and the request is sent again, until
+    /// `deadline`; `request(true)` builds the one sent again (a heartbeat of the consumer
+    /// protocol after a lost answer must be a full one, or the assignment it carried is never
+    /// sent again). Each attempt reads with `read_timeout`.
+    pub(crate) fn call<Req, Resp>(
+        &mut self,
+        config: &GroupConfig,
+        (key, api, min, max): (ApiKey, &'static str, i16, i16),
+        read_timeout: Duration,
+        deadline: Instant,
+        request: impl Fn(bool) -> Req,
+    ) -> Result<Resp>
+    where
+        Req: kafka_protocol::protocol::Encodable
+            + kafka_protocol::protocol::HeaderVersion
+            + kafka_protocol::protocol::Message,
+        Resp: kafka_protocol::protocol::Decodable,
+    {
+        let mut again = false;
+        loop {
+            let conn = &mut self.conn;
+            let attempt = conn.set_read_timeout(read_timeout).and_then(|()| {
+                let v = conn.version(key, api, min, max)?;
+                conn.request::<Req, Resp>(key, v, &request(again))
+            });
+            match attempt {
+                Ok(resp) => return Ok(resp),
+                Err(e) if e.is_transient() && Instant::now() < deadline => {
+                    log::warn!(
+                        "kafka group '{}': {api} to the coordinator failed ({e}); finding it again",
+                        config.group_id
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                    match locate(
+                        &self.connector,
+                        &self.brokers,
+                        &config.group_id,
+                        config.timeout,
+                    ) {
+                        Ok(c) => self.conn = c,
+                        Err(e) if e.is_transient() && Instant::now() < deadline => {}
+                        Err(e) => return Err(e),
+                    }
+                    again = true;
                 }
-                again = true;
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
+    }
+
+    /// For an answer saying the coordinator is loading or has moved, while `deadline` is ahead:
+    /// finds it again and returns true (ask again); false for any other answer.
+    pub(crate) fn moved(
+        &mut self,
+        code: i16,
+        config: &GroupConfig,
+        deadline: Instant,
+    ) -> Result<bool> {
+        if !matches!(code, LOADING | NOT_AVAILABLE | NOT_COORDINATOR) || Instant::now() >= deadline
+        {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        self.conn = locate(
+            &self.connector,
+            &self.brokers,
+            &config.group_id,
+            config.timeout,
+        )?;
+        Ok(true)
+    }
+
+    /// Commits `offsets` for member `member_id` at `epoch` (its member epoch, or its generation
+    /// in a classic group) with an OffsetCommit of a version in `versions`.
+    pub(crate) fn commit_offsets(
+        &mut self,
+        config: &GroupConfig,
+        epoch: i32,
+        member_id: &str,
+        offsets: &[(TopicPartition, i64)],
+        (min, max): (i16, i16),
+    ) -> Result<()> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let req = offset_commit_request(config, epoch, member_id, offsets);
+        let resp: OffsetCommitResponse = self.call(
+            config,
+            (ApiKey::OffsetCommit, "OffsetCommit", min, max),
+            config.timeout,
+            Instant::now() + config.timeout,
+            |_| req.clone(),
+        )?;
+        offset_commit_result(&config.group_id, epoch, &resp)
     }
 }
 
@@ -328,7 +414,7 @@ pub(crate) fn hint(code: i16, config: &GroupConfig) -> String {
 
 /// The OffsetCommit of `offsets` by member `member_id` at `epoch` (its member epoch, or its
 /// generation in a classic group).
-pub(crate) fn offset_commit_request(
+fn offset_commit_request(
     config: &GroupConfig,
     epoch: i32,
     member_id: &str,
@@ -361,11 +447,7 @@ pub(crate) fn offset_commit_request(
 }
 
 /// An OffsetCommit's answer: `Ok`, or the partitions it refused and why.
-pub(crate) fn offset_commit_result(
-    group: &str,
-    epoch: i32,
-    resp: &OffsetCommitResponse,
-) -> Result<()> {
+fn offset_commit_result(group: &str, epoch: i32, resp: &OffsetCommitResponse) -> Result<()> {
     let failed: Vec<String> = resp
         .topics
         .iter()
