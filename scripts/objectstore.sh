@@ -69,6 +69,14 @@ start() {
         return 0
     fi
     mkdir -p "$RUN/data"
+    # Below its free-space floor SeaweedFS turns every volume read-only and answers writes with
+    # 500 "No writable volumes": say so up front instead of leaving tests to fail on it.
+    local free_mib
+    free_mib="$(df -Pm "$RUN/data" | awk 'NR == 2 {print $4}')"
+    if [[ -n "$free_mib" && "$free_mib" -lt 2048 ]]; then
+        echo "objectstore.sh: only ${free_mib} MiB free under $RUN/data; the object store needs" \
+             "about 2 GiB for the tests and refuses writes when the disk fills" >&2
+    fi
     local s3 master volume filer key secret
     s3="$(free_port)"; master="$(free_port)"; volume="$(free_port)"; filer="$(free_port)"
     key="weir$(python3 -c 'import secrets; print(secrets.token_hex(6))')"
@@ -77,10 +85,13 @@ start() {
 {"identities": [{"name": "weir", "credentials": [{"accessKey": "$key", "secretKey": "$secret"}],
   "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}
 JSON
+    # A fixed volume count: the automatic one reserves a whole 64 MiB for every volume not yet
+    # full and 1% of the disk, so on a nearly full disk it left too few volumes for the tests.
+    # Volumes are not preallocated; 64 of them only bound what the tests may write (4 GiB).
     "$WEED" server -dir="$RUN/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
         -master.port="$master" -volume.port="$volume" -filer.port="$filer" \
-        -s3 -s3.port="$s3" -s3.config="$RUN/s3.json" -volume.max=0 \
-        -master.volumeSizeLimitMB=64 >"$RUN/weed.log" 2>&1 &
+        -s3 -s3.port="$s3" -s3.config="$RUN/s3.json" -volume.max=64 \
+        -volume.minFreeSpace=512MiB -master.volumeSizeLimitMB=64 >"$RUN/weed.log" 2>&1 &
     echo $! > "$RUN/pid"
     echo "$master" > "$RUN/master-port"
     for _ in $(seq 1 240); do
