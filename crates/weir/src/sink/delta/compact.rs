@@ -14,12 +14,12 @@
 //! are read with the Parquet reader and written by delta-rs's own `RecordBatchWriter`, so their
 //! statistics, names and partition directories are those of every other file of the sink.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use delta_kernel::expressions::Scalar;
-use deltalake_core::kernel::transaction::CommitBuilder;
+use deltalake_core::kernel::transaction::{CommitBuilder, TransactionError};
 use deltalake_core::kernel::{Action, Add, Remove, StructType};
 use deltalake_core::protocol::DeltaOperation;
 use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter, WriteMode};
@@ -131,14 +131,69 @@ pub(crate) async fn compact_table(
         predicate: None,
         target_size: i64::try_from(target.get()).unwrap_or(i64::MAX),
     };
-    let snapshot = table.snapshot()?;
-    let commit = CommitBuilder::default()
-        .with_actions(actions)
-        .build(Some(snapshot), table.log_store(), operation)
-        .await?;
-    done.version = commit.version();
-    table.update_state().await?;
-    Ok((table, done))
+    // delta-rs's conflict checker lets two OPTIMIZE commits remove the same files (it only
+    // counts removes that change data), which would leave both rewrites, every row twice, in the
+    // table. So the commit is made only on a snapshot that still holds every file it removes:
+    // when another writer's commit lands first, the table is read again and, if another
+    // compaction took any of the files, this one gives up (its files stay unreferenced).
+    let removed: HashSet<String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Remove(r) => Some(r.path.clone()),
+            _ => None,
+        })
+        .collect();
+    for _ in 0..COMMIT_TRIES {
+        let snapshot = table.snapshot()?;
+        let attempt = CommitBuilder::default()
+            .with_actions(actions.clone())
+            .with_max_retries(0)
+            .build(Some(snapshot), table.log_store(), operation.clone())
+            .await;
+        match attempt {
+            Ok(commit) => {
+                done.version = commit.version();
+                table.update_state().await?;
+                return Ok((table, done));
+            }
+            Err(DeltaTableError::Transaction {
+                source:
+                    TransactionError::VersionAlreadyExists(_) | TransactionError::MaxCommitAttempts(_),
+            })
+            | Err(DeltaTableError::VersionAlreadyExists(_)) => {
+                table.update_state().await?;
+                if !all_active(&table, &removed).await? {
+                    let version = table.version().unwrap_or(0);
+                    let nothing = Compaction {
+                        version,
+                        ..Compaction::default()
+                    };
+                    return Ok((table, nothing));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(DeltaTableError::Generic(format!(
+        "the compaction lost the race for the next table version {COMMIT_TRIES} times; other writers commit too often"
+    )))
+}
+
+/// Commits a compaction tries when other writers' commits land first.
+const COMMIT_TRIES: usize = 20;
+
+/// Whether every file in `paths` is still part of `table` as last read.
+async fn all_active(table: &DeltaTable, paths: &HashSet<String>) -> Result<bool, DeltaTableError> {
+    let state = table.snapshot()?;
+    let log_store = table.log_store();
+    let mut views = state.snapshot().file_views(log_store.as_ref(), None);
+    let mut found = 0;
+    while let Some(view) = views.next().await {
+        if paths.contains(&view?.remove_action(false).path) {
+            found += 1;
+        }
+    }
+    Ok(found == paths.len())
 }
 
 /// The bins to rewrite, with their partition values: per partition, consecutive small files
@@ -274,4 +329,89 @@ pub async fn compact_delta_table(
         .await
         .map_err(&err)?;
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow::array::{AsArray, Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use deltalake_core::kernel::{DataType as DeltaType, PrimitiveType, StructField};
+    use deltalake_core::writer::{DeltaWriter as _, RecordBatchWriter};
+    use deltalake_core::{DeltaTable, DeltaTableBuilder};
+    use parquet::file::properties::WriterProperties;
+    use std::sync::Arc;
+
+    use super::compact_table;
+
+    async fn open(dir: &std::path::Path) -> DeltaTable {
+        let url = url::Url::from_directory_path(dir).unwrap();
+        let mut table = DeltaTableBuilder::from_url(url).unwrap().build().unwrap();
+        table.load().await.unwrap();
+        table
+    }
+
+    /// How often each id is in the table's current files.
+    fn ids(table: &DeltaTable) -> BTreeMap<i64, usize> {
+        let mut ids = BTreeMap::new();
+        for uri in table.get_file_uris().unwrap() {
+            let path = match url::Url::parse(&uri) {
+                Ok(u) => u.to_file_path().unwrap(),
+                Err(_) => std::path::PathBuf::from(&uri),
+            };
+            let f = std::fs::File::open(path).unwrap();
+            for b in
+                parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(f, 1024).unwrap()
+            {
+                let b: RecordBatch = b.unwrap();
+                for id in b.column(0).as_primitive::<Int64Type>().values() {
+                    *ids.entry(*id).or_insert(0) += 1;
+                }
+            }
+        }
+        ids
+    }
+
+    /// Two writers that plan a compaction of the same small files: the second to commit finds
+    /// them gone and adds nothing (delta-rs's conflict checker would let both rewrites in).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_compaction_that_lost_the_race_for_its_files_adds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = url::Url::from_directory_path(dir.path()).unwrap();
+        let mut table = DeltaTableBuilder::from_url(url)
+            .unwrap()
+            .build()
+            .unwrap()
+            .create()
+            .with_columns([StructField::new(
+                "id",
+                DeltaType::Primitive(PrimitiveType::Long),
+                false,
+            )])
+            .await
+            .unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        for step in 0..4 {
+            let ids = Int64Array::from_iter_values(step * 10..step * 10 + 10);
+            let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(ids)]).unwrap();
+            let mut writer = RecordBatchWriter::for_table(&table).unwrap();
+            writer.write(batch).await.unwrap();
+            writer.flush_and_commit(&mut table).await.unwrap();
+        }
+        // Both read the table before either compacts.
+        let stale = open(dir.path()).await;
+        let props = WriterProperties::builder().build();
+        let (_, first) = compact_table(table, 1 << 20, props.clone()).await.unwrap();
+        assert_eq!(first.files_removed, 4);
+        let (_, second) = compact_table(stale, 1 << 20, props).await.unwrap();
+        assert_eq!(second.files_removed, 0, "{second:?}");
+        assert_eq!(second.version, first.version);
+        let table = open(dir.path()).await;
+        assert_eq!(table.version(), Some(first.version));
+        let got = ids(&table);
+        assert_eq!(got.len(), 40);
+        assert!(got.values().all(|&n| n == 1), "{got:?}");
+        drop(table);
+    }
 }
