@@ -51,7 +51,7 @@ enum Command {
     Run {
         /// The SQL file.
         pipeline: PathBuf,
-        /// Keep reading at the end of the sources; sink pipelines run until Ctrl-C.
+        /// Keep reading at the end of the sources; sink pipelines run until Ctrl-C or SIGTERM.
         #[arg(long)]
         follow: bool,
         /// Write SELECT results to this file instead of printing a table (.parquet, .arrow,

@@ -74,7 +74,7 @@ async fn run_script(
             tokio::pin!(wait);
             tokio::select! {
                 r = &mut wait => r?,
-                _ = tokio::signal::ctrl_c() => {
+                _ = stop_signal() => {
                     tracing::info!("stopping: finishing the sinks");
                     engine.stop();
                     wait.await?;
@@ -104,6 +104,23 @@ async fn run_script(
     result?;
     sinks?;
     Ok(())
+}
+
+/// Ctrl-C (SIGINT), or SIGTERM, which service managers and Kubernetes send to stop a
+/// process: either ends a `--follow` run cleanly (open steps committed, a consumer group left).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// The progress line over every source's counters.
