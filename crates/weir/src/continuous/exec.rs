@@ -185,10 +185,14 @@ async fn readers(query: &Arc<ContinuousQuery>, partitions: usize) -> Result<Vec<
                 })
                 .collect())
         }
-        Connector::Kafka(template) => {
+        Connector::Kafka(settings) => {
+            source
+                .connector
+                .refuse_group(&source.name)
+                .map_err(SourceError::into_df)?;
             let (name, template, bounded) = (
                 source.name.clone(),
-                template.as_ref().clone(),
+                settings.consumer.clone(),
                 !source.follow,
             );
             let configs = tokio::task::spawn_blocking(move || {

@@ -379,6 +379,11 @@ impl Engine {
                 st.encoder.clone(),
             )
         };
+        if let Some(group) = source.connector.group() {
+            return self
+                .group_delta_sink(sink, &source, &job, group.clone(), line)
+                .await;
+        }
         let mut store = match &source.state {
             Some(spec) => Some(spec.open(&source.stats)?),
             None if settings.delta && matches!(job, ExactlyOnce::Rows(_)) => None,
@@ -526,6 +531,67 @@ impl Engine {
                     )))
                 }
             };
+            state.blocking_lock().rows += rows;
+            Ok(())
+        });
+        let pipeline = async move {
+            handle.await.map_err(|e| StatementError::PipelineLost {
+                pipeline: format!("sink {name}"),
+                reason: e.to_string(),
+            })?
+        };
+        self.run_pipeline(sink, line, pipeline).await
+    }
+
+    /// A `delta` sink fed straight from a Kafka source in a consumer group: the partitions are
+    /// the group's assignment, their positions the table's, fenced per partition
+    /// (`pipeline::group`).
+    async fn group_delta_sink(
+        &self,
+        sink: &str,
+        source: &Arc<LiveSource>,
+        job: &ExactlyOnce,
+        group: weir_kafka::GroupConfig,
+        line: u64,
+    ) -> Result<(), StatementError> {
+        let fail = |e: SinkError| StatementError::Sink {
+            sink: sink.to_string(),
+            source: Box::new(e),
+        };
+        let state = self
+            .sink_state(sink)
+            .ok_or_else(|| StatementError::Invalid(format!("no sink named '{sink}'")))?;
+        let (settings, options, metrics) = {
+            let st = state.lock().await;
+            (
+                st.settings.clone(),
+                st.options.clone(),
+                Arc::clone(&st.metrics),
+            )
+        };
+        if !settings.delta || !matches!(job, ExactlyOnce::Rows(_)) || !source.follow {
+            return Err(StatementError::Invalid(format!(
+                "source {} joins consumer group '{}': only a `delta` sink fed straight from it \
+                 (CREATE SINK {sink} FROM {} WITH ('connector' = 'delta', ...)), run with \
+                 --follow, follows the group's assignments",
+                source.name, group.group_id, source.name
+            )));
+        }
+        let delta = DeltaSettings::parse(sink, &options).map_err(fail)?;
+        let (table, data_files) = DeltaSink::open(sink, delta, &options, &source.schema)
+            .await
+            .map_err(fail)?;
+        let mut steps = DeltaSteps::new(
+            table,
+            data_files,
+            tokio::runtime::Handle::current(),
+            metrics,
+        )
+        .map_err(fail)?;
+        let source = Arc::clone(source);
+        let name = sink.to_string();
+        let handle = tokio::task::spawn_blocking(move || -> Result<(), StatementError> {
+            let rows = crate::pipeline::group::run(&source, &group, &mut steps)?;
             state.blocking_lock().rows += rows;
             Ok(())
         });

@@ -20,7 +20,7 @@ use crate::pipeline::live_source::LiveSource;
 use crate::pipeline::table::SourceTable;
 use crate::registry;
 use crate::source::file::{FileSettings, HeaderRead, FILE_OPTIONS, FRAMING};
-use crate::source::kafka::{consumer_config, KAFKA_OPTIONS};
+use crate::source::kafka::{kafka_settings, KAFKA_OPTIONS};
 use crate::source::meta::MetaKind;
 use crate::source::state::{CommitInterval, StateSpec, STATE_OPTIONS};
 use crate::source::WatermarkSpec;
@@ -85,7 +85,7 @@ impl Engine {
         unknown_keys(&options, &declared).map_err(|e| fail(e.into()))?;
         let mut container = None;
         let connector = match connector {
-            "kafka" => Connector::Kafka(Box::new(consumer_config(
+            "kafka" => Connector::Kafka(Box::new(kafka_settings(
                 &name,
                 &options,
                 &self.options.kafka_properties,
@@ -148,6 +148,19 @@ impl Engine {
         let schema = SourceDefinition::table_schema(&prepared.schema(), &includes);
         let state = StateSpec::parse(&name, &options, &schema)?;
         let commit = CommitInterval::of(&name, &options)?;
+        if let (Some(group), Some(_)) = (connector.group(), &state) {
+            // Dedup keys and windows are kept per process, not per partition: they cannot move
+            // with a partition to another member yet.
+            return Err(fail(SourceErrorKind::Option(OptionError::Conflict(
+                format!(
+                    "'group.id' = '{}' and 'state.dir': a group moves partitions between \
+                 processes, and the state (dedup keys, open windows) does not move with them. \
+                 Drop 'state.dir' (a `delta` sink keeps its positions in the table), or read a \
+                 static 'partitions' list",
+                    group.group_id
+                ),
+            ))));
+        }
         let watermark = self
             .watermark(&s, &options, &schema)
             .await

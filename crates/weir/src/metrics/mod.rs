@@ -61,6 +61,19 @@ pub(crate) struct SourceMetrics {
     /// The watermark of a continuous query over the source (ns since the epoch; `i64::MIN`
     /// before any).
     pub(crate) watermark: AtomicI64,
+    /// The consumer group member's figures, once the source joined a group.
+    group: Mutex<Option<Arc<GroupMetrics>>>,
+}
+
+/// What a source in a consumer group reports of its membership.
+#[derive(Debug, Default)]
+pub(crate) struct GroupMetrics {
+    /// The member's epoch (consumer protocol) or generation (classic).
+    pub(crate) epoch: AtomicI64,
+    /// The partitions the member reads now.
+    pub(crate) partitions: AtomicI64,
+    /// The assignments the member was given.
+    pub(crate) rebalances: AtomicU64,
 }
 
 impl Default for SourceMetrics {
@@ -70,11 +83,22 @@ impl Default for SourceMetrics {
             ready: AtomicBool::new(false),
             failing: AtomicUsize::new(0),
             watermark: AtomicI64::new(i64::MIN),
+            group: Mutex::default(),
         }
     }
 }
 
 impl SourceMetrics {
+    /// The figures of the source's consumer group member (created at the first call).
+    pub(crate) fn join_group(&self) -> Arc<GroupMetrics> {
+        let mut g = self.group.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(g.get_or_insert_with(Arc::default))
+    }
+
+    fn group(&self) -> Option<Arc<GroupMetrics>> {
+        self.group.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Read once, and no reader retrying a lost broker now.
     pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed) && self.failing.load(Ordering::Relaxed) == 0
@@ -369,12 +393,29 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
         "1 once the source has connected and its first read returned, 0 again while a reader \
          has lost its broker",
     );
+    let mut epoch = Family::<G>::new(
+        "weir_source_group_epoch",
+        "Kafka consumer group: the member's epoch (consumer protocol) or generation (classic)",
+    );
+    let mut owned = Family::<G>::new(
+        "weir_source_group_partitions",
+        "Kafka consumer group: the partitions this member reads now",
+    );
+    let mut rebalances = Family::<C>::new(
+        "weir_source_group_rebalances",
+        "Kafka consumer group: the assignments this member was given",
+    );
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     for s in sources {
         let m = &s.metrics;
         let name = || vec![("source", s.name.clone())];
+        if let Some(g) = m.group() {
+            epoch.add(name(), gauge(g.epoch.load(Ordering::Relaxed)));
+            owned.add(name(), gauge(g.partitions.load(Ordering::Relaxed)));
+            rebalances.add(name(), counter(g.rebalances.load(Ordering::Relaxed)));
+        }
         late.add(name(), counter(load(&s.late)));
         ready.add(name(), gauge(i64::from(m.is_ready())));
         let w = m.watermark.load(Ordering::Relaxed);
@@ -423,6 +464,9 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
     fetch.encode(e, MetricType::Histogram)?;
     decode.encode(e, MetricType::Histogram)?;
     watermark.encode(e, MetricType::Gauge)?;
+    epoch.encode(e, MetricType::Gauge)?;
+    owned.encode(e, MetricType::Gauge)?;
+    rebalances.encode(e, MetricType::Counter)?;
     ready.encode(e, MetricType::Gauge)
 }
 

@@ -9,6 +9,7 @@
 //! - [`decode`]: the decode stage, shared by every kind of scan.
 //! - [`dedup`]: the dedup stage.
 //! - [`steps`]: exactly-once output, and the clean-up of what a crash left.
+//! - [`group`]: a Kafka source read as a member of a consumer group, into a table sink.
 //! - [`ledger`]: where the steps are recorded (the state directory, or a table sink's log).
 //! - [`scan`]: the scans DataFusion runs (stateless in parallel, or one reader with state).
 //! - [`table`]: a source as a DataFusion table, whose scans are [`scan`]'s.
@@ -19,6 +20,7 @@
 
 pub(crate) mod decode;
 pub(crate) mod dedup;
+pub(crate) mod group;
 pub(crate) mod ledger;
 pub(crate) mod live_source;
 pub(crate) mod reader;

@@ -92,8 +92,13 @@ async fn readers(
                 })
                 .collect())
         }
-        Connector::Kafka(template) => {
-            let (name, template, bounded) = (source.name.clone(), template.clone(), !source.follow);
+        Connector::Kafka(settings) => {
+            source.connector.refuse_group(&source.name)?;
+            let (name, template, bounded) = (
+                source.name.clone(),
+                settings.consumer.clone(),
+                !source.follow,
+            );
             let configs = tokio::task::spawn_blocking(move || {
                 crate::source::kafka::shares(&name, &template, partitions, bounded)
             })
@@ -147,8 +152,9 @@ pub(crate) fn open_positioned(
             decoder,
             &checkpoint.positions,
         )),
-        Connector::Kafka(template) => {
-            let mut config = template.as_ref().clone();
+        Connector::Kafka(settings) => {
+            source.connector.refuse_group(&source.name)?;
+            let mut config = settings.consumer.clone();
             config.bounded = !source.follow;
             let reader = KafkaReader::open(config, decoder, &checkpoint.positions)?;
             if by_partition {
@@ -158,6 +164,32 @@ pub(crate) fn open_positioned(
             }
         }
     })
+}
+
+/// A reader of every column of `source` (a Kafka source in a consumer group) that reads
+/// `partitions` of its topic, from `checkpoint`, until the source stops or `end` is set.
+pub(crate) fn open_assigned(
+    source: &Arc<LiveSource>,
+    checkpoint: &Checkpoint,
+    partitions: &[i32],
+    end: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Box<dyn PositionedReader>, SourceError> {
+    let Connector::Kafka(settings) = &source.connector else {
+        return Err(SourceError::new(
+            &source.name,
+            crate::error::SourceErrorKind::Thread(
+                "only a Kafka source joins a consumer group; this is a bug in weir".into(),
+            ),
+        ));
+    };
+    let shape = ScanShape::with_hidden(source, None, &[])?;
+    let decoder = SourceDecoder::new(source, &shape);
+    let mut config = settings.consumer.clone();
+    config.bounded = false;
+    config.partitions = weir_kafka::PartitionSelection::List(partitions.to_vec());
+    Ok(Box::new(
+        KafkaReader::open(config, decoder, &checkpoint.positions)?.ending_on(Arc::clone(end)),
+    ))
 }
 
 /// One partition of a stateless scan.

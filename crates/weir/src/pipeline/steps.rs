@@ -31,7 +31,7 @@ use super::ledger::Ledger;
 use std::sync::atomic::Ordering;
 
 use super::reader::Next;
-use super::scan::{open_positioned, open_whole};
+use super::scan::{open_assigned, open_positioned, open_whole};
 use super::threads::{with_read_ahead, ReadItem};
 use super::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::error::{SourceError, SourceErrorKind};
@@ -440,6 +440,22 @@ pub(crate) fn run(
     files: &mut dyn StepSink,
 ) -> Result<u64, SourceError> {
     let reader = open_whole(source, ledger.checkpoint())?;
+    with_read_ahead(&source.name, reader, |_, next| {
+        step_loop(source, ledger, files, next, &mut Rows)
+    })?
+}
+
+/// Runs the exactly-once loop of a Kafka source in a consumer group over `partitions`, the
+/// member's assignment, until the source stops or `end` is set (the assignment changed); the
+/// last step is committed before it returns. Returns the rows written.
+pub(crate) fn run_assigned(
+    source: &Arc<LiveSource>,
+    ledger: &mut dyn Ledger,
+    files: &mut dyn StepSink,
+    partitions: &[i32],
+    end: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<u64, SourceError> {
+    let reader = open_assigned(source, ledger.checkpoint(), partitions, end)?;
     with_read_ahead(&source.name, reader, |_, next| {
         step_loop(source, ledger, files, next, &mut Rows)
     })?

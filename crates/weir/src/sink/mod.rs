@@ -128,6 +128,9 @@ pub enum SinkError {
         /// The step this writer was committing.
         step: u64,
     },
+    /// A member of a consumer group lost a partition before its step reached the table.
+    #[error(transparent)]
+    PartitionFenced(Box<PartitionFenced>),
     /// A message cannot be framed.
     #[error("cannot write {path}: {source}")]
     Frame {
@@ -137,6 +140,30 @@ pub enum SinkError {
         #[source]
         source: weir_codec::FrameError,
     },
+}
+
+/// A member of a consumer group lost a partition before its step reached the table: the
+/// partition's new owner has committed since this member took it up.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "sink {sink}: Delta table {table}: partition {partition} of writer '{app_id}' is at \
+     {found:?} in the table, not at {expected:?} where this process took it up: another \
+     member of the group owns it now, so this process's open step is dropped (its rows are \
+     the new owner's to write)"
+)]
+pub struct PartitionFenced {
+    /// The sink.
+    pub sink: String,
+    /// The table's URL.
+    pub table: String,
+    /// The writer's app id.
+    pub app_id: String,
+    /// The partition's position name (`kafka/<topic>/<id>`).
+    pub partition: String,
+    /// Its `txn` version when this process took it up (none: never committed).
+    pub expected: Option<i64>,
+    /// Its `txn` version now.
+    pub found: Option<i64>,
 }
 
 impl SinkError {

@@ -169,13 +169,41 @@ impl SourceSettings {
 /// The connector of a source.
 #[derive(Debug, Clone)]
 pub(crate) enum Connector {
-    /// A Kafka topic: the consumer settings of every scan (bounded unless following).
-    Kafka(Box<weir_kafka::ConsumerConfig>),
+    /// A Kafka topic: the consumer settings of every scan (bounded unless following), and the
+    /// consumer group whose assignment gives the partitions, if any.
+    Kafka(Box<kafka::KafkaSettings>),
     /// Files on disk.
     File(file::FileSettings),
 }
 
 impl Connector {
+    /// The consumer group a Kafka source joins (`'group.id'`), if any.
+    pub(crate) fn group(&self) -> Option<&weir_kafka::GroupConfig> {
+        match self {
+            Self::Kafka(k) => k.group.as_ref(),
+            Self::File(_) => None,
+        }
+    }
+
+    /// Refuses a scan of a source whose partitions come from a consumer group: only the
+    /// pipeline that follows the group's assignments (a `delta` sink fed straight from the
+    /// source) reads one.
+    pub(crate) fn refuse_group(&self, source: &str) -> Result<(), SourceError> {
+        match self.group() {
+            Some(g) => Err(SourceError::new(
+                source,
+                SourceErrorKind::Option(weir_codec::OptionError::Conflict(format!(
+                    "the source joins consumer group '{}' ('group.id'), whose partitions move \
+                     between processes; only a `delta` sink fed straight from it (CREATE SINK \
+                     ... FROM {source}, run with --follow, no 'state.dir') follows them. Query \
+                     it without 'group.id', or split the topic with 'partitions'",
+                    g.group_id
+                ))),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The connector's name as SQL spells it.
     pub(crate) fn name(&self) -> &'static str {
         match self {

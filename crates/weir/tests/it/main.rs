@@ -9,6 +9,7 @@ mod common;
 mod custom_decoder;
 mod delta;
 mod engine;
+mod group;
 mod kafka;
 mod metrics;
 mod modules;

@@ -11,7 +11,7 @@ mod file_ranges;
 mod walk_ahead;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -547,6 +547,9 @@ pub(crate) struct KafkaReader {
     closed: bool,
     /// Counted among the source's failing readers (its consumer lost a broker).
     failing: bool,
+    /// Ends the read like the source's stop, for this reader only: its partitions were
+    /// reassigned (a consumer group's rebalance).
+    yield_run: Option<Arc<AtomicBool>>,
 }
 
 /// The positions of `next` (offsets by partition id, -1: not read) as checkpoint names.
@@ -632,7 +635,15 @@ impl KafkaReader {
             emit: None,
             closed: false,
             failing: false,
+            yield_run: None,
         })
+    }
+
+    /// Makes the read end (as a stop does: what was decoded is delivered, then `End`) once
+    /// `flag` is set.
+    pub(crate) fn ending_on(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.yield_run = Some(flag);
+        self
     }
 
     /// Makes every batch hold the records of one partition only.
@@ -730,7 +741,13 @@ impl KafkaReader {
                 self.current = self.next.clone();
                 return Ok(Next::End);
             }
-            if !self.bounded && self.decoder.source().stop.load(Ordering::SeqCst) {
+            if !self.bounded
+                && (self.decoder.source().stop.load(Ordering::SeqCst)
+                    || self
+                        .yield_run
+                        .as_ref()
+                        .is_some_and(|f| f.load(Ordering::SeqCst)))
+            {
                 self.finish()?;
                 continue;
             }

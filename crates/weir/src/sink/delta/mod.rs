@@ -75,6 +75,22 @@ pub(crate) struct DeltaSink {
     /// a commit takes the version across a multiple of `'compaction.interval'`, so restarts do
     /// not reset the count.
     last_version: u64,
+    /// What keeps a second writer from adding the same rows.
+    fence: Fence,
+}
+
+/// How a commit makes sure no other writer has committed the same rows.
+#[derive(Debug)]
+enum Fence {
+    /// One writer per app id: the `<app.id>` step must be the one before this commit's.
+    Step,
+    /// Members of consumer group `group`, each writing the partitions it owns: the `txn`
+    /// version of every partition in a commit must still be where this writer took the
+    /// partition up, or last committed it (`None`: never committed).
+    Partitions {
+        group: String,
+        taken: std::collections::HashMap<String, Option<i64>>,
+    },
 }
 
 impl std::fmt::Debug for DeltaSink {
@@ -140,8 +156,26 @@ impl DeltaSink {
                     }
                     create = create.with_partition_columns(settings.partition_by.clone());
                 }
-                table = create.await.map_err(&err)?;
-                tracing::info!(sink, table = %url, "created the Delta table");
+                match create.await {
+                    Ok(created) => {
+                        table = created;
+                        tracing::info!(sink, table = %url, "created the Delta table");
+                    }
+                    // Another process (a member of the same group, started at the same time)
+                    // created it first: write to that one.
+                    Err(e) => {
+                        table = DeltaTableBuilder::from_url(url.clone())
+                            .map_err(&err)?
+                            .with_storage_backend(Arc::clone(&location.store), url.clone())
+                            .build()
+                            .map_err(&err)?;
+                        if table.load().await.is_err() {
+                            return Err(err(e));
+                        }
+                        table =
+                            check_schema(sink, &url, table, &wanted, settings.add_columns).await?;
+                    }
+                }
             }
             Err(e) => return Err(err(e)),
         }
@@ -168,6 +202,7 @@ impl DeltaSink {
                 table,
                 props,
                 last_version,
+                fence: Fence::Step,
             },
             files,
         ))
@@ -224,10 +259,94 @@ impl DeltaSink {
         })
     }
 
+    /// Takes up `partitions` (position names) as a member of consumer group `group`: from now
+    /// on commits are fenced per partition (see [`Fence::Partitions`]) and carry no `<app.id>`
+    /// step, which is this process's own. Returns where each partition resumes: its `txn`
+    /// version, for those the table has one.
+    pub(crate) async fn take_partitions(
+        &mut self,
+        group: &str,
+        partitions: &[String],
+    ) -> Result<Vec<(String, i64)>, SinkError> {
+        let err = delta_error(&self.sink, &self.url);
+        self.table.update_state().await.map_err(&err)?;
+        let app = &self.settings.app_id;
+        let mut taken = std::collections::HashMap::with_capacity(partitions.len());
+        let mut resume = Vec::new();
+        {
+            let snapshot = self.table.snapshot().map_err(&err)?;
+            for p in partitions {
+                let at = snapshot
+                    .transaction_version(self.table.log_store().as_ref(), format!("{app}/{p}"))
+                    .await
+                    .map_err(&err)?;
+                if let Some(next) = at {
+                    resume.push((p.clone(), next));
+                }
+                taken.insert(p.clone(), at);
+            }
+        }
+        self.fence = Fence::Partitions {
+            group: group.to_string(),
+            taken,
+        };
+        Ok(resume)
+    }
+
+    /// Checks the fence of a commit of `step` with `positions` against the table as last read.
+    async fn check_fence(
+        &mut self,
+        step: u64,
+        positions: &[(String, i64)],
+    ) -> Result<(), SinkError> {
+        let progress = self.progress().await?;
+        let app = &self.settings.app_id;
+        match &self.fence {
+            Fence::Step if progress.step + 1 != step => Err(SinkError::Fenced {
+                sink: self.sink.clone(),
+                table: self.url.to_string(),
+                app_id: app.clone(),
+                table_step: progress.step,
+                step,
+            }),
+            Fence::Step => Ok(()),
+            Fence::Partitions { taken, .. } => {
+                let err = delta_error(&self.sink, &self.url);
+                let snapshot = self.table.snapshot().map_err(&err)?;
+                for (p, _) in positions {
+                    let found = snapshot
+                        .transaction_version(self.table.log_store().as_ref(), format!("{app}/{p}"))
+                        .await
+                        .map_err(&err)?;
+                    let expected = taken.get(p).copied().ok_or_else(|| {
+                        SinkError::Options(format!(
+                            "sink {}: a step holds rows of {p}, a partition this process did not take up; this is a bug in weir",
+                            self.sink
+                        ))
+                    })?;
+                    if found != expected {
+                        return Err(SinkError::PartitionFenced(Box::new(
+                            super::PartitionFenced {
+                                sink: self.sink.clone(),
+                                table: self.url.to_string(),
+                                app_id: app.clone(),
+                                partition: p.clone(),
+                                expected,
+                                found,
+                            },
+                        )));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Commits step `step`'s `adds` with the `txn` actions of the step and of `positions`, as
     /// one table version. Fenced: the commit is made only while the table's `<app.id>` version
-    /// is `step - 1`; otherwise another writer has moved on and this one stops. Returns the
-    /// table version written.
+    /// is `step - 1` (or, for a group member, while each partition's version is where this
+    /// process took it up); otherwise another writer has moved on and this one stops. Returns
+    /// the table version written.
     pub(crate) async fn commit(
         &mut self,
         step: u64,
@@ -235,28 +354,26 @@ impl DeltaSink {
         adds: Vec<Add>,
     ) -> Result<deltalake_core::kernel::Version, SinkError> {
         let app = self.settings.app_id.clone();
-        let mut txns = vec![Transaction::new_with_last_update(
-            &app,
-            i64::try_from(step).unwrap_or(i64::MAX),
-            Some(now_ms()),
-        )];
+        let group = match &self.fence {
+            Fence::Step => None,
+            Fence::Partitions { group, .. } => Some(group.clone()),
+        };
+        let mut txns = Vec::with_capacity(positions.len() + 1);
+        if group.is_none() {
+            txns.push(Transaction::new_with_last_update(
+                &app,
+                i64::try_from(step).unwrap_or(i64::MAX),
+                Some(now_ms()),
+            ));
+        }
         txns.extend(positions.iter().map(|(p, next)| {
             Transaction::new_with_last_update(format!("{app}/{p}"), *next, Some(now_ms()))
         }));
         let actions: Vec<Action> = adds.into_iter().map(Action::Add).collect();
         let mut last = None;
         for _ in 0..COMMIT_TRIES {
-            let progress = self.progress().await?;
-            if progress.step + 1 != step {
-                return Err(SinkError::Fenced {
-                    sink: self.sink.clone(),
-                    table: self.url.to_string(),
-                    app_id: app,
-                    table_step: progress.step,
-                    step,
-                });
-            }
-            let err = self.err();
+            self.check_fence(step, positions).await?;
+            let err = delta_error(&self.sink, &self.url);
             let snapshot = self.table.snapshot().map_err(&err)?;
             let operation = DeltaOperation::StreamingUpdate {
                 output_mode: OutputMode::Append,
@@ -265,14 +382,21 @@ impl DeltaSink {
             };
             let props = CommitProperties::default()
                 .with_application_transactions(txns.clone())
-                .with_metadata(commit_metadata(&app, step, positions))
+                .with_metadata(commit_metadata(&app, step, positions, group.as_deref()))
                 .with_max_retries(0);
             let attempt = CommitBuilder::from(props)
                 .with_actions(actions.clone())
                 .build(Some(snapshot), self.table.log_store(), operation)
                 .await;
             match attempt {
-                Ok(done) => return Ok(done.version()),
+                Ok(done) => {
+                    if let Fence::Partitions { taken, .. } = &mut self.fence {
+                        for (p, next) in positions {
+                            taken.insert(p.clone(), Some(*next));
+                        }
+                    }
+                    return Ok(done.version());
+                }
                 // Another version landed first: read the table again and check the fence.
                 Err(DeltaTableError::Transaction {
                     source:
@@ -295,26 +419,33 @@ impl DeltaSink {
 /// The commit's provenance (in its `commitInfo`): the writer, the step and every position, so a
 /// pipeline without a state directory can find the names of the partitions whose `txn`
 /// versions it resumes from (Delta has no way to list a table's application ids).
+/// A group member's commit also names its group (its step is the process's own).
 fn commit_metadata(
     app: &str,
     step: u64,
     positions: &[(String, i64)],
-) -> [(String, serde_json::Value); 3] {
+    group: Option<&str>,
+) -> Vec<(String, serde_json::Value)> {
     let positions: serde_json::Map<String, serde_json::Value> = positions
         .iter()
         .map(|(p, next)| (p.clone(), serde_json::Value::from(*next)))
         .collect();
-    [
+    let mut meta = vec![
         (META_APP.into(), serde_json::Value::from(app)),
         (META_STEP.into(), serde_json::Value::from(step)),
         (META_POSITIONS.into(), serde_json::Value::Object(positions)),
-    ]
+    ];
+    if let Some(g) = group {
+        meta.push((META_GROUP.into(), serde_json::Value::from(g)));
+    }
+    meta
 }
 
 /// `commitInfo` keys of a weir commit.
 const META_APP: &str = "weir.appId";
 const META_STEP: &str = "weir.step";
 const META_POSITIONS: &str = "weir.positions";
+const META_GROUP: &str = "weir.groupId";
 
 /// Reads `adds` back from what a state commit recorded (one JSON `add` action each).
 pub(crate) fn adds_from_records(records: &[String]) -> Result<Vec<Add>, SinkError> {
@@ -522,6 +653,34 @@ impl DeltaSteps {
     }
 }
 
+impl DeltaSteps {
+    /// Takes up `partitions` (position names) as a member of consumer group `group` (see
+    /// [`DeltaSink::take_partitions`]); returns where each resumes.
+    pub(crate) fn take_partitions(
+        &mut self,
+        group: &str,
+        partitions: &[String],
+    ) -> Result<Vec<(String, i64)>, SinkError> {
+        self.runtime
+            .block_on(self.table.take_partitions(group, partitions))
+    }
+
+    /// Drops the step being written and the one sealed but not committed (a fenced step): their
+    /// data files stay unreferenced (no reader sees them; `VACUUM` removes them).
+    pub(crate) fn discard(&mut self) -> Result<(), SinkError> {
+        self.sealed = None;
+        let dropped = self.files.seal()?;
+        if !dropped.is_empty() {
+            tracing::debug!(
+                sink = %self.table.sink,
+                files = dropped.len(),
+                "dropped the data files of a step that was not committed"
+            );
+        }
+        Ok(())
+    }
+}
+
 impl super::StepSink for DeltaSteps {
     fn name(&self) -> &str {
         &self.table.sink
@@ -586,6 +745,8 @@ impl super::StepSink for DeltaSteps {
                 checkpoint.step
             ),
             Ok(None) => {}
+            // Another writer compacted the same files first.
+            Ok(Some(done)) if done.files_removed == 0 => {}
             Ok(Some(done)) => tracing::info!(
                 sink = %self.table.sink,
                 table = %self.table.url,
@@ -657,6 +818,15 @@ impl DeltaSink {
             while let Some(info) = history.next().await {
                 let info = info.map_err(&err)?;
                 let by_app = info.info.get(META_APP).and_then(|v| v.as_str()) == Some(app.as_str());
+                if let (true, Some(group)) =
+                    (by_app, info.info.get(META_GROUP).and_then(|v| v.as_str()))
+                {
+                    // A group's members keep no common step: positions are per partition.
+                    return Err(SinkError::Options(format!(
+                        "sink {}: the Delta table {} is written by the members of consumer group '{group}' as writer '{app}'; add 'group.id' = '{group}' to the source to join them, or write with another 'app.id'",
+                        self.sink, self.url
+                    )));
+                }
                 if by_app && progress.step == 0 {
                     // Its commits are in the log but its txn is gone (expired by the table's
                     // 'delta.setTransactionRetentionDuration'?): starting over would double

@@ -1,0 +1,388 @@
+//! A Kafka source read as a member of a consumer group (`'group.id'`), into a `delta` sink that
+//! keeps its positions in the table.
+//!
+//! The member heartbeats on a thread of its own ([`Membership`]). The pipeline reads the
+//! partitions it was given until the group gives it others: then the read ends as a stop does
+//! (the open step committed to the table), the member tells the group what it still owns (so
+//! the group may hand the rest to another member), takes up the new partitions at the
+//! positions the table holds for them, and reads on.
+//!
+//! A member the group has moved past (a pause longer than the session timeout, a lost
+//! network) may not yet know it. Its commits are fenced per partition: a step commits only
+//! while every partition in it is, in the table, where this member took it up or last
+//! committed it. Once the partition's new owner has committed, the old one's step is refused
+//! and dropped, so no offset range reaches the table twice.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use weir_dedup::Checkpoint;
+use weir_kafka::{GroupConfig, GroupEvent, GroupMember};
+
+use super::ledger::{Ledger, TableLedger};
+use super::steps::run_assigned;
+use crate::error::{SourceError, SourceErrorKind};
+use crate::metrics::GroupMetrics;
+use crate::pipeline::live_source::LiveSource;
+use crate::sink::delta::DeltaSteps;
+use crate::sink::{SinkError, StepSink};
+use crate::source::Connector;
+
+/// How often the member's thread looks for work between heartbeats (a heartbeat itself is
+/// sent only when due).
+const TICK: Duration = Duration::from_millis(100);
+
+/// What the member's thread and the pipeline share.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<MemberState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct MemberState {
+    /// The newest assignment (partition ids of the topic) the pipeline has not taken up.
+    pending: Option<Vec<i32>>,
+    /// What the pipeline owns now, having finished with the rest: for the group to hear.
+    finished: Option<Vec<i32>>,
+    /// Next offsets committed to the table, to commit to the group for lag monitors.
+    offsets: Option<Vec<(i32, i64)>>,
+    /// Why the member's thread stopped.
+    failed: Option<String>,
+    /// The pipeline is done: leave the group.
+    leave: bool,
+}
+
+/// The member's thread.
+struct Membership {
+    shared: Arc<Shared>,
+    /// Set with a new assignment: the running read ends.
+    end_run: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Membership {
+    /// Starts heartbeating `member` (subscribed to `topic`) on a thread of its own.
+    fn start(
+        source: &str,
+        member: GroupMember,
+        topic: String,
+        metrics: Arc<GroupMetrics>,
+    ) -> Result<Self, SourceError> {
+        let shared = Arc::new(Shared::default());
+        let end_run = Arc::new(AtomicBool::new(false));
+        let (s, e) = (Arc::clone(&shared), Arc::clone(&end_run));
+        let name = source.to_string();
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-group-{source}"))
+            .spawn(move || heartbeat(&name, member, &topic, &s, &e, &metrics))
+            .map_err(|e| {
+                SourceError::new(
+                    source,
+                    SourceErrorKind::Thread(format!("cannot start its group member: {e}")),
+                )
+            })?;
+        Ok(Self {
+            shared,
+            end_run,
+            thread: Some(thread),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, MemberState> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The newest assignment not yet taken up, waiting up to `wait` for one; `Err` when the
+    /// member's thread has stopped.
+    fn take_pending(&self, source: &str, wait: Duration) -> Result<Option<Vec<i32>>, SourceError> {
+        let mut st = self.lock();
+        if st.pending.is_none() && st.failed.is_none() && !wait.is_zero() {
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, wait)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        if let Some(why) = &st.failed {
+            return Err(SourceError::new(
+                source,
+                SourceErrorKind::Thread(format!("its consumer group member stopped: {why}")),
+            ));
+        }
+        let pending = st.pending.take();
+        if pending.is_some() {
+            // Under the lock: a newer assignment sets the flag again after this.
+            self.end_run.store(false, Ordering::SeqCst);
+        }
+        Ok(pending)
+    }
+
+    /// The pipeline owns exactly `partitions` now.
+    fn finished(&self, partitions: Vec<i32>) {
+        self.lock().finished = Some(partitions);
+    }
+
+    /// Offsets the table now holds, for the group's committed offsets.
+    fn committed(&self, offsets: Vec<(i32, i64)>) {
+        self.lock().offsets = Some(offsets);
+    }
+
+    /// Leaves the group (the partitions go to the others at once) and waits for the thread.
+    fn leave(mut self) {
+        self.lock().leave = true;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        // An error path: leave without waiting for the thread (it exits at its next tick).
+        self.lock().leave = true;
+    }
+}
+
+/// The member's thread: heartbeats, hands assignments to the pipeline, tells the group what
+/// the pipeline finished, commits offsets for tools, and leaves when asked.
+fn heartbeat(
+    source: &str,
+    mut member: GroupMember,
+    topic: &str,
+    shared: &Shared,
+    end_run: &AtomicBool,
+    metrics: &GroupMetrics,
+) {
+    // A member that never got an answer is misconfigured (or its group cannot be reached):
+    // that fails the run. Once in the group, a failing heartbeat is retried; the pipeline
+    // reads on meanwhile, and the table's fence keeps a member the group dropped from
+    // committing.
+    let mut answered = false;
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        let (finished, offsets, leave) = {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            (st.finished.take(), st.offsets.take(), st.leave)
+        };
+        if leave {
+            if let Err(e) = member.leave() {
+                tracing::warn!(source, "leaving the consumer group failed (the group drops this member after its session timeout): {e}");
+            }
+            return;
+        }
+        if let Some(owned) = finished {
+            metrics
+                .partitions
+                .store(owned.len() as i64, Ordering::Relaxed);
+            tracing::info!(source, partitions = ?owned, "reading these partitions of the group's assignment");
+            member.owned(owned.into_iter().map(|p| (topic.to_string(), p)).collect());
+        }
+        if let Some(offsets) = offsets {
+            let offsets: Vec<_> = offsets
+                .into_iter()
+                .map(|(p, o)| ((topic.to_string(), p), o))
+                .collect();
+            if let Err(e) = member.commit_offsets(&offsets) {
+                // For tools only: the table holds the positions weir resumes from.
+                tracing::debug!(source, "committing offsets to the group failed: {e}");
+            }
+        }
+        let event = member.poll();
+        metrics
+            .epoch
+            .store(i64::from(member.epoch()), Ordering::Relaxed);
+        metrics
+            .rebalances
+            .store(member.rebalances(), Ordering::Relaxed);
+        let assigned = match event {
+            Ok(GroupEvent::Unchanged) => None,
+            Ok(GroupEvent::Assigned(given)) => Some(
+                given
+                    .into_iter()
+                    .filter(|(t, _)| t == topic)
+                    .map(|(_, p)| p)
+                    .collect::<Vec<_>>(),
+            ),
+            Ok(GroupEvent::Fenced) => {
+                tracing::warn!(source, "the group fenced this member (it was silent past the session timeout): its uncommitted step is dropped and it joins again");
+                Some(Vec::new())
+            }
+            Err(e) if !answered => {
+                let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                st.failed = Some(e.to_string());
+                shared.changed.notify_all();
+                return;
+            }
+            Err(e) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                tracing::warn!(
+                    source,
+                    failing_for_ms = since.elapsed().as_millis() as u64,
+                    "the consumer group's heartbeat failed, trying again: {e}"
+                );
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        answered = true;
+        failing_since = None;
+        if let Some(partitions) = assigned {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.pending = Some(partitions);
+            end_run.store(true, Ordering::SeqCst);
+            shared.changed.notify_all();
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+/// Forwards to the table's steps, and tells the group each committed step's offsets.
+struct MemberSteps<'a> {
+    steps: &'a mut DeltaSteps,
+    membership: &'a Membership,
+    prefix: String,
+}
+
+impl StepSink for MemberSteps<'_> {
+    fn name(&self) -> &str {
+        self.steps.name()
+    }
+
+    fn metrics(&self) -> &crate::metrics::SinkMetrics {
+        self.steps.metrics()
+    }
+
+    fn write(&mut self, step: u64, batch: &arrow::array::RecordBatch) -> Result<(), SinkError> {
+        self.steps.write(step, batch)
+    }
+
+    fn seal(&mut self, step: u64) -> Result<Vec<String>, SinkError> {
+        self.steps.seal(step)
+    }
+
+    fn publishes(&self) -> bool {
+        self.steps.publishes()
+    }
+
+    fn publish(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
+        self.steps.publish(checkpoint)?;
+        let offsets = checkpoint
+            .positions
+            .iter()
+            .filter_map(|(name, next)| {
+                Some((name.strip_prefix(&self.prefix)?.parse().ok()?, *next))
+            })
+            .collect();
+        self.membership.committed(offsets);
+        Ok(())
+    }
+}
+
+/// Whether `e` is a step refused because another member owns one of its partitions now.
+fn partition_fenced(e: &SourceError) -> bool {
+    matches!(
+        e.kind.as_ref(),
+        SourceErrorKind::Sink { source, .. } if matches!(source.as_ref(), SinkError::PartitionFenced(_))
+    )
+}
+
+/// Reads `source` as a member of `group` into the `delta` sink `steps` until the source stops;
+/// returns the rows written.
+pub(crate) fn run(
+    source: &Arc<LiveSource>,
+    group: &GroupConfig,
+    steps: &mut DeltaSteps,
+) -> Result<u64, SourceError> {
+    let Connector::Kafka(settings) = &source.connector else {
+        return Err(SourceError::new(
+            &source.name,
+            SourceErrorKind::Thread(
+                "only a Kafka source joins a consumer group; this is a bug in weir".into(),
+            ),
+        ));
+    };
+    let topic = settings.consumer.topic.clone();
+    let prefix = format!("kafka/{topic}/");
+    let member = GroupMember::join(
+        &settings.consumer.brokers,
+        &settings.consumer.security,
+        group.clone(),
+        std::slice::from_ref(&topic),
+    )
+    .map_err(|e| SourceError::new(&source.name, e))?;
+    tracing::info!(
+        source = %source.name,
+        group = %group.group_id,
+        member = member.member_id(),
+        "joined the consumer group"
+    );
+    let metrics = source.stats.metrics.join_group();
+    let membership = Membership::start(&source.name, member, topic, metrics)?;
+    let mut current: Vec<i32> = Vec::new();
+    let mut again = false;
+    let mut step = 0u64;
+    let mut rows = 0u64;
+    while !source.stop.load(Ordering::SeqCst) {
+        match membership.take_pending(&source.name, if again { Duration::ZERO } else { TICK })? {
+            Some(given) => current = given,
+            None if again => {}
+            None => continue,
+        }
+        again = false;
+        let names: Vec<String> = current.iter().map(|p| format!("{prefix}{p}")).collect();
+        let positions = if current.is_empty() {
+            Vec::new()
+        } else {
+            steps
+                .take_partitions(&group.group_id, &names)
+                .map_err(|e| sink_error(source, steps, e))?
+        };
+        membership.finished(current.clone());
+        if current.is_empty() {
+            continue;
+        }
+        let mut ledger = TableLedger::new(Checkpoint {
+            step,
+            positions,
+            ..Checkpoint::default()
+        });
+        let mut sink = MemberSteps {
+            steps: &mut *steps,
+            membership: &membership,
+            prefix: prefix.clone(),
+        };
+        match run_assigned(
+            source,
+            &mut ledger,
+            &mut sink,
+            &current,
+            &membership.end_run,
+        ) {
+            Ok(n) => rows += n,
+            Err(e) if partition_fenced(&e) => {
+                tracing::warn!(source = %source.name, "{e}");
+                steps.discard().map_err(|e| sink_error(source, steps, e))?;
+                // Take the partitions up again from the table (or the new assignment).
+                again = true;
+            }
+            Err(e) => return Err(e),
+        }
+        step = ledger.checkpoint().step;
+    }
+    membership.leave();
+    Ok(rows)
+}
+
+fn sink_error(source: &LiveSource, steps: &DeltaSteps, e: SinkError) -> SourceError {
+    SourceError::new(
+        &source.name,
+        SourceErrorKind::Sink {
+            sink: steps.name().to_string(),
+            source: Box::new(e),
+        },
+    )
+}

@@ -1,0 +1,278 @@
+//! Kafka sources in a consumer group (`'group.id'`) writing one Delta table from several weir
+//! processes, against the real broker of `scripts/kafka.sh` (its consumer protocol drops a
+//! silent member after 6 s): members are added, stopped and killed with kill -9 while messages
+//! arrive, and every record of the topic must be in the table exactly once. The table is read
+//! with delta-rs, as another engine would.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{Int32Type, Int64Type};
+use weir_kafka::create_topic;
+
+use crate::common::{interrupt, spawn};
+
+fn bootstrap() -> Option<String> {
+    let Ok(addr) = std::env::var("WEIR_KAFKA_BOOTSTRAP") else {
+        eprintln!("NOTICE: consumer group test skipped: WEIR_KAFKA_BOOTSTRAP is not set (scripts/test.sh sets it)");
+        return None;
+    };
+    Some(addr)
+}
+
+/// Sends `count` generated quotes to `topic` (12 partitions), keyed, as a producer would.
+fn send(broker: &str, topic: &str, count: u64, seed: u64) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["gen", "quotes", "--count", &count.to_string()])
+        .args(["--seed", &seed.to_string(), "--to"])
+        .arg(format!("kafka://{broker}/{topic}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "weir gen: {out:?}");
+}
+
+/// How often each (partition, offset) is in the table at `dir` (empty before its first commit).
+async fn records(dir: &Path) -> BTreeMap<(i32, i64), usize> {
+    let mut seen = BTreeMap::new();
+    let url = url::Url::from_directory_path(dir).unwrap();
+    let Ok(table) = deltalake_core::open_table(url).await else {
+        return seen;
+    };
+    for uri in table.get_file_uris().unwrap() {
+        let path = match url::Url::parse(&uri) {
+            Ok(u) => u.to_file_path().unwrap(),
+            Err(_) => std::path::PathBuf::from(&uri),
+        };
+        let f = std::fs::File::open(path).unwrap();
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(f, 8192).unwrap();
+        for b in reader {
+            let b: RecordBatch = b.unwrap();
+            let p = b.column_by_name("p").unwrap().as_primitive::<Int32Type>();
+            let o = b.column_by_name("o").unwrap().as_primitive::<Int64Type>();
+            for (p, o) in p.values().iter().zip(o.values()) {
+                *seen.entry((*p, *o)).or_insert(0) += 1;
+            }
+        }
+    }
+    seen
+}
+
+/// One weir process of the group; killed if the test ends without stopping it.
+struct Member {
+    child: Option<Child>,
+    stderr: std::path::PathBuf,
+}
+
+impl Member {
+    fn start(sql: &Path, dir: &Path, name: &str) -> Self {
+        let stderr = dir.join(format!("{name}.stderr"));
+        let sql = sql.display().to_string();
+        let child = spawn(&["run", "--follow", "--log-level", "info", &sql], &stderr);
+        Self {
+            child: Some(child),
+            stderr,
+        }
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("a running member")
+    }
+
+    /// Sends `sig` (`-STOP`, `-CONT`, `-TERM`).
+    fn signal(&mut self, sig: &str) {
+        let pid = self.child().id().to_string();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// kill -9.
+    fn kill_9(mut self) {
+        let mut child = self.child.take().expect("a running member");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Ctrl-C, or SIGTERM with `term`: the member commits its step, leaves and exits 0.
+    /// Returns its standard error.
+    fn stop(mut self, term: bool) -> String {
+        if !term {
+            return interrupt(self.child.take().expect("a running member"), &self.stderr);
+        }
+        self.signal("-TERM");
+        let status = self.child.take().expect("a running member").wait().unwrap();
+        let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        assert!(
+            status.success(),
+            "weir failed on SIGTERM ({status}):\n{err}"
+        );
+        err
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sets its flag when dropped (the producer stops also when the test fails).
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Sends quotes to `topic`, 2,000 at a time a few times a second, until `stop` is set;
+/// returns how many.
+fn producer(broker: String, topic: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut sent = 0;
+        let mut seed = 1;
+        while !stop.load(Ordering::SeqCst) {
+            send(&broker, &topic, 2_000, seed);
+            sent += 2_000;
+            seed += 1;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        sent
+    })
+}
+
+fn group_members_write_each_record_once(protocol: &str) {
+    let Some(b) = bootstrap() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pb = crate::common::write_schema(d);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
+    let topic = format!("weir-group-{protocol}-{}-{nanos}", std::process::id());
+    create_topic(std::slice::from_ref(&b), &topic, 12, 1, &[], false).unwrap();
+    let table = d.join("table");
+    let sql = d.join("p.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT) \
+             INCLUDE partition AS p INCLUDE offset AS o \
+             WITH ('connector' = 'kafka', 'brokers' = '{b}', 'topic' = '{topic}', \
+             'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}', \
+             'group.id' = '{topic}', 'group.protocol' = '{protocol}', \
+             'session.timeout.ms' = '6000', 'max.poll.interval.ms' = '20000', \
+             'commit.interval' = '300ms');\n\
+             CREATE SINK t FROM q WITH ('connector' = 'delta', 'path' = '{}', \
+             'app.id' = 'quotes-ingest');\n",
+            pb.display(),
+            table.display()
+        ),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let check = |members: &mut Vec<Member>| -> usize {
+        for m in members.iter_mut() {
+            if let Some(s) = m.child().try_wait().unwrap() {
+                panic!(
+                    "a member exited ({s}):\n{}",
+                    std::fs::read_to_string(&m.stderr).unwrap_or_default()
+                );
+            }
+        }
+        let seen = rt.block_on(records(&table));
+        let doubled: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+        assert!(doubled.is_empty(), "records doubled: {doubled:?}");
+        seen.len()
+    };
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let sending = producer(b.clone(), topic.clone(), Arc::clone(&stop.0));
+    let mut started = 0;
+    let mut next_name = || {
+        started += 1;
+        format!("m{started}")
+    };
+    let mut members: Vec<Member> = (0..3)
+        .map(|_| Member::start(&sql, d, &next_name()))
+        .collect();
+    let mut kills = 0;
+    let mut stopped = Vec::new();
+    // Members come and go while the producer runs: ten kill -9s, two clean stops (Ctrl-C, SIGTERM), and one
+    // member paused past the session timeout (the group moves on without it) and then
+    // resumed: a zombie whose open step must not reach the table.
+    for round in 0..13 {
+        std::thread::sleep(Duration::from_secs(2));
+        check(&mut members);
+        match round {
+            4 | 9 => stopped.push(members.remove(0).stop(round == 9)),
+            6 => {
+                members.last_mut().unwrap().signal("-STOP");
+                std::thread::sleep(Duration::from_secs(9));
+                check(&mut members);
+                members.last_mut().unwrap().signal("-CONT");
+                continue;
+            }
+            _ => {
+                members.remove(0).kill_9();
+                kills += 1;
+            }
+        }
+        members.push(Member::start(&sql, d, &next_name()));
+    }
+    stop.0.store(true, Ordering::SeqCst);
+    let sent = sending.join().unwrap() as usize;
+    assert_eq!(kills, 10);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let n = check(&mut members);
+        if n >= sent {
+            assert_eq!(n, sent, "more records in the table than were sent");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} of {sent} records in the table 180 s after the last was sent"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut logs = stopped.concat();
+    for m in members {
+        logs.push_str(&m.stop(false));
+    }
+    // The members did take partitions over from each other.
+    assert!(
+        logs.matches("reading these partitions").count() >= 4,
+        "the members logged too few assignments:\n{logs}"
+    );
+    let seen = rt.block_on(records(&table));
+    assert_eq!(seen.len(), sent, "missing after the stop");
+    assert!(seen.values().all(|n| *n == 1), "doubled after the stop");
+}
+
+/// Kafka 4's consumer group protocol (the coordinator assigns).
+#[test]
+fn group_members_by_the_consumer_protocol_write_each_record_once() {
+    group_members_write_each_record_once("consumer");
+}
+
+/// The classic protocol (JoinGroup and SyncGroup, cooperative-sticky).
+#[test]
+fn group_members_by_the_classic_protocol_write_each_record_once() {
+    group_members_write_each_record_once("classic");
+}
