@@ -276,3 +276,85 @@ fn group_members_by_the_consumer_protocol_write_each_record_once() {
 fn group_members_by_the_classic_protocol_write_each_record_once() {
     group_members_write_each_record_once("classic");
 }
+
+/// What a consumer group cannot do yet, or what contradicts it, is refused with a message
+/// naming the option, before any broker is asked (the address here has no broker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_options_that_cannot_work_are_refused_with_their_reason() {
+    use weir::{Engine, EngineOptions};
+    let source = |extra: &str| {
+        format!(
+            "CREATE SOURCE q (v VARCHAR) WITH ('connector' = 'kafka', 'brokers' = \
+             '127.0.0.1:9', 'topic' = 't', 'encoding' = 'json'{extra});"
+        )
+    };
+    let refused = |engine: Engine, sql: String, expect: &'static [&'static str]| async move {
+        let err = engine.query(&sql).await.unwrap_err().to_string();
+        for e in expect {
+            assert!(err.contains(e), "{e:?} not in: {err}");
+        }
+    };
+    let engine = || {
+        Engine::new(EngineOptions {
+            follow: true,
+            ..EngineOptions::default()
+        })
+    };
+    refused(
+        engine(),
+        source(", 'group.id' = 'g', 'partitions' = '0-3'"),
+        &["'partitions' and 'group.id'"],
+    )
+    .await;
+    refused(
+        engine(),
+        source(", 'group.protocol' = 'classic'"),
+        &["'group.protocol'", "no 'group.id'"],
+    )
+    .await;
+    refused(
+        engine(),
+        source(", 'group.id' = 'g', 'group.protocol' = 'eager'"),
+        &["group.protocol", "eager"],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    refused(
+        engine(),
+        source(&format!(
+            ", 'group.id' = 'g', 'state.dir' = '{}', 'dedup.key' = 'v'",
+            dir.path().display()
+        )),
+        &["'group.id' = 'g' and 'state.dir'", "does not move"],
+    )
+    .await;
+    // A query, a file sink, or a run without --follow cannot follow the group's assignments.
+    refused(
+        engine(),
+        format!("{}\nSELECT * FROM q;", source(", 'group.id' = 'g'")),
+        &["consumer group 'g'", "only a `delta` sink"],
+    )
+    .await;
+    let out = dir.path().join("out.jsonl");
+    refused(
+        engine(),
+        format!(
+            "{}\nCREATE SINK s FROM q WITH ('connector' = 'file', 'encoding' = 'json', \
+             'framing' = 'lines', 'path' = '{}');",
+            source(", 'group.id' = 'g'"),
+            out.display()
+        ),
+        &["consumer group 'g'", "only a `delta` sink"],
+    )
+    .await;
+    refused(
+        Engine::new(EngineOptions::default()),
+        format!(
+            "{}\nCREATE SINK s FROM q WITH ('connector' = 'delta', 'path' = '{}');",
+            source(", 'group.id' = 'g'"),
+            dir.path().join("table").display()
+        ),
+        &["consumer group 'g'", "--follow"],
+    )
+    .await;
+}
