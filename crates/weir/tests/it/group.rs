@@ -71,9 +71,17 @@ struct Member {
 
 impl Member {
     fn start(sql: &Path, dir: &Path, name: &str) -> Self {
+        Self::start_with(sql, dir, name, &[])
+    }
+
+    /// Started with more arguments to `weir run`.
+    fn start_with(sql: &Path, dir: &Path, name: &str, more: &[&str]) -> Self {
         let stderr = dir.join(format!("{name}.stderr"));
         let sql = sql.display().to_string();
-        let child = spawn(&["run", "--follow", "--log-level", "info", &sql], &stderr);
+        let mut args = vec!["run", "--follow", "--log-level", "info"];
+        args.extend_from_slice(more);
+        args.push(&sql);
+        let child = spawn(&args, &stderr);
         Self {
             child: Some(child),
             stderr,
@@ -251,6 +259,22 @@ fn group_members_write_each_record_once(protocol: &str) {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    // One more member: its metrics say what it holds of the group.
+    let addr = format!("127.0.0.1:{}", crate::metrics::free_port());
+    let mut watched = Member::start_with(&sql, d, "watched", &["--metrics-addr", &addr]);
+    let scrape = crate::metrics::scrape_until(&addr, watched.child(), |s| {
+        let q = [("source", "q")];
+        crate::metrics::sum(s, "weir_source_group_partitions", &q) > 0.0
+            && crate::metrics::sum(s, "weir_source_group_rebalances_total", &q) >= 1.0
+            && crate::metrics::sum(s, "weir_source_group_epoch", &q) > 0.0
+    });
+    let held = crate::metrics::sum(
+        &crate::metrics::samples(&scrape),
+        "weir_source_group_partitions",
+        &[("source", "q")],
+    );
+    assert!(held <= 12.0, "{scrape}");
+    members.push(watched);
     let mut logs = stopped.concat();
     for m in members {
         logs.push_str(&m.stop(false));

@@ -21,7 +21,7 @@ const SECRET: &str = "hunter2-weir-secret";
 /// A generous deadline for a run to catch up (no timing is asserted).
 const DEADLINE: Duration = Duration::from_secs(180);
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -45,13 +45,13 @@ fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
 }
 
 /// A sample of an exposition: name, labels, value.
-struct Sample {
+pub(crate) struct Sample {
     name: String,
     labels: Vec<(String, String)>,
     value: f64,
 }
 
-fn samples(text: &str) -> Vec<Sample> {
+pub(crate) fn samples(text: &str) -> Vec<Sample> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(|l| {
@@ -78,7 +78,7 @@ fn samples(text: &str) -> Vec<Sample> {
 }
 
 /// The sum of the samples of `name` whose labels include `with`.
-fn sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
+pub(crate) fn sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
     samples
         .iter()
         .filter(|s| s.name == name)
@@ -95,7 +95,11 @@ fn count(samples: &[Sample], name: &str) -> usize {
 }
 
 /// Scrapes `addr` until `done` holds (or the deadline passes: then the last scrape is shown).
-fn scrape_until(addr: &str, child: &mut Child, done: impl Fn(&[Sample]) -> bool) -> String {
+pub(crate) fn scrape_until(
+    addr: &str,
+    child: &mut Child,
+    done: impl Fn(&[Sample]) -> bool,
+) -> String {
     let start = Instant::now();
     let mut last = String::new();
     while start.elapsed() < DEADLINE {
