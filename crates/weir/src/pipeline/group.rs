@@ -34,6 +34,13 @@ use crate::source::Connector;
 /// sent only when due).
 const TICK: Duration = Duration::from_millis(100);
 
+/// How long a member whose step was fenced waits for news from the group before it takes its
+/// partitions up again.
+const FENCED_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a stop waits for the member to leave the group.
+const LEAVE_WAIT: Duration = Duration::from_secs(10);
+
 /// What the member's thread and the pipeline share.
 #[derive(Default)]
 struct Shared {
@@ -50,7 +57,7 @@ struct MemberState {
     /// Next offsets committed to the table, to commit to the group for lag monitors.
     offsets: Option<Vec<(i32, i64)>>,
     /// Why the member's thread stopped.
-    failed: Option<String>,
+    failed: Option<weir_kafka::Error>,
     /// The pipeline is done: leave the group.
     leave: bool,
 }
@@ -100,6 +107,7 @@ impl Membership {
     fn take_pending(&self, source: &str, wait: Duration) -> Result<Option<Vec<i32>>, SourceError> {
         let mut st = self.lock();
         if st.pending.is_none() && st.failed.is_none() && !wait.is_zero() {
+            // One wait: a wake-up without news is answered with none, and the caller asks again.
             st = self
                 .shared
                 .changed
@@ -107,11 +115,8 @@ impl Membership {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
-        if let Some(why) = &st.failed {
-            return Err(SourceError::new(
-                source,
-                SourceErrorKind::Thread(format!("its consumer group member stopped: {why}")),
-            ));
+        if let Some(e) = st.failed.take() {
+            return Err(SourceError::new(source, e));
         }
         let pending = st.pending.take();
         if pending.is_some() {
@@ -119,6 +124,14 @@ impl Membership {
             self.end_run.store(false, Ordering::SeqCst);
         }
         Ok(pending)
+    }
+
+    /// Waits up to `wait` for a new assignment (or the thread's end), taking nothing.
+    fn wait_for_news(&self, wait: Duration) {
+        let st = self.lock();
+        if st.pending.is_none() && st.failed.is_none() {
+            let _ = self.shared.changed.wait_timeout(st, wait);
+        }
     }
 
     /// The pipeline owns exactly `partitions` now.
@@ -131,11 +144,20 @@ impl Membership {
         self.lock().offsets = Some(offsets);
     }
 
-    /// Leaves the group (the partitions go to the others at once) and waits for the thread.
+    /// Leaves the group (the partitions go to the others at once) and waits for the thread,
+    /// at most [`LEAVE_WAIT`]: a classic member may be inside a join that waits for the rest of
+    /// the group, and a stop should not wait for that (the group then drops the member after
+    /// its session timeout).
     fn leave(mut self) {
         self.lock().leave = true;
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let deadline = Instant::now() + LEAVE_WAIT;
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -168,12 +190,6 @@ fn heartbeat(
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             (st.finished.take(), st.offsets.take(), st.leave)
         };
-        if leave {
-            if let Err(e) = member.leave() {
-                tracing::warn!(source, "leaving the consumer group failed (the group drops this member after its session timeout): {e}");
-            }
-            return;
-        }
         if let Some(owned) = finished {
             metrics
                 .partitions
@@ -190,6 +206,13 @@ fn heartbeat(
                 // For tools only: the table holds the positions weir resumes from.
                 tracing::debug!(source, "committing offsets to the group failed: {e}");
             }
+        }
+        // After the last offsets: lag monitors see where the member stopped.
+        if leave {
+            if let Err(e) = member.leave() {
+                tracing::warn!(source, "leaving the consumer group failed (the group drops this member after its session timeout): {e}");
+            }
+            return;
         }
         let event = member.poll();
         metrics
@@ -208,12 +231,12 @@ fn heartbeat(
                     .collect::<Vec<_>>(),
             ),
             Ok(GroupEvent::Fenced) => {
-                tracing::warn!(source, "the group fenced this member (it was silent past the session timeout): its uncommitted step is dropped and it joins again");
+                tracing::warn!(source, "the group fenced this member (it was silent past the session timeout): it ends its read, its open step reaches the table only if no new owner has committed its partitions, and it joins again");
                 Some(Vec::new())
             }
             Err(e) if !answered => {
                 let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                st.failed = Some(e.to_string());
+                st.failed = Some(e);
                 shared.changed.notify_all();
                 return;
             }
@@ -305,6 +328,19 @@ pub(crate) fn run(
             ),
         ));
     };
+    // One member per source: a second sink would join as a second member and each table
+    // would get only its share of the partitions.
+    if source.in_group.swap(true, Ordering::SeqCst) {
+        return Err(SourceError::new(
+            &source.name,
+            SourceErrorKind::Option(weir_codec::OptionError::Conflict(format!(
+                "the source is already read by a member of consumer group '{}' for another sink; \
+                 a source in a group feeds one sink (declare a second source for a second sink)",
+                group.group_id
+            ))),
+        ));
+    }
+    let _joined = InGroup(source);
     let topic = settings.consumer.topic.clone();
     let prefix = format!("kafka/{topic}/");
     let member = GroupMember::join(
@@ -366,7 +402,9 @@ pub(crate) fn run(
             Err(e) if partition_fenced(&e) => {
                 tracing::warn!(source = %source.name, "{e}");
                 steps.discard().map_err(|e| sink_error(source, steps, e))?;
-                // Take the partitions up again from the table (or the new assignment).
+                // Most likely the group has moved on and says so at the next heartbeat: give it
+                // that long before taking the partitions up again from the table.
+                membership.wait_for_news(FENCED_WAIT);
                 again = true;
             }
             Err(e) => return Err(e),
@@ -375,6 +413,15 @@ pub(crate) fn run(
     }
     membership.leave();
     Ok(rows)
+}
+
+/// Clears the source's membership flag when its run ends, however it ends.
+struct InGroup<'a>(&'a LiveSource);
+
+impl Drop for InGroup<'_> {
+    fn drop(&mut self) {
+        self.0.in_group.store(false, Ordering::SeqCst);
+    }
 }
 
 fn sink_error(source: &LiveSource, steps: &DeltaSteps, e: SinkError) -> SourceError {

@@ -28,6 +28,8 @@ pub(crate) struct LiveSource {
     pub(crate) stop: Arc<AtomicBool>,
     /// Counters.
     pub(crate) stats: Arc<SourceStats>,
+    /// Set while a pipeline reads the source as a member of its consumer group.
+    pub(crate) in_group: AtomicBool,
 }
 
 impl LiveSource {
@@ -45,6 +47,7 @@ impl LiveSource {
             projections: Mutex::default(),
             stop,
             stats,
+            in_group: AtomicBool::new(false),
         }
     }
 

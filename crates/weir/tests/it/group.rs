@@ -173,24 +173,26 @@ fn group_members_write_each_record_once(protocol: &str) {
     let topic = format!("weir-group-{protocol}-{}-{nanos}", std::process::id());
     create_topic(std::slice::from_ref(&b), &topic, 12, 1, &[], false).unwrap();
     let table = d.join("table");
-    let sql = d.join("p.sql");
-    std::fs::write(
-        &sql,
+    // The pipeline of every member; `group` holds the group options, `app` the sink's app id.
+    let pipeline = |group: &str, app: &str| {
         format!(
             "CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT) \
              INCLUDE partition AS p INCLUDE offset AS o \
              WITH ('connector' = 'kafka', 'brokers' = '{b}', 'topic' = '{topic}', \
              'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}', \
-             'group.id' = '{topic}', 'group.protocol' = '{protocol}', \
-             'session.timeout.ms' = '6000', 'max.poll.interval.ms' = '20000', \
-             'commit.interval' = '300ms');\n\
+             {group}'commit.interval' = '300ms');\n\
              CREATE SINK t FROM q WITH ('connector' = 'delta', 'path' = '{}', \
-             'app.id' = 'quotes-ingest');\n",
+             'app.id' = '{app}');\n",
             pb.display(),
             table.display()
-        ),
-    )
-    .unwrap();
+        )
+    };
+    let group = format!(
+        "'group.id' = '{topic}', 'group.protocol' = '{protocol}', \
+         'session.timeout.ms' = '6000', 'max.poll.interval.ms' = '20000', "
+    );
+    let sql = d.join("p.sql");
+    std::fs::write(&sql, pipeline(&group, "quotes-ingest")).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -287,6 +289,28 @@ fn group_members_write_each_record_once(protocol: &str) {
     let seen = rt.block_on(records(&table));
     assert_eq!(seen.len(), sent, "missing after the stop");
     assert!(seen.values().all(|n| *n == 1), "doubled after the stop");
+
+    // A writer of the same app id outside the group, and a member under another app id,
+    // would not be fenced by the members' positions: both are refused, and add nothing.
+    for (name, text, expect) in [
+        ("outside", pipeline("", "quotes-ingest"), "add 'group.id'"),
+        (
+            "other-app",
+            pipeline(&group, "another-app"),
+            "Give every member's sink 'app.id' = 'quotes-ingest'",
+        ),
+    ] {
+        let file = d.join(format!("{name}.sql"));
+        std::fs::write(&file, text).unwrap();
+        let mut m = Member::start(&file, d, name);
+        let status = m.child().wait().unwrap();
+        let err = std::fs::read_to_string(d.join(format!("{name}.stderr"))).unwrap();
+        assert!(
+            !status.success() && err.contains(expect),
+            "{name}: {status}\n{err}"
+        );
+    }
+    assert_eq!(rt.block_on(records(&table)).len(), sent);
 }
 
 /// Kafka 4's consumer group protocol (the coordinator assigns).

@@ -80,14 +80,41 @@ pub(crate) async fn compact_table(
     target_file_size: u64,
     props: WriterProperties,
 ) -> Result<(DeltaTable, Compaction), DeltaTableError> {
+    // The writer's handle is as of before its own last commit: plan on the table as it is.
+    table.update_state().await?;
+    let rewrite = rewrite(&table, target_file_size, props).await?;
+    commit_rewrite(table, rewrite).await
+}
+
+/// A compaction written and not yet committed: its actions, what it did, and its operation.
+struct Rewrite {
+    actions: Vec<Action>,
+    done: Compaction,
+    operation: DeltaOperation,
+}
+
+/// Writes the compacted files of `table` as last read (see [`compact_table`]).
+async fn rewrite(
+    table: &DeltaTable,
+    target_file_size: u64,
+    props: WriterProperties,
+) -> Result<Rewrite, DeltaTableError> {
     let target = NonZeroU64::new(target_file_size).unwrap_or(NonZeroU64::MIN);
-    let bins = plan(&table, target).await?;
+    let bins = plan(table, target).await?;
     let mut done = Compaction {
         version: table.version().unwrap_or(0),
         ..Compaction::default()
     };
+    let operation = DeltaOperation::Optimize {
+        predicate: None,
+        target_size: i64::try_from(target.get()).unwrap_or(i64::MAX),
+    };
     if bins.is_empty() {
-        return Ok((table, done));
+        return Ok(Rewrite {
+            actions: Vec::new(),
+            done,
+            operation,
+        });
     }
     let store = table.object_store();
     let mut writer = RecordBatchWriter::for_table(&table)?
@@ -127,10 +154,26 @@ pub(crate) async fn compact_table(
             }));
         }
     }
-    let operation = DeltaOperation::Optimize {
-        predicate: None,
-        target_size: i64::try_from(target.get()).unwrap_or(i64::MAX),
-    };
+    Ok(Rewrite {
+        actions,
+        done,
+        operation,
+    })
+}
+
+/// Commits `rewrite` to `table`.
+async fn commit_rewrite(
+    mut table: DeltaTable,
+    rewrite: Rewrite,
+) -> Result<(DeltaTable, Compaction), DeltaTableError> {
+    let Rewrite {
+        actions,
+        mut done,
+        operation,
+    } = rewrite;
+    if actions.is_empty() {
+        return Ok((table, done));
+    }
     // delta-rs's conflict checker lets two OPTIMIZE commits remove the same files (it only
     // counts removes that change data), which would leave both rewrites, every row twice, in the
     // table. So the commit is made only on a snapshot that still holds every file it removes:
@@ -343,7 +386,7 @@ mod tests {
     use parquet::file::properties::WriterProperties;
     use std::sync::Arc;
 
-    use super::compact_table;
+    use super::{commit_rewrite, rewrite};
 
     async fn open(dir: &std::path::Path) -> DeltaTable {
         let url = url::Url::from_directory_path(dir).unwrap();
@@ -399,12 +442,14 @@ mod tests {
             writer.write(batch).await.unwrap();
             writer.flush_and_commit(&mut table).await.unwrap();
         }
-        // Both read the table before either compacts.
-        let stale = open(dir.path()).await;
+        // Both plan and write their files before either commits.
+        let other = open(dir.path()).await;
         let props = WriterProperties::builder().build();
-        let (_, first) = compact_table(table, 1 << 20, props.clone()).await.unwrap();
+        let mine = rewrite(&table, 1 << 20, props.clone()).await.unwrap();
+        let theirs = rewrite(&other, 1 << 20, props).await.unwrap();
+        let (_, first) = commit_rewrite(table, mine).await.unwrap();
         assert_eq!(first.files_removed, 4);
-        let (_, second) = compact_table(stale, 1 << 20, props).await.unwrap();
+        let (_, second) = commit_rewrite(other, theirs).await.unwrap();
         assert_eq!(second.files_removed, 0, "{second:?}");
         assert_eq!(second.version, first.version);
         let table = open(dir.path()).await;

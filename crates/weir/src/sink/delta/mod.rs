@@ -57,6 +57,10 @@ use weir_codec::Options;
 use super::storage::{open_location, Location};
 use super::SinkError;
 
+/// How many of the latest commits are read to find other writers of the same app id (a
+/// member of a consumer group outside it, or one under another app id).
+const RECENT_COMMITS: usize = 200;
+
 /// Commits tried when another commit (of another app) lands between reading the table and
 /// writing the next version; each try re-reads the table and checks the fence again.
 const COMMIT_TRIES: usize = 20;
@@ -270,7 +274,20 @@ impl DeltaSink {
     ) -> Result<Vec<(String, i64)>, SinkError> {
         let err = delta_error(&self.sink, &self.url);
         self.table.update_state().await.map_err(&err)?;
-        let app = &self.settings.app_id;
+        let app = self.settings.app_id.clone();
+        let recent = self.recent_commits(RECENT_COMMITS).await?;
+        // Members fence each other through the `txn` versions of one app id: a member writing
+        // under another would start every partition over.
+        if let Some(other) = recent.iter().find_map(|info| {
+            let by = info.get(META_APP).and_then(|v| v.as_str())?;
+            (info.get(META_GROUP).and_then(|v| v.as_str()) == Some(group) && by != app)
+                .then(|| by.to_string())
+        }) {
+            return Err(SinkError::Options(format!(
+                "sink {}: other members of consumer group '{group}' write the Delta table {} as writer '{other}', this one as '{app}': the members' positions would not fence each other. Give every member's sink 'app.id' = '{other}'",
+                self.sink, self.url
+            )));
+        }
         let mut taken = std::collections::HashMap::with_capacity(partitions.len());
         let mut resume = Vec::new();
         {
@@ -282,6 +299,18 @@ impl DeltaSink {
                     .map_err(&err)?;
                 if let Some(next) = at {
                     resume.push((p.clone(), next));
+                } else if recent.iter().any(|info| {
+                    info.get(META_APP).and_then(|v| v.as_str()) == Some(app.as_str())
+                        && info
+                            .get(META_POSITIONS)
+                            .and_then(|v| v.as_object())
+                            .is_some_and(|o| o.contains_key(p))
+                }) {
+                    // Committed before, but its txn is gone: starting over would double it.
+                    return Err(SinkError::Options(format!(
+                        "sink {}: the Delta table {} holds commits of {p} by writer '{app}' but no txn version for it (expired by 'delta.setTransactionRetentionDuration'?), so where it resumes is unknown; write to a new table or with a new 'app.id'",
+                        self.sink, self.url
+                    )));
                 }
                 taken.insert(p.clone(), at);
             }
@@ -291,6 +320,20 @@ impl DeltaSink {
             taken,
         };
         Ok(resume)
+    }
+
+    /// The custom `commitInfo` entries of the table's latest `limit` commits (newest first).
+    async fn recent_commits(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<std::collections::HashMap<String, serde_json::Value>>, SinkError> {
+        let err = delta_error(&self.sink, &self.url);
+        let mut out = Vec::new();
+        let mut history = self.table.history(Some(limit));
+        while let Some(info) = history.next().await {
+            out.push(info.map_err(&err)?.info.into_iter().collect());
+        }
+        Ok(out)
     }
 
     /// Checks the fence of a commit of `step` with `positions` against the table as last read.
@@ -309,6 +352,26 @@ impl DeltaSink {
                 table_step: progress.step,
                 step,
             }),
+            Fence::Step if progress.version > self.last_version => {
+                // Members of a consumer group writing as this app fence per partition and never
+                // move the step: a writer outside the group must not add their partitions' rows.
+                let newer = usize::try_from(progress.version - self.last_version)
+                    .unwrap_or(usize::MAX)
+                    .min(RECENT_COMMITS);
+                let recent = self.recent_commits(newer).await?;
+                let app = &self.settings.app_id;
+                match recent.iter().find_map(|info| {
+                    (info.get(META_APP).and_then(|v| v.as_str()) == Some(app.as_str()))
+                        .then(|| info.get(META_GROUP).and_then(|v| v.as_str()))
+                        .flatten()
+                }) {
+                    Some(group) => Err(SinkError::Options(format!(
+                        "sink {}: members of consumer group '{group}' write the Delta table {} as writer '{app}', and this process writes as '{app}' outside the group: its rows would double theirs. Add 'group.id' = '{group}' to the source, or give this sink another 'app.id'",
+                        self.sink, self.url
+                    ))),
+                    None => Ok(()),
+                }
+            }
             Fence::Step => Ok(()),
             Fence::Partitions { taken, .. } => {
                 let err = delta_error(&self.sink, &self.url);
