@@ -117,7 +117,7 @@ async fn rewrite(
         });
     }
     let store = table.object_store();
-    let mut writer = RecordBatchWriter::for_table(&table)?
+    let mut writer = RecordBatchWriter::for_table(table)?
         .with_writer_properties(props)
         .with_target_file_size(target.get());
     let mut actions = Vec::new();
