@@ -171,6 +171,9 @@ pub struct ConsumerConfig {
     pub partitions: PartitionSelection,
     /// Where reading starts (`'scan.startup.mode'` and its value).
     pub startup: StartupMode,
+    /// Positions to resume at (next offset by partition id), overriding `startup` for the
+    /// partitions listed; the others start as `startup` says.
+    pub resume: Vec<(i32, i64)>,
     /// Stop at the end offsets taken at connect (a `SELECT`); `false` follows the topic.
     pub bounded: bool,
     /// `'isolation.level'`.
@@ -207,6 +210,7 @@ impl Default for ConsumerConfig {
             topic: String::new(),
             partitions: PartitionSelection::All,
             startup: StartupMode::Earliest,
+            resume: Vec::new(),
             bounded: true,
             isolation: Isolation::ReadCommitted,
             check_crc: true,

@@ -99,18 +99,27 @@ impl Consumer {
             _ => None,
         };
         for (i, &p) in selected.iter().enumerate() {
-            let mut pos = match &self.cfg.startup {
-                StartupMode::Earliest => starts[i],
-                StartupMode::Latest => ends[i],
-                StartupMode::Offset(o) => *o,
-                StartupMode::Offsets(list) => list
-                    .iter()
-                    .find(|(q, _)| *q == p)
-                    .map_or(starts[i], |&(_, o)| o),
-                // No record at or after the timestamp: start at the end.
-                StartupMode::Timestamp(_) => match ts.as_ref().map(|t| t[i]) {
-                    Some(o) if o >= 0 => o,
-                    _ => ends[i],
+            let resumed = self
+                .cfg
+                .resume
+                .iter()
+                .find(|(q, _)| *q == p)
+                .map(|&(_, o)| o);
+            let mut pos = match (resumed, &self.cfg.startup) {
+                (Some(o), _) => o,
+                (None, startup) => match startup {
+                    StartupMode::Earliest => starts[i],
+                    StartupMode::Latest => ends[i],
+                    StartupMode::Offset(o) => *o,
+                    StartupMode::Offsets(list) => list
+                        .iter()
+                        .find(|(q, _)| *q == p)
+                        .map_or(starts[i], |&(_, o)| o),
+                    // No record at or after the timestamp: start at the end.
+                    StartupMode::Timestamp(_) => match ts.as_ref().map(|t| t[i]) {
+                        Some(o) if o >= 0 => o,
+                        _ => ends[i],
+                    },
                 },
             };
             if pos < starts[i] || pos > hws[i] {

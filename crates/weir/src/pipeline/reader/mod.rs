@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use weir_kafka::{Consumer, ConsumerConfig, PollStatus, Record, StartupMode};
+use weir_kafka::{Consumer, ConsumerConfig, PollStatus, Record};
 
 use self::block::BlockStatus;
 use self::file_feed::FileFeed;
@@ -595,9 +595,8 @@ impl KafkaReader {
             .iter()
             .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.parse().ok()?, *v)))
             .collect();
-        if !resume.is_empty() {
-            config.startup = StartupMode::Offsets(resume.clone());
-        }
+        // The partitions without a recorded position start as 'scan.startup.mode' says.
+        config.resume.clone_from(&resume);
         let mut consumer =
             Consumer::connect(&config).map_err(|e| SourceError::new(&decoder.source().name, e))?;
         // Each partition's counters outlive this consumer: a later scan carries them on.
@@ -613,7 +612,15 @@ impl KafkaReader {
             }
             metrics[i] = Some(m);
         }
+        // Every partition's start is a position from the outset, so a step records where a
+        // partition that has not had a record yet resumes (not the start mode again, which
+        // for `latest` would skip what arrived while weir was down).
         let mut next = Vec::new();
+        for p in consumer.partitions() {
+            if let Some(o) = consumer.position(p) {
+                set_next(&mut next, p, o);
+            }
+        }
         for (p, o) in resume {
             set_next(&mut next, p, o);
         }
