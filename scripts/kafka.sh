@@ -251,7 +251,7 @@ LOG
         || { cat "$data/format.log" >&2; echo "kafka.sh: storage format failed" >&2; rm -rf "$data"; exit 1; }
     echo "$data" > "$RUN/data"
     echo "127.0.0.1:$port" > "$RUN/bootstrap"
-    launch
+    launch fresh
 }
 
 # Starts the JVM on the storage in $RUN/data and waits until it accepts connections.
@@ -270,8 +270,19 @@ launch() {
     local i
     for i in $(seq 1 120); do
         if ! kill -0 "$pid" 2>/dev/null; then
+            # Ports are chosen free, but another program may take one before the JVM binds it:
+            # a fresh start then formats new storage on other ports (twice at most).
+            if [[ "${1:-}" == fresh ]] && (( ${KAFKA_SH_TRY:-1} < 3 )) \
+                && grep -qs "Address already in use" "$data/stdout.log" "$data/server.log"; then
+                echo "kafka.sh: a port was taken before the broker bound it; starting on other ports" >&2
+                rm -f "$RUN/pid" "$RUN/data" "$RUN/bootstrap"
+                rm -rf "$data"
+                local again=(start)
+                if [[ "$SECURE" == 1 ]]; then again+=(--secure); fi
+                KAFKA_SH_TRY=$(( ${KAFKA_SH_TRY:-1} + 1 )) exec bash "$0" "${again[@]}"
+            fi
             echo "kafka.sh: the broker exited during start-up; its logs:" >&2
-            tail -50 "$data/stdout.log" "$data/server.log" >&2 || true
+            tail -n 50 "$data/stdout.log" "$data/server.log" >&2 || true
             rm -f "$RUN/pid"
             exit 1
         fi

@@ -208,7 +208,17 @@ impl PrivateBroker {
     /// Starts a broker of its own; its address.
     pub fn start() -> (Self, String) {
         let run = std::env::temp_dir().join(topic("weir-kafka-private-run"));
-        let out = Self::kafka_sh(&run, "start");
+        let mut out = Self::kafka_sh(&run, "start");
+        if !out.status.success() {
+            // A JVM start on a loaded machine can fail for reasons of its own: once more,
+            // with the first failure shown.
+            eprintln!(
+                "private broker did not start, starting it again: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Self::kafka_sh(&run, "stop");
+            out = Self::kafka_sh(&run, "start");
+        }
         assert!(
             out.status.success(),
             "private broker did not start: {}",
