@@ -6,6 +6,7 @@
 #
 #   scripts/bench_group.sh [KILLS] [N]
 #
+# WEIR_BENCH_PARTS picks the parts (default "takeover throughput").
 # 1. Takeover, for each group protocol: two members read while a producer writes; one is
 #    killed with kill -9 (KILLS times, default 5, started again after each) or stopped with
 #    SIGTERM (as many times). The time from the signal to the log line in which the other
@@ -66,6 +67,8 @@ holds_some() { # whether log $1 says, after line $2, that the member reads a non
   tail -n +"$(($2 + 1))" "$1" | grep "reading these partitions" | tail -1 | grep -q 'partitions="\['
 }
 
+PARTS="${WEIR_BENCH_PARTS:-takeover throughput}"
+if [[ " $PARTS " == *" takeover "* ]]; then
 echo
 echo "takeover: from the signal to the other member reading all 12 partitions (session timeout 6 s)"
 printf '%-9s %-8s %8s %8s %8s\n' protocol signal min median max
@@ -118,6 +121,9 @@ PY
   PIDS=()
 done
 
+fi
+
+[[ " $PARTS " == *" throughput "* ]] || exit 0
 echo
 echo "throughput: $N quotes from 12 partitions into a fresh table, members pinned a core each"
 topic="bench-group-load-$$"
