@@ -512,9 +512,8 @@ impl Engine {
             }
             Box::new(files)
         };
-        let name = sink.to_string();
-        let in_task = name.clone();
-        let handle = tokio::task::spawn_blocking(move || -> Result<(), StatementError> {
+        let in_task = sink.to_string();
+        let handle = tokio::task::spawn_blocking(move || -> Result<u64, StatementError> {
             let rows = match (&job, store.as_mut(), resumed.as_mut()) {
                 (ExactlyOnce::Rows(source), Some(store), _) => {
                     steps::run(source, store, files.as_mut())?
@@ -531,14 +530,28 @@ impl Engine {
                     )))
                 }
             };
-            state.blocking_lock().rows += rows;
-            Ok(())
+            Ok(rows)
         });
+        self.run_steps(sink, line, state, handle).await
+    }
+
+    /// Runs the exactly-once pipeline `handle` (on a blocking thread) as `sink`'s, adding the
+    /// rows it wrote to the sink's count.
+    async fn run_steps(
+        &self,
+        sink: &str,
+        line: u64,
+        state: Arc<tokio::sync::Mutex<SinkState>>,
+        handle: tokio::task::JoinHandle<Result<u64, StatementError>>,
+    ) -> Result<(), StatementError> {
+        let name = sink.to_string();
         let pipeline = async move {
-            handle.await.map_err(|e| StatementError::PipelineLost {
+            let rows = handle.await.map_err(|e| StatementError::PipelineLost {
                 pipeline: format!("sink {name}"),
                 reason: e.to_string(),
-            })?
+            })??;
+            state.lock().await.rows += rows;
+            Ok(())
         };
         self.run_pipeline(sink, line, pipeline).await
     }
@@ -589,19 +602,10 @@ impl Engine {
         )
         .map_err(fail)?;
         let source = Arc::clone(source);
-        let name = sink.to_string();
-        let handle = tokio::task::spawn_blocking(move || -> Result<(), StatementError> {
-            let rows = crate::pipeline::group::run(&source, &group, &mut steps)?;
-            state.blocking_lock().rows += rows;
-            Ok(())
+        let handle = tokio::task::spawn_blocking(move || -> Result<u64, StatementError> {
+            Ok(crate::pipeline::group::run(&source, &group, &mut steps)?)
         });
-        let pipeline = async move {
-            handle.await.map_err(|e| StatementError::PipelineLost {
-                pipeline: format!("sink {name}"),
-                reason: e.to_string(),
-            })?
-        };
-        self.run_pipeline(sink, line, pipeline).await
+        self.run_steps(sink, line, state, handle).await
     }
 
     /// Writes the rows of `query` into `sink` as they come (in follow mode, until stopped).

@@ -43,9 +43,9 @@ async fn load(dir: &Path) -> DeltaTable {
     deltalake_core::open_table(url).await.unwrap()
 }
 
-/// How often each id appears in the table's current snapshot.
-async fn ids(table: &DeltaTable) -> BTreeMap<i64, usize> {
-    let mut ids = BTreeMap::new();
+/// The rows of a local table's current snapshot, file by file.
+pub(crate) fn table_batches(table: &DeltaTable) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
     for uri in table.get_file_uris().unwrap() {
         let path = match url::Url::parse(&uri) {
             Ok(u) => u.to_file_path().unwrap(),
@@ -53,13 +53,19 @@ async fn ids(table: &DeltaTable) -> BTreeMap<i64, usize> {
         };
         let f = std::fs::File::open(path).unwrap();
         let reader =
-            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(f, 1024).unwrap();
-        for b in reader {
-            let b: RecordBatch = b.unwrap();
-            let col = b.column_by_name("id").unwrap();
-            for id in col.as_primitive::<Int64Type>().values() {
-                *ids.entry(*id).or_insert(0) += 1;
-            }
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(f, 8192).unwrap();
+        out.extend(reader.map(|b| b.unwrap()));
+    }
+    out
+}
+
+/// How often each id appears in the table's current snapshot.
+async fn ids(table: &DeltaTable) -> BTreeMap<i64, usize> {
+    let mut ids = BTreeMap::new();
+    for b in table_batches(table) {
+        let col = b.column_by_name("id").unwrap();
+        for id in col.as_primitive::<Int64Type>().values() {
+            *ids.entry(*id).or_insert(0) += 1;
         }
     }
     ids

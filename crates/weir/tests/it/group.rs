@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::AsArray;
 use arrow::datatypes::{Int32Type, Int64Type};
 use weir_kafka::create_topic;
 
@@ -43,21 +43,11 @@ async fn records(dir: &Path) -> BTreeMap<(i32, i64), usize> {
     let Ok(table) = deltalake_core::open_table(url).await else {
         return seen;
     };
-    for uri in table.get_file_uris().unwrap() {
-        let path = match url::Url::parse(&uri) {
-            Ok(u) => u.to_file_path().unwrap(),
-            Err(_) => std::path::PathBuf::from(&uri),
-        };
-        let f = std::fs::File::open(path).unwrap();
-        let reader =
-            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(f, 8192).unwrap();
-        for b in reader {
-            let b: RecordBatch = b.unwrap();
-            let p = b.column_by_name("p").unwrap().as_primitive::<Int32Type>();
-            let o = b.column_by_name("o").unwrap().as_primitive::<Int64Type>();
-            for (p, o) in p.values().iter().zip(o.values()) {
-                *seen.entry((*p, *o)).or_insert(0) += 1;
-            }
+    for b in crate::delta::table_batches(&table) {
+        let p = b.column_by_name("p").unwrap().as_primitive::<Int32Type>();
+        let o = b.column_by_name("o").unwrap().as_primitive::<Int64Type>();
+        for (p, o) in p.values().iter().zip(o.values()) {
+            *seen.entry((*p, *o)).or_insert(0) += 1;
         }
     }
     seen
