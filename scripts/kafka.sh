@@ -38,6 +38,10 @@
 # WEIR_KAFKA_CA, WEIR_KAFKA_OTHER_CA, WEIR_KAFKA_CLIENT_CERT, WEIR_KAFKA_CLIENT_KEY,
 # WEIR_KAFKA_CLIENT_KEY_ENCRYPTED, WEIR_KAFKA_CLIENT_KEY_PASSWORD, WEIR_KAFKA_SASL_USER,
 # WEIR_KAFKA_SASL_PASSWORD.
+#
+# WEIR_KAFKA_FEATURES (space-separated `name=level`) formats the storage with those feature
+# levels instead of the release's defaults, e.g. `transaction.version=1` for a cluster that offers
+# only the classic transaction protocol (as Kafka 3.x does).
 set -euo pipefail
 
 KAFKA_VERSION="${WEIR_KAFKA_VERSION:-4.3.1}"
@@ -151,7 +155,11 @@ start() {
     while [[ "$cport" == "$port" ]]; do cport="$(free_port)"; done
     local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
     local map="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
-    local scram=()
+    local format_args=()
+    local f
+    for f in ${WEIR_KAFKA_FEATURES:-}; do
+        format_args+=(--feature "$f")
+    done
     rm -f "$RUN/secure.env"
     if [[ "$SECURE" == 1 ]]; then
         local sec="$RUN/secure" name used="$port $cport" p
@@ -177,7 +185,7 @@ export WEIR_KAFKA_CLIENT_KEY_PASSWORD=weir-key-password
 export WEIR_KAFKA_SASL_USER=$SASL_USER
 export WEIR_KAFKA_SASL_PASSWORD=$SASL_PASSWORD
 ENV
-        scram=(--add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]"
+        format_args+=(--add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]"
                --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$SASL_PASSWORD]")
     fi
     local advertised="${listeners/,CONTROLLER:\/\/127.0.0.1:$cport/}"
@@ -247,7 +255,7 @@ LOG
     local cp; cp="$(classpath)"
     java -cp "$cp" -Dlog4j2.configurationFile="$data/log4j2.properties" kafka.tools.StorageTool \
         format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)" \
-        -c "$data/server.properties" ${scram[@]+"${scram[@]}"} >"$data/format.log" 2>&1 \
+        -c "$data/server.properties" ${format_args[@]+"${format_args[@]}"} >"$data/format.log" 2>&1 \
         || { cat "$data/format.log" >&2; echo "kafka.sh: storage format failed" >&2; rm -rf "$data"; exit 1; }
     echo "$data" > "$RUN/data"
     echo "127.0.0.1:$port" > "$RUN/bootstrap"

@@ -204,6 +204,8 @@ pub(crate) struct Connection {
     correlation: i32,
     /// `(min, max)` per API key, from ApiVersions; (-1, -1) when not offered.
     versions: Vec<(i16, i16)>,
+    /// The cluster's finalized `transaction.version` (0 when not named).
+    transaction_version: i16,
     /// Receive buffer; a response is split off it as `Bytes` and its memory is reclaimed by the
     /// next `reserve` once the previous response is dropped, so receiving does not allocate in
     /// steady state.
@@ -256,6 +258,7 @@ impl Connection {
             addr: addr.to_string(),
             correlation: 0,
             versions: Vec::new(),
+            transaction_version: 0,
             rbuf: BytesMut::with_capacity(64 * 1024),
             read_timeout: timeout,
             in_flight: 0,
@@ -275,12 +278,13 @@ impl Connection {
                 .with_client_software_name(StrBytes::from_static_str("weir-kafka"))
                 .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION"))),
         )?;
-        let (error_code, keys) =
+        let answer =
             responses::api_versions(&body).map_err(|e| conn.malformed("ApiVersions", e))?;
-        if error_code != 0 {
-            return Err(conn.protocol("ApiVersions", format!("error code {error_code}")));
+        if answer.error_code != 0 {
+            return Err(conn.protocol("ApiVersions", format!("error code {}", answer.error_code)));
         }
-        for (key, min, max) in keys {
+        conn.transaction_version = answer.transaction_version;
+        for (key, min, max) in answer.keys {
             let i = key as usize;
             if key >= 0 && i < 256 {
                 if conn.versions.len() <= i {
@@ -527,6 +531,12 @@ impl Connection {
             broker: self.addr.clone(),
             source,
         }
+    }
+
+    /// The cluster's finalized `transaction.version` feature level, as this broker told it
+    /// (0 when it named none): 2 and above offers KIP-890's transaction protocol.
+    pub fn transaction_version(&self) -> i16 {
+        self.transaction_version
     }
 
     /// The highest version of `key` both sides speak, within `min..=max` of this client.

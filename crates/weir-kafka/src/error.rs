@@ -229,6 +229,16 @@ pub enum Error {
         /// What it answered, and for how long.
         reason: String,
     },
+    /// The open transaction can no longer commit (KIP-890's TRANSACTION_ABORTABLE: its
+    /// coordinator aborted it, for one, after a broker restart): a new producer of the same
+    /// id, whose epoch aborts it, can write its records again into a new one.
+    #[error("kafka transaction '{transactional_id}' must be aborted: {reason}")]
+    TransactionAbortable {
+        /// The `transactional.id`.
+        transactional_id: String,
+        /// Which partition's answer said so.
+        reason: String,
+    },
     /// The consumer group's coordinator refused this member, or cannot be found.
     #[error("kafka group '{group_id}': {reason}")]
     Group {
@@ -286,7 +296,8 @@ impl Error {
             | Self::NoBroker { .. }
             | Self::Protocol { .. }
             | Self::TlsStream { .. }
-            | Self::CoordinatorNotReady { .. } => true,
+            | Self::CoordinatorNotReady { .. }
+            | Self::TransactionAbortable { .. } => true,
             _ => false,
         }
     }
@@ -369,6 +380,7 @@ pub fn error_name(code: i16) -> &'static str {
         111 => "UNRELEASED_INSTANCE_ID",
         112 => "UNSUPPORTED_ASSIGNOR",
         113 => "STALE_MEMBER_EPOCH",
+        120 => "TRANSACTION_ABORTABLE",
         _ => "UNKNOWN",
     }
 }

@@ -116,7 +116,9 @@ pub use consumer::{
 };
 pub use error::{AuthFailure, Error, Result};
 pub use group::{GroupConfig, GroupEvent, GroupMember, GroupProtocol, TopicPartition};
-pub use producer::{murmur2, settle_transaction, Producer, ProducerConfig, Settled};
+pub use producer::{
+    murmur2, settle_transaction, Producer, ProducerConfig, Settled, TransactionProtocol,
+};
 pub use record_batch::{Compression, Headers};
 pub use security::{
     parse_properties, tls, OAuthBearerConfig, OidcConfig, PemSource, SaslConfig, SaslError,

@@ -218,7 +218,7 @@ impl Producer {
         let connector = Connector::new(&cfg.security, cfg.request_timeout)?;
         let mut conn = cluster::connect_any(&connector, &cfg.brokers)?;
         let layout = cluster::topic_layout(&mut conn, &cfg.topic)?;
-        let version = conn.version(ApiKey::Produce, "Produce", 3, 12)?;
+        let mut version = conn.version(ApiKey::Produce, "Produce", 3, 12)?;
         let mut txn = match &cfg.transactional_id {
             Some(id) => Some(Txn {
                 coordinator: crate::transaction::Coordinator::find(
@@ -233,6 +233,16 @@ impl Producer {
             }),
             None => None,
         };
+        if let Some(t) = &txn {
+            // Produce v12 is how a partition joins a KIP-890 transaction; a classic one's
+            // partitions are added explicitly, and its batches go as v11 at most, as the
+            // Java client sends them.
+            version = if t.coordinator.is_v2() {
+                conn.version(ApiKey::Produce, "Produce", 12, 12)?
+            } else {
+                version.min(11)
+            };
+        }
         let (producer_id, producer_epoch) = match &mut txn {
             Some(t) => t.coordinator.init_producer_id()?,
             None if cfg.acks == -1 => init_producer_id(&mut conn, cfg)?,
@@ -347,15 +357,33 @@ impl Producer {
         Ok(())
     }
 
+    /// Whether a produce answer `code` asks for the batch to be sent again. Under KIP-890 the
+    /// leader adds the partition to the transaction itself, and passes on its coordinator's
+    /// "not here" and "still completing the last transaction" as retriable.
+    fn retriable(&self, code: i16) -> bool {
+        is_retriable(code)
+            || code == OUT_OF_ORDER_SEQUENCE
+            || (self.txn.is_some() && matches!(code, NOT_COORDINATOR | CONCURRENT_TRANSACTIONS))
+    }
+
     /// The error of a produce answer `code` that no retry mends.
     fn answer_error(&self, partition: i32, code: i16, message: &str) -> Error {
-        if let (Some(id), INVALID_PRODUCER_EPOCH | PRODUCER_FENCED) =
-            (&self.cfg.transactional_id, code)
-        {
-            return Error::Fenced {
+        match (&self.cfg.transactional_id, code) {
+            (Some(id), INVALID_PRODUCER_EPOCH | PRODUCER_FENCED) => {
+                return Error::Fenced {
+                    transactional_id: id.clone(),
+                    epoch: self.producer_epoch,
+                }
+            }
+            (Some(id), TRANSACTION_ABORTABLE) => return Error::TransactionAbortable {
                 transactional_id: id.clone(),
-                epoch: self.producer_epoch,
-            };
+                reason: format!(
+                    "the leader of partition {partition} of '{}' answered {} ({code}) {message}",
+                    self.cfg.topic,
+                    error_name(code)
+                ),
+            },
+            _ => {}
         }
         self.produce_error(
             partition,
@@ -376,6 +404,18 @@ impl Producer {
         (self.producer_id, self.producer_epoch)
     }
 
+    /// The transaction protocol this producer speaks with its coordinator (`None` without a
+    /// `transactional.id`).
+    pub fn transaction_protocol(&self) -> Option<TransactionProtocol> {
+        self.txn.as_ref().map(|t| {
+            if t.coordinator.is_v2() {
+                TransactionProtocol::Kip890
+            } else {
+                TransactionProtocol::Classic
+            }
+        })
+    }
+
     /// True while a transaction is open and has written to a partition (so ending it reaches
     /// the coordinator).
     pub fn transaction_has_records(&self) -> bool {
@@ -387,7 +427,8 @@ impl Producer {
     /// Starts a new epoch of this transactional producer (InitProducerId again), between
     /// transactions. Each transaction then has an epoch of its own, so a transaction recorded
     /// by its producer id and epoch can be told apart from the ones after it (see
-    /// [`settle_transaction`]).
+    /// [`settle_transaction`]). Under KIP-890's protocol the commit began the new epoch
+    /// already, and this asks nothing.
     pub fn renew_epoch(&mut self) -> Result<()> {
         let id = self.cfg.transactional_id.clone().unwrap_or_default();
         let Some(t) = &mut self.txn else {
@@ -401,6 +442,9 @@ impl Producer {
                 transactional_id: id,
                 reason: "a new epoch begins between transactions, and one is open".into(),
             });
+        }
+        if t.coordinator.is_v2() {
+            return Ok(());
         }
         let (producer_id, producer_epoch) = t.coordinator.init_producer_id()?;
         self.producer_id = producer_id;
@@ -470,7 +514,12 @@ impl Producer {
         t.open = false;
         // A transaction that wrote nothing has nothing to end at the coordinator.
         if t.added.iter().any(|&a| a) {
-            t.coordinator.end(producer, commit)?;
+            let next = t.coordinator.end(producer, commit)?;
+            if next != producer {
+                (self.producer_id, self.producer_epoch) = next;
+                // Sequence numbers count from 0 in each epoch.
+                self.sequences.iter_mut().for_each(|s| *s = 0);
+            }
         }
         Ok(())
     }
@@ -488,11 +537,14 @@ impl Producer {
                 });
             }
             if !t.added.get(p as usize).copied().unwrap_or(true) {
-                t.coordinator.add_partitions(
-                    (self.producer_id, self.producer_epoch),
-                    &self.cfg.topic,
-                    &[p],
-                )?;
+                // Under KIP-890 the partition's leader adds it when the batch arrives.
+                if !t.coordinator.is_v2() {
+                    t.coordinator.add_partitions(
+                        (self.producer_id, self.producer_epoch),
+                        &self.cfg.topic,
+                        &[p],
+                    )?;
+                }
                 t.added[p as usize] = true;
             }
             attributes |= TRANSACTIONAL;
@@ -697,7 +749,7 @@ impl Producer {
         if code == 0 || code == DUPLICATE_SEQUENCE {
             return Ok(());
         }
-        if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+        if !self.retriable(code) {
             return Err(self.answer_error(pending.partition, code, &message));
         }
         // The leader moved (or is not ready yet). Every later batch on this link may fail the
@@ -717,7 +769,7 @@ impl Producer {
             if code == 0 || code == DUPLICATE_SEQUENCE {
                 continue;
             }
-            if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+            if !self.retriable(code) {
                 return Err(self.answer_error(next.partition, code, &message));
             }
             failed.push(next);
@@ -745,6 +797,8 @@ impl Producer {
                     last = reason;
                     lost = None;
                 }
+                // A transaction that must be aborted is the caller's to write again.
+                Err(e @ Error::TransactionAbortable { .. }) => return Err(e),
                 Err(e) if e.is_transient() => lost = Some(e),
                 Err(e) => return Err(e),
             }
@@ -794,7 +848,7 @@ impl Producer {
         if code == 0 || code == DUPLICATE_SEQUENCE {
             return Ok(None);
         }
-        if !is_retriable(code) && code != OUT_OF_ORDER_SEQUENCE {
+        if !self.retriable(code) {
             return Err(self.answer_error(f.partition, code, &message));
         }
         Ok(Some(format!("{} ({code}) {message}", error_name(code))))
@@ -808,6 +862,23 @@ const DUPLICATE_SEQUENCE: i16 = 46;
 /// INVALID_PRODUCER_EPOCH, PRODUCER_FENCED: a newer producer of the transactional id took over.
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const PRODUCER_FENCED: i16 = 90;
+/// NOT_COORDINATOR, CONCURRENT_TRANSACTIONS: see [`Producer::retriable`].
+const NOT_COORDINATOR: i16 = 16;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+/// TRANSACTION_ABORTABLE (KIP-890): the open transaction cannot commit any more (its
+/// coordinator aborted it, or a write of it failed for good); it must be aborted.
+const TRANSACTION_ABORTABLE: i16 = 120;
+
+/// Which of Kafka's transaction protocols a transactional producer speaks, chosen from what the
+/// cluster offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionProtocol {
+    /// Partitions added with AddPartitionsToTxn; the epoch changes only with InitProducerId.
+    Classic,
+    /// KIP-890 (the cluster's `transaction.version` 2 or more): partitions join with their
+    /// first Produce, and every EndTxn begins a new epoch.
+    Kip890,
+}
 
 /// Settles the transaction that producer `producer` (its id and epoch) of `cfg`'s
 /// `transactional.id` left when it stopped: commits it if it is still open. Call it before

@@ -26,21 +26,68 @@ pub(crate) struct ListedOffset {
 /// `(api_key, min_version, max_version)` per API a broker offers.
 pub(crate) type ApiVersionList = Vec<(i16, i16, i16)>;
 
-/// The error code and the API versions of an ApiVersions v3 response body.
-pub(crate) fn api_versions(body: &[u8]) -> Parse<(i16, ApiVersionList)> {
+/// What an ApiVersions v3 response says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApiVersions {
+    pub error_code: i16,
+    pub keys: ApiVersionList,
+    /// The cluster's finalized `transaction.version` feature level (0 when the broker names
+    /// none): 2 and above is KIP-890's transaction protocol.
+    pub transaction_version: i16,
+}
+
+/// An ApiVersions v3 response body.
+pub(crate) fn api_versions(body: &[u8]) -> Parse<ApiVersions> {
     // ApiVersions answers with a v0 header (no tagged fields) whatever the version.
     let mut c = Cursor { b: body, pos: 0 };
     let error_code = c.i16("error_code")?;
     let n = c.array_len(true, 7, "api_keys")?.unwrap_or(0);
-    let mut out = Vec::with_capacity(n);
+    let mut keys = Vec::with_capacity(n);
     for _ in 0..n {
         let key = c.i16("api_key")?;
         let min = c.i16("min_version")?;
         let max = c.i16("max_version")?;
         c.tagged("api key")?;
-        out.push((key, min, max));
+        keys.push((key, min, max));
     }
-    Ok((error_code, out))
+    let mut out = ApiVersions {
+        error_code,
+        keys,
+        transaction_version: 0,
+    };
+    // An error answer (an unsupported request version) may end after the keys.
+    if c.pos == body.len() {
+        return Ok(out);
+    }
+    c.i32("throttle_time_ms")?;
+    let tags = c.uvarint("tagged fields")?;
+    for _ in 0..tags {
+        let tag = c.uvarint("tag")?;
+        let size = c.uvarint("tag size")? as usize;
+        let field = c.take(size, "tagged field")?;
+        // Tag 2: FinalizedFeatures, (name, max_version_level, min_version_level) each.
+        if tag == 2 {
+            out.transaction_version = finalized_level(field, "transaction.version")?;
+        }
+    }
+    Ok(out)
+}
+
+/// The max level of feature `name` in a FinalizedFeatures array (0 when absent).
+fn finalized_level(field: &[u8], name: &str) -> Parse<i16> {
+    let mut c = Cursor { b: field, pos: 0 };
+    let n = c.array_len(true, 6, "finalized_features")?.unwrap_or(0);
+    let mut level = 0;
+    for _ in 0..n {
+        let key = c.bytes(true, false, "feature name")?.unwrap_or(0..0);
+        let max = c.i16("max_version_level")?;
+        c.i16("min_version_level")?;
+        c.tagged("finalized feature")?;
+        if field.get(key) == Some(name.as_bytes()) {
+            level = max;
+        }
+    }
+    Ok(level)
 }
 
 /// One topic of a Metadata response.
@@ -384,8 +431,49 @@ mod tests {
         let body = enc(&resp, 3, false);
         assert_eq!(
             api_versions(&body).unwrap(),
-            (0, vec![(1, 4, 17), (3, 0, 13)])
+            ApiVersions {
+                error_code: 0,
+                keys: vec![(1, 4, 17), (3, 0, 13)],
+                transaction_version: 0,
+            }
         );
+    }
+
+    #[test]
+    fn api_versions_reads_the_finalized_transaction_version() {
+        use kafka_protocol::messages::api_versions_response::FinalizedFeatureKey;
+        let feature = |name: &'static str, level| {
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_max_version_level(level)
+                .with_min_version_level(level)
+        };
+        let resp = ApiVersionsResponse::default()
+            .with_api_keys(vec![ApiVersion::default()
+                .with_api_key(26)
+                .with_min_version(0)
+                .with_max_version(5)])
+            .with_finalized_features_epoch(7)
+            .with_finalized_features(vec![
+                feature("metadata.version", 30),
+                feature("transaction.version", 2),
+                feature("group.version", 1),
+            ]);
+        let body = enc(&resp, 3, false);
+        let read = api_versions(&body).unwrap();
+        assert_eq!(read.keys, vec![(26, 0, 5)]);
+        assert_eq!(read.transaction_version, 2);
+        // Every cut of the body is an error or reads as much as it holds, never a panic.
+        for cut in 0..body.len() {
+            let _ = api_versions(&body[..cut]);
+        }
+        let without = enc(
+            &ApiVersionsResponse::default()
+                .with_finalized_features(vec![feature("group.version", 1)]),
+            3,
+            false,
+        );
+        assert_eq!(api_versions(&without).unwrap().transaction_version, 0);
     }
 
     #[test]

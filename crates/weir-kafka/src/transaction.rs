@@ -2,8 +2,16 @@
 //! transaction coordinator of its `transactional.id`: find it, get the producer id and epoch
 //! (which fences every older producer of the same id and aborts its open transaction), add
 //! partitions to the open transaction before the first batch to each, and end the transaction
-//! with a commit or an abort. The classic protocol (request versions before KIP-890's), which
-//! every broker from 2.5 to 4.x speaks.
+//! with a commit or an abort.
+//!
+//! Two protocols, chosen once per producer from what the cluster offers:
+//! * the classic one (request versions before KIP-890's), which every broker from 2.5 on
+//!   speaks: partitions are added with AddPartitionsToTxn, and the epoch stays the same across
+//!   transactions until InitProducerId is asked again;
+//! * KIP-890's, where the cluster's `transaction.version` feature is 2 or more (Kafka 4.0 and
+//!   later, new clusters): a partition joins the transaction with its first Produce (v12), so
+//!   AddPartitionsToTxn is not sent, and each EndTxn (v5) ends the transaction with a new epoch,
+//!   which fences a late batch or a retried commit of the transaction before.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +39,9 @@ const INVALID_PRODUCER_EPOCH: i16 = 47;
 const PRODUCER_FENCED: i16 = 90;
 /// INVALID_PRODUCER_ID_MAPPING: the id has a new producer id (its epochs ran out).
 const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+/// INVALID_TXN_STATE: under KIP-890, a commit sent again for a transaction that ended with an
+/// abort (its epoch is the one before the current).
+const INVALID_TXN_STATE: i16 = 48;
 
 /// What [`crate::settle_transaction`] found of a transaction recorded before a stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +60,8 @@ pub(crate) struct Coordinator {
     conn: Connection,
     timeout: Duration,
     transaction_timeout_ms: i32,
+    /// KIP-890's protocol (transaction version 2), decided when the coordinator was found.
+    v2: bool,
 }
 
 impl Coordinator {
@@ -61,6 +74,8 @@ impl Coordinator {
         transaction_timeout: Duration,
     ) -> Result<Self> {
         let conn = locate(connector, brokers, id, timeout)?;
+        let v2 =
+            conn.transaction_version() >= 2 && conn.version(ApiKey::EndTxn, "EndTxn", 5, 5).is_ok();
         Ok(Self {
             id: id.to_string(),
             connector: connector.clone(),
@@ -69,7 +84,14 @@ impl Coordinator {
             timeout,
             transaction_timeout_ms: i32::try_from(transaction_timeout.as_millis())
                 .unwrap_or(i32::MAX),
+            v2,
         })
+    }
+
+    /// True under KIP-890's protocol: no AddPartitionsToTxn (Produce v12 adds the partition),
+    /// and a new epoch with every EndTxn.
+    pub(crate) fn is_v2(&self) -> bool {
+        self.v2
     }
 
     fn error(&self, reason: String) -> Error {
@@ -162,13 +184,15 @@ impl Coordinator {
         }
     }
 
-    /// Commits (`commit`) or aborts the open transaction.
-    pub(crate) fn end(&mut self, producer: (i64, i16), commit: bool) -> Result<()> {
+    /// Commits (`commit`) or aborts the open transaction. Returns the producer id and epoch
+    /// of the next transaction: `producer` under the classic protocol, the new epoch (or, when
+    /// the epochs ran out, a new producer id) under KIP-890's.
+    pub(crate) fn end(&mut self, producer: (i64, i16), commit: bool) -> Result<(i64, i16)> {
         let deadline = Instant::now() + self.timeout;
         loop {
-            let code = self.end_txn(producer, commit)?;
+            let (code, next) = self.end_txn(producer, commit)?;
             if self.check("EndTxn", code, producer.1)? {
-                return Ok(());
+                return Ok(next);
             }
             self.give_up_after(deadline, "EndTxn", code)?;
         }
@@ -183,11 +207,12 @@ impl Coordinator {
     pub(crate) fn settle(&mut self, producer: (i64, i16)) -> Result<Settled> {
         let deadline = Instant::now() + self.timeout;
         loop {
-            let code = self.end_txn(producer, true)?;
+            let (code, _) = self.end_txn(producer, true)?;
             if matches!(
                 code,
                 INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING
-            ) {
+            ) || (self.v2 && code == INVALID_TXN_STATE)
+            {
                 return Ok(Settled::EndedBefore);
             }
             if self.check("EndTxn", code, producer.1)? {
@@ -197,16 +222,26 @@ impl Coordinator {
         }
     }
 
-    /// One EndTxn request; its answer's error code.
-    fn end_txn(&mut self, producer: (i64, i16), commit: bool) -> Result<i16> {
-        let v = self.conn.version(ApiKey::EndTxn, "EndTxn", 0, 4)?;
+    /// One EndTxn request; its answer's error code and the producer id and epoch that follow.
+    fn end_txn(&mut self, producer: (i64, i16), commit: bool) -> Result<(i16, (i64, i16))> {
+        // Version 5 is what tells the coordinator the transaction is KIP-890's.
+        let v = if self.v2 {
+            self.conn.version(ApiKey::EndTxn, "EndTxn", 5, 5)?
+        } else {
+            self.conn.version(ApiKey::EndTxn, "EndTxn", 0, 4)?
+        };
         let req = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
             .with_producer_id(ProducerId(producer.0))
             .with_producer_epoch(producer.1)
             .with_committed(commit);
         let resp: EndTxnResponse = self.conn.request(ApiKey::EndTxn, v, &req)?;
-        Ok(resp.error_code)
+        let next = if v >= 5 && resp.error_code == 0 {
+            (resp.producer_id.0, resp.producer_epoch)
+        } else {
+            producer
+        };
+        Ok((resp.error_code, next))
     }
 
     fn give_up_after(&self, deadline: Instant, api: &str, code: i16) -> Result<()> {

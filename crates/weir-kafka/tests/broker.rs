@@ -10,6 +10,7 @@ use crate::common::{
 use weir_kafka::{
     create_topic, murmur2, settle_transaction, Compression, Consumer, Error, Isolation,
     OffsetReset, PartitionSelection, PollStatus, Producer, ProducerConfig, Settled, StartupMode,
+    TransactionProtocol,
 };
 
 /// Data written by Kafka's Java producer with each codec reads back exactly: every record once,
@@ -654,13 +655,32 @@ fn broker_restart_mid_produce_loses_and_repeats_nothing() {
 
 /// weir's transactional producer: committed transactions are read by a `read_committed`
 /// consumer, aborted ones are not (a `read_uncommitted` one sees both), and a second producer
-/// with the same `transactional.id` fences the first, whose next write fails as fenced.
+/// with the same `transactional.id` fences the first, whose next write fails as fenced. The
+/// test command's Kafka 4 offers KIP-890's protocol, which the producer takes.
 #[test]
 fn transactions_commit_abort_and_fence() {
     let _serial = serial();
     let Some(b) = bootstrap("transactions_commit_abort_and_fence") else {
         return;
     };
+    commit_abort_and_fence(&b, TransactionProtocol::Kip890);
+}
+
+/// The same two checks against a broker whose cluster offers only the classic transaction
+/// protocol (`transaction.version` 1, as Kafka 3.x): the producer falls back to it.
+#[test]
+fn transactions_under_the_classic_protocol() {
+    let _serial = serial();
+    if bootstrap("transactions_under_the_classic_protocol").is_none() {
+        return;
+    }
+    let (_broker, b) = PrivateBroker::start_with_features("transaction.version=1");
+    commit_abort_and_fence(&b, TransactionProtocol::Classic);
+    left_open_and_settled(&b, TransactionProtocol::Classic);
+}
+
+fn commit_abort_and_fence(b: &str, protocol: TransactionProtocol) {
+    let b = b.to_string();
     let t = topic("wtx");
     create_topic(std::slice::from_ref(&b), &t, 2, 1, &[], false).unwrap();
     let cfg = ProducerConfig {
@@ -671,6 +691,7 @@ fn transactions_commit_abort_and_fence() {
         ..ProducerConfig::default()
     };
     let mut first = Producer::connect(&cfg).unwrap();
+    assert_eq!(first.transaction_protocol(), Some(protocol));
     // Outside a transaction nothing is sent.
     let e = first.send(None, Some(b"k"), b"v").unwrap_err().to_string();
     assert!(e.contains("begin_transaction"), "{e}");
@@ -688,8 +709,13 @@ fn transactions_commit_abort_and_fence() {
             p.abort_transaction().unwrap();
         }
     };
+    let before = first.producer_identity();
     write(&mut first, "a", 10, true);
+    // KIP-890 ends each transaction with a new epoch; the classic protocol keeps it.
+    let bumped = i16::from(protocol == TransactionProtocol::Kip890);
+    assert_eq!(first.producer_identity(), (before.0, before.1 + bumped));
     write(&mut first, "b", 5, false);
+    assert_eq!(first.producer_identity(), (before.0, before.1 + 2 * bumped));
     write(&mut first, "c", 5, true);
     // A second producer of the same id takes over; the first is fenced.
     let mut second = Producer::connect(&cfg).unwrap();
@@ -734,6 +760,11 @@ fn a_transaction_left_open_is_settled_by_its_epoch() {
     let Some(b) = bootstrap("a_transaction_left_open_is_settled_by_its_epoch") else {
         return;
     };
+    left_open_and_settled(&b, TransactionProtocol::Kip890);
+}
+
+fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
+    let b = b.to_string();
     let t = topic("wtxs");
     create_topic(std::slice::from_ref(&b), &t, 2, 1, &[], false).unwrap();
     let cfg = ProducerConfig {
@@ -757,6 +788,7 @@ fn a_transaction_left_open_is_settled_by_its_epoch() {
     };
     // Stopped with its transaction open: settling commits it.
     let mut first = Producer::connect(&cfg).unwrap();
+    assert_eq!(first.transaction_protocol(), Some(protocol));
     send(&mut first, "a", 10);
     let open = first.producer_identity();
     drop(first);

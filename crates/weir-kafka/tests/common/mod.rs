@@ -197,18 +197,30 @@ pub struct PrivateBroker {
 impl PrivateBroker {
     /// Runs `scripts/kafka.sh CMD` for the broker whose run directory is `run`.
     pub fn kafka_sh(run: &std::path::Path, cmd: &str) -> std::process::Output {
+        Self::kafka_sh_with(run, cmd, "")
+    }
+
+    /// [`PrivateBroker::kafka_sh`] with `WEIR_KAFKA_FEATURES` set to `features`.
+    fn kafka_sh_with(run: &std::path::Path, cmd: &str, features: &str) -> std::process::Output {
         Command::new("bash")
             .arg(repo_root().join("scripts/kafka.sh"))
             .arg(cmd)
             .env("WEIR_KAFKA_RUN", run)
+            .env("WEIR_KAFKA_FEATURES", features)
             .output()
             .expect("run scripts/kafka.sh")
     }
 
     /// Starts a broker of its own; its address.
     pub fn start() -> (Self, String) {
+        Self::start_with_features("")
+    }
+
+    /// Starts a broker of its own whose storage is formatted with `features` (`name=level`,
+    /// space-separated); its address.
+    pub fn start_with_features(features: &str) -> (Self, String) {
         let run = std::env::temp_dir().join(topic("weir-kafka-private-run"));
-        let mut out = Self::kafka_sh(&run, "start");
+        let mut out = Self::kafka_sh_with(&run, "start", features);
         if !out.status.success() {
             // A JVM start on a loaded machine can fail for reasons of its own: once more,
             // with the first failure shown.
@@ -217,7 +229,7 @@ impl PrivateBroker {
                 String::from_utf8_lossy(&out.stderr)
             );
             Self::kafka_sh(&run, "stop");
-            out = Self::kafka_sh(&run, "start");
+            out = Self::kafka_sh_with(&run, "start", features);
         }
         assert!(
             out.status.success(),

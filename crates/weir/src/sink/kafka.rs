@@ -418,6 +418,17 @@ impl KafkaSink {
                 sink: sink.to_string(),
                 source,
             })?;
+        if let Some(protocol) = producer.transaction_protocol() {
+            let protocol = match protocol {
+                weir_kafka::TransactionProtocol::Kip890 => "KIP-890 (transaction version 2)",
+                weir_kafka::TransactionProtocol::Classic => "classic",
+            };
+            tracing::info!(
+                sink,
+                transactional_id = settings.producer.transactional_id.as_deref().unwrap_or(""),
+                "kafka transactions: the {protocol} protocol"
+            );
+        }
         let partitions = u32::try_from(producer.partitions().max(1)).unwrap_or(1);
         let file = match &settings.row_errors {
             RowErrors::DeadLetter(path) => Some(std::io::BufWriter::new(

@@ -4,8 +4,10 @@
 //! end they are all acknowledged (`seal`), and the state commit records the transaction's
 //! producer id and epoch with the step's positions and state. Once that commit is durable the
 //! transaction is committed (`publish`), and the producer starts a new epoch before the next
-//! step's transaction, so that each transaction has an epoch of its own. Rows of the next step
-//! that come before that commit are held and written into the next transaction after it.
+//! step's transaction, so that each transaction has an epoch of its own (under KIP-890's
+//! protocol the commit itself begins it; under the classic one InitProducerId is asked again).
+//! Rows of the next step that come before that commit are held and written into the next
+//! transaction after it.
 //!
 //! A stop at any moment is settled at the next start from the state's last step:
 //! * before its state commit: the transaction is open and unrecorded; the new producer's epoch
