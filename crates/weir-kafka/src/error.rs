@@ -239,6 +239,21 @@ pub enum Error {
         /// Which partition's answer said so.
         reason: String,
     },
+    /// A transaction's offsets were refused by the group's coordinator: the group has moved
+    /// past this member (a rebalance it has not heard of, or a session that expired), so the
+    /// partitions may be another member's. The transaction must be aborted.
+    #[error(
+        "kafka group '{group_id}': this member (generation {generation}) was fenced: {reason}; \
+         its open transaction is aborted and it joins the group again"
+    )]
+    OffsetsFenced {
+        /// The `group.id`.
+        group_id: String,
+        /// The generation or member epoch the offsets carried.
+        generation: i32,
+        /// The partitions refused, and how.
+        reason: String,
+    },
     /// The consumer group's coordinator refused this member, or cannot be found.
     #[error("kafka group '{group_id}': {reason}")]
     Group {
@@ -374,6 +389,7 @@ pub fn error_name(code: i16) -> &'static str {
         81 => "GROUP_MAX_SIZE_REACHED",
         82 => "FENCED_INSTANCE_ID",
         87 => "INVALID_RECORD",
+        88 => "UNSTABLE_OFFSET_COMMIT",
         90 => "PRODUCER_FENCED",
         100 => "UNKNOWN_TOPIC_ID",
         110 => "FENCED_MEMBER_EPOCH",

@@ -115,7 +115,10 @@ pub use consumer::{
     StartupMode,
 };
 pub use error::{AuthFailure, Error, Result};
-pub use group::{GroupConfig, GroupEvent, GroupMember, GroupProtocol, TopicPartition};
+pub use group::{
+    committed_offsets, GroupConfig, GroupEvent, GroupMember, GroupMetadata, GroupProtocol,
+    TopicPartition,
+};
 pub use producer::{
     murmur2, settle_transaction, Producer, ProducerConfig, Settled, TransactionProtocol,
 };

@@ -129,6 +129,20 @@ struct Txn {
     open: bool,
     /// The partitions added to the open transaction, by partition id.
     added: Vec<bool>,
+    /// The groups whose offsets the open transaction commits.
+    offsets_of: Vec<String>,
+    /// The connection to the coordinator of the group offsets were last committed for.
+    group_conn: Option<Connection>,
+    /// That group.
+    group_conn_of: String,
+}
+
+impl Txn {
+    /// The open transaction has written records or offsets (so ending it reaches the
+    /// coordinator).
+    fn has_writes(&self) -> bool {
+        self.added.iter().any(|&a| a) || !self.offsets_of.is_empty()
+    }
 }
 
 /// The record-batch attribute of a batch written in a transaction.
@@ -230,6 +244,9 @@ impl Producer {
                 )?,
                 open: false,
                 added: vec![false; layout.leaders.len()],
+                offsets_of: Vec::new(),
+                group_conn: None,
+                group_conn_of: String::new(),
             }),
             None => None,
         };
@@ -375,14 +392,16 @@ impl Producer {
                     epoch: self.producer_epoch,
                 }
             }
-            (Some(id), TRANSACTION_ABORTABLE) => return Error::TransactionAbortable {
-                transactional_id: id.clone(),
-                reason: format!(
+            (Some(id), TRANSACTION_ABORTABLE) => {
+                return Error::TransactionAbortable {
+                    transactional_id: id.clone(),
+                    reason: format!(
                     "the leader of partition {partition} of '{}' answered {} ({code}) {message}",
                     self.cfg.topic,
                     error_name(code)
                 ),
-            },
+                }
+            }
             _ => {}
         }
         self.produce_error(
@@ -416,12 +435,64 @@ impl Producer {
         })
     }
 
-    /// True while a transaction is open and has written to a partition (so ending it reaches
-    /// the coordinator).
+    /// True while a transaction is open and has written to a partition or committed offsets
+    /// (so ending it reaches the coordinator).
     pub fn transaction_has_records(&self) -> bool {
-        self.txn
-            .as_ref()
-            .is_some_and(|t| t.open && t.added.iter().any(|&a| a))
+        self.txn.as_ref().is_some_and(|t| t.open && t.has_writes())
+    }
+
+    /// Commits `offsets` (the next offset to read, by source partition) for `group` inside the
+    /// open transaction (KIP-447): they become the group's committed offsets when the
+    /// transaction commits, together with its records, and never otherwise. A reader that
+    /// resumes from them ([`crate::committed_offsets`]) therefore neither skips nor repeats a
+    /// record the transaction wrote. The group's coordinator checks `group`'s generation, so a
+    /// member the group has moved past gets [`Error::OffsetsFenced`] and must abort.
+    pub fn send_offsets_to_transaction(
+        &mut self,
+        offsets: &[(crate::TopicPartition, i64)],
+        group: &crate::GroupMetadata,
+    ) -> Result<()> {
+        let id = self.cfg.transactional_id.clone().unwrap_or_default();
+        let producer = (self.producer_id, self.producer_epoch);
+        let Some(t) = &mut self.txn else {
+            return Err(Error::Transaction {
+                transactional_id: id,
+                reason: "the producer has no transactional.id".into(),
+            });
+        };
+        if !t.open {
+            return Err(Error::Transaction {
+                transactional_id: id,
+                reason: "offsets are committed inside a transaction: call begin_transaction \
+                         first"
+                    .into(),
+            });
+        }
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let v2 = t.coordinator.is_v2();
+        if !t.offsets_of.contains(&group.group_id) {
+            if !v2 {
+                t.coordinator.add_offsets(producer, &group.group_id)?;
+            }
+            t.offsets_of.push(group.group_id.clone());
+        }
+        if t.group_conn_of != group.group_id {
+            t.group_conn = None;
+            t.group_conn_of = group.group_id.clone();
+        }
+        crate::transaction::commit_offsets(
+            &mut t.group_conn,
+            &self.connector,
+            &self.cfg.brokers,
+            self.cfg.request_timeout,
+            &id,
+            producer,
+            v2,
+            group,
+            offsets,
+        )
     }
 
     /// Starts a new epoch of this transactional producer (InitProducerId again), between
@@ -473,6 +544,7 @@ impl Producer {
         }
         t.open = true;
         t.added.iter_mut().for_each(|a| *a = false);
+        t.offsets_of.clear();
         Ok(())
     }
 
@@ -513,7 +585,7 @@ impl Producer {
         }
         t.open = false;
         // A transaction that wrote nothing has nothing to end at the coordinator.
-        if t.added.iter().any(|&a| a) {
+        if t.has_writes() {
             let next = t.coordinator.end(producer, commit)?;
             if next != producer {
                 (self.producer_id, self.producer_epoch) = next;

@@ -15,17 +15,22 @@
 
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::messages::{
-    add_partitions_to_txn_request::AddPartitionsToTxnTopic, AddPartitionsToTxnRequest,
+    add_partitions_to_txn_request::AddPartitionsToTxnTopic,
+    txn_offset_commit_request::{TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic},
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId, TopicName,
-    TransactionalId,
+    FindCoordinatorResponse, GroupId, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+    TopicName, TransactionalId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use crate::cluster;
 use crate::connection::{Connection, Connector};
 use crate::error::{error_name, Error, Result};
+use crate::group::{GroupMetadata, TopicPartition};
 
 /// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
 /// CONCURRENT_TRANSACTIONS (the previous transaction is still being completed): wait and ask
@@ -42,6 +47,20 @@ const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
 /// INVALID_TXN_STATE: under KIP-890, a commit sent again for a transaction that ended with an
 /// abort (its epoch is the one before the current).
 const INVALID_TXN_STATE: i16 = 48;
+
+/// UNKNOWN_TOPIC_OR_PARTITION (the offsets topic not ready yet), and the answers by which a group
+/// coordinator refuses a member's offsets: the group moved past the member's generation or
+/// epoch, or does not know the member.
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const GROUP_MOVED_ON: [i16; 5] = [
+    22,  // ILLEGAL_GENERATION
+    25,  // UNKNOWN_MEMBER_ID
+    82,  // FENCED_INSTANCE_ID
+    110, // FENCED_MEMBER_EPOCH
+    113, // STALE_MEMBER_EPOCH
+];
+/// TRANSACTION_ABORTABLE (KIP-890): the transaction cannot commit any more.
+const TRANSACTION_ABORTABLE: i16 = 120;
 
 /// What [`crate::settle_transaction`] found of a transaction recorded before a stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,6 +203,28 @@ impl Coordinator {
         }
     }
 
+    /// Adds the offsets of consumer group `group_id` to the open transaction (the classic
+    /// protocol; under KIP-890 the TxnOffsetCommit itself adds them).
+    pub(crate) fn add_offsets(&mut self, producer: (i64, i16), group_id: &str) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let v = self
+                .conn
+                .version(ApiKey::AddOffsetsToTxn, "AddOffsetsToTxn", 0, 3)?;
+            let req = AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
+                .with_producer_id(ProducerId(producer.0))
+                .with_producer_epoch(producer.1)
+                .with_group_id(GroupId(StrBytes::from_string(group_id.to_string())));
+            let resp: AddOffsetsToTxnResponse =
+                self.conn.request(ApiKey::AddOffsetsToTxn, v, &req)?;
+            if self.check("AddOffsetsToTxn", resp.error_code, producer.1)? {
+                return Ok(());
+            }
+            self.give_up_after(deadline, "AddOffsetsToTxn", resp.error_code)?;
+        }
+    }
+
     /// Commits (`commit`) or aborts the open transaction. Returns the producer id and epoch
     /// of the next transaction: `producer` under the classic protocol, the new epoch (or, when
     /// the epochs ran out, a new producer id) under KIP-890's.
@@ -303,5 +344,142 @@ fn locate(
             });
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Commits `offsets` of `group` inside the open transaction of `transactional_id` (TxnOffsetCommit
+/// to the group's coordinator, whose connection `conn` keeps between calls). They become the
+/// group's committed offsets when the transaction commits, and vanish when it aborts. `v2`:
+/// KIP-890's version 5, which adds the offsets to the transaction itself.
+///
+/// A member the group has moved past gets [`Error::OffsetsFenced`]: its transaction must be
+/// aborted, as its partitions may be another's.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn commit_offsets(
+    conn: &mut Option<Connection>,
+    connector: &Connector,
+    brokers: &[String],
+    timeout: Duration,
+    transactional_id: &str,
+    producer: (i64, i16),
+    v2: bool,
+    group: &GroupMetadata,
+    offsets: &[(TopicPartition, i64)],
+) -> Result<()> {
+    let mut by_topic: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
+    for ((topic, partition), offset) in offsets {
+        by_topic.entry(topic).or_default().push(
+            TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(*partition)
+                .with_committed_offset(*offset)
+                .with_committed_leader_epoch(-1),
+        );
+    }
+    let req = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_string(
+            transactional_id.to_string(),
+        )))
+        .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_generation_id(group.generation)
+        .with_member_id(StrBytes::from_string(group.member_id.clone()))
+        .with_group_instance_id(group.instance_id.clone().map(StrBytes::from_string))
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(t, partitions)| {
+                    TxnOffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    let deadline = Instant::now() + timeout;
+    loop {
+        let c = match conn {
+            Some(c) => c,
+            None => conn.insert(crate::group::locate(
+                connector,
+                brokers,
+                &group.group_id,
+                timeout,
+            )?),
+        };
+        // Version 3 is the first with the member's generation and id (KIP-447).
+        let v = if v2 {
+            c.version(ApiKey::TxnOffsetCommit, "TxnOffsetCommit", 5, 5)?
+        } else {
+            c.version(ApiKey::TxnOffsetCommit, "TxnOffsetCommit", 3, 4)?
+        };
+        let resp: TxnOffsetCommitResponse = match c.request(ApiKey::TxnOffsetCommit, v, &req) {
+            Ok(r) => r,
+            Err(e) => {
+                *conn = None;
+                return Err(e);
+            }
+        };
+        let refused: Vec<(String, i32, i16)> = resp
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .filter(|p| p.error_code != 0)
+                    .map(move |p| (t.name.0.to_string(), p.partition_index, p.error_code))
+            })
+            .collect();
+        let Some(&(_, _, code)) = refused.first() else {
+            return Ok(());
+        };
+        let named = || {
+            refused
+                .iter()
+                .map(|(t, p, c)| format!("{t}/{p}: {} ({c})", error_name(*c)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if GROUP_MOVED_ON.contains(&code) {
+            return Err(Error::OffsetsFenced {
+                group_id: group.group_id.clone(),
+                generation: group.generation,
+                reason: named(),
+            });
+        }
+        match code {
+            INVALID_PRODUCER_EPOCH | PRODUCER_FENCED => {
+                return Err(Error::Fenced {
+                    transactional_id: transactional_id.to_string(),
+                    epoch: producer.1,
+                })
+            }
+            TRANSACTION_ABORTABLE => {
+                return Err(Error::TransactionAbortable {
+                    transactional_id: transactional_id.to_string(),
+                    reason: format!("TxnOffsetCommit answered {}", named()),
+                })
+            }
+            LOADING
+            | NOT_AVAILABLE
+            | NOT_COORDINATOR
+            | CONCURRENT_TRANSACTIONS
+            | UNKNOWN_TOPIC_OR_PARTITION
+                if Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+                if code != CONCURRENT_TRANSACTIONS {
+                    *conn = None;
+                }
+            }
+            _ => {
+                return Err(Error::Group {
+                    group_id: group.group_id.clone(),
+                    reason: format!(
+                        "TxnOffsetCommit for transaction '{transactional_id}' failed: {}",
+                        named()
+                    ),
+                })
+            }
+        }
     }
 }

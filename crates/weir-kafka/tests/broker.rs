@@ -8,6 +8,10 @@ use crate::common::{
     bootstrap, config, drain, java_load, java_value, serial, topic, try_java_load, PrivateBroker,
 };
 use weir_kafka::{
+    committed_offsets, GroupConfig, GroupEvent, GroupMember, GroupMetadata, GroupProtocol,
+    SecurityConfig,
+};
+use weir_kafka::{
     create_topic, murmur2, settle_transaction, Compression, Consumer, Error, Isolation,
     OffsetReset, PartitionSelection, PollStatus, Producer, ProducerConfig, Settled, StartupMode,
     TransactionProtocol,
@@ -677,6 +681,144 @@ fn transactions_under_the_classic_protocol() {
     let (_broker, b) = PrivateBroker::start_with_features("transaction.version=1");
     commit_abort_and_fence(&b, TransactionProtocol::Classic);
     left_open_and_settled(&b, TransactionProtocol::Classic);
+    offsets_inside_transactions(&b, TransactionProtocol::Classic, GroupProtocol::Classic);
+}
+
+/// A source's offsets committed inside a transaction (KIP-447), under KIP-890's protocol and a
+/// member of Kafka 4's consumer group protocol.
+#[test]
+fn offsets_committed_inside_a_transaction() {
+    let _serial = serial();
+    let Some(b) = bootstrap("offsets_committed_inside_a_transaction") else {
+        return;
+    };
+    offsets_inside_transactions(&b, TransactionProtocol::Kip890, GroupProtocol::Consumer);
+}
+
+/// Offsets sent to a transaction are the group's once it commits, never while it is open
+/// (a `require_stable` read waits) nor after it aborts; a transaction of offsets alone commits
+/// them; a member's offsets carry its generation, and offsets of a member the group does not
+/// know are refused as fenced.
+fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: GroupProtocol) {
+    let brokers = vec![b.to_string()];
+    let src = topic("wtxo-src");
+    let out = topic("wtxo-out");
+    create_topic(&brokers, &src, 2, 1, &[], false).unwrap();
+    create_topic(&brokers, &out, 2, 1, &[], false).unwrap();
+    let cfg = ProducerConfig {
+        brokers: brokers.clone(),
+        topic: out.clone(),
+        transactional_id: Some(format!("{out}-writer")),
+        ..ProducerConfig::default()
+    };
+    let security = SecurityConfig::default();
+    let read =
+        |group: &str| committed_offsets(&brokers, &security, group, &src, Duration::from_secs(20));
+    let at = |a: i64, b: i64| vec![((src.clone(), 0), a), ((src.clone(), 1), b)];
+    let standalone = GroupMetadata::standalone(&format!("{src}-g"));
+    let mut p = Producer::connect(&cfg).unwrap();
+    assert_eq!(p.transaction_protocol(), Some(protocol));
+
+    p.begin_transaction().unwrap();
+    p.send(None, Some(b"k"), b"v1").unwrap();
+    p.send_offsets_to_transaction(&at(5, 7), &standalone)
+        .unwrap();
+    p.flush().unwrap();
+    // Open: a stable read waits, here past its patience.
+    let e = committed_offsets(
+        &brokers,
+        &security,
+        &standalone.group_id,
+        &src,
+        Duration::from_secs(1),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("UNSTABLE_OFFSET_COMMIT"), "{e}");
+    p.commit_transaction().unwrap();
+    assert_eq!(read(&standalone.group_id).unwrap(), vec![(0, 5), (1, 7)]);
+
+    // Aborted: the offsets go with the records.
+    p.begin_transaction().unwrap();
+    p.send(None, Some(b"k"), b"aborted").unwrap();
+    p.send_offsets_to_transaction(&at(9, 9), &standalone)
+        .unwrap();
+    p.flush().unwrap();
+    p.abort_transaction().unwrap();
+    assert_eq!(read(&standalone.group_id).unwrap(), vec![(0, 5), (1, 7)]);
+
+    // Offsets alone (a step whose rows were all filtered out) still commit.
+    p.begin_transaction().unwrap();
+    p.send_offsets_to_transaction(&at(6, 8), &standalone)
+        .unwrap();
+    assert!(p.transaction_has_records());
+    p.commit_transaction().unwrap();
+    assert_eq!(read(&standalone.group_id).unwrap(), vec![(0, 6), (1, 8)]);
+
+    // A member's offsets, stamped with its generation.
+    let group_config = GroupConfig {
+        protocol: group,
+        session_timeout: Duration::from_secs(10),
+        rebalance_timeout: Duration::from_secs(20),
+        ..GroupConfig::new(&format!("{src}-members"))
+    };
+    let mut member = GroupMember::join(
+        &brokers,
+        &security,
+        group_config,
+        std::slice::from_ref(&src),
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let GroupEvent::Assigned(parts) = member.poll().unwrap() {
+            if !parts.is_empty() {
+                member.owned(parts);
+                member.poll().unwrap();
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no assignment in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let known = member.metadata();
+    assert!(known.generation > 0, "{known:?}");
+    p.begin_transaction().unwrap();
+    p.send(None, Some(b"k"), b"v2").unwrap();
+    p.send_offsets_to_transaction(&at(11, 12), &known).unwrap();
+    p.commit_transaction().unwrap();
+    assert_eq!(read(&known.group_id).unwrap(), vec![(0, 11), (1, 12)]);
+    // A member the group does not know (one it dropped) is fenced, and its transaction aborts.
+    let stranger = GroupMetadata {
+        member_id: "a-member-the-group-dropped".into(),
+        ..known.clone()
+    };
+    p.begin_transaction().unwrap();
+    p.send(None, Some(b"k"), b"zombie").unwrap();
+    let e = p
+        .send_offsets_to_transaction(&at(20, 20), &stranger)
+        .unwrap_err();
+    assert!(matches!(e, Error::OffsetsFenced { .. }), "{e}");
+    p.flush().unwrap();
+    p.abort_transaction().unwrap();
+    assert_eq!(read(&known.group_id).unwrap(), vec![(0, 11), (1, 12)]);
+    member.leave().unwrap();
+
+    // What a read_committed consumer sees: the committed records only.
+    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+        isolation: Isolation::ReadCommitted,
+        ..config(b, &out)
+    })
+    .unwrap();
+    let got: BTreeSet<String> = drain(&mut c)
+        .values()
+        .flatten()
+        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .collect();
+    assert_eq!(got, BTreeSet::from(["v1".to_string(), "v2".to_string()]));
 }
 
 fn commit_abort_and_fence(b: &str, protocol: TransactionProtocol) {

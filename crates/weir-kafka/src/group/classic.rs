@@ -79,6 +79,10 @@ impl ClassicMember {
         })
     }
 
+    pub(crate) fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
     pub(crate) fn member_id(&self) -> &str {
         &self.member_id
     }

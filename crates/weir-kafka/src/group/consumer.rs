@@ -77,6 +77,10 @@ impl ConsumerMember {
     }
 
     /// This member's id (made by the client, as the protocol's version 1 wants).
+    pub(crate) fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
     pub(crate) fn member_id(&self) -> &str {
         &self.member_id
     }

@@ -13,6 +13,9 @@
 mod assignor;
 mod classic;
 mod consumer;
+mod offsets;
+
+pub use offsets::{committed_offsets, GroupMetadata};
 
 use std::time::{Duration, Instant};
 
@@ -177,6 +180,17 @@ impl GroupMember {
         each!(self, m => m.epoch())
     }
 
+    /// The group as this member knows it now, for the offsets of a transaction (KIP-447).
+    pub fn metadata(&self) -> GroupMetadata {
+        let config = each!(self, m => m.config());
+        GroupMetadata {
+            group_id: config.group_id.clone(),
+            generation: self.epoch(),
+            member_id: self.member_id().to_string(),
+            instance_id: config.instance_id.clone(),
+        }
+    }
+
     /// The partitions the member says it owns.
     pub fn owned_partitions(&self) -> &[TopicPartition] {
         each!(self, m => m.owned_partitions())
@@ -229,7 +243,7 @@ pub(crate) fn new_member_id() -> Result<String> {
 }
 
 /// A connection to the coordinator of group `group`, asked of any of `brokers`.
-fn locate(
+pub(crate) fn locate(
     connector: &Connector,
     brokers: &[String],
     group: &str,
