@@ -6,7 +6,8 @@
 #   exactly once  the same source with 'state.dir' and 'commit.interval' = '1s': one Kafka
 #                 transaction a step, committed after the step's state commit
 # both with one reader (a source with state has one), alternating, WEIR_BENCH_RUNS times each
-# (default 3), each into a fresh topic. Each run is a process measured by /usr/bin/time. Prints
+# (default 3), each into a fresh topic. WEIR_BENCH_COMMIT sets the exactly-once step's
+# 'commit.interval' (default 1s; shorter steps weigh the transaction's round trips more). Each run is a process measured by /usr/bin/time. Prints
 # Markdown: wall and CPU seconds, messages/s, and exactly once's throughput over idempotent's.
 #
 #   scripts/bench_kafka_sink.sh [COUNT]
@@ -14,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT="${1:-2000000}"
 RUNS="${WEIR_BENCH_RUNS:-3}"
+COMMIT="${WEIR_BENCH_COMMIT:-1s}"
 # shellcheck source=scripts/release_weir.sh
 source scripts/release_weir.sh
 WORK="$(mktemp -d)"
@@ -28,7 +30,7 @@ for r in $(seq "$RUNS"); do
     topic="sink-bench-$mode-$r"
     "$WEIR_BIN" gen quotes --count 0 --to "kafka://$BROKER/$topic" --topic-partitions 6 >/dev/null 2>&1
     state=""
-    [ "$mode" = exactly-once ] && state=", 'state.dir' = '$WORK/state-$r', 'commit.interval' = '1s'"
+    [ "$mode" = exactly-once ] && state=", 'state.dir' = '$WORK/state-$r', 'commit.interval' = '$COMMIT'"
     cat > "$WORK/$mode.sql" <<SQL
 CREATE SOURCE q (ticker VARCHAR, timestamp TIMESTAMP, sequence_number BIGINT, bid_price DOUBLE,
                  ask_price DOUBLE, bid_size INT UNSIGNED, ask_size INT UNSIGNED)
@@ -45,7 +47,7 @@ SQL
   done
 done
 
-echo "date: $(date -u +%Y-%m-%d)  nproc: $(nproc)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')  messages: $COUNT"
+echo "date: $(date -u +%Y-%m-%d)  nproc: $(nproc)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')  messages: $COUNT  commit.interval: $COMMIT"
 echo
 echo "| mode | runs (wall s / CPU s) | best messages/s | CPU µs a message (best) |"
 echo "|---|---|---|---|"

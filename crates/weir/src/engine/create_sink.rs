@@ -24,8 +24,8 @@ use crate::sink::kafka_dead_letters;
 use crate::sink::kafka_steps::KafkaSteps;
 use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{
-    open_writer, BatchWriter, MessageFileSink, SinkError, SinkFormat, SinkSettings, StepSink,
-    Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
+    open_writer, BatchWriter, GroupSink, MessageFileSink, SinkError, SinkFormat, SinkSettings,
+    StepSink, Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
 };
 use crate::sql::{CreateSink, SqlText};
 use weir_kafka::Settled;
@@ -270,13 +270,19 @@ impl Engine {
         );
         let line = s.position.line;
         // A table sink keeps its own positions, so a source without state feeds it exactly
-        // once too.
+        // once too; so does a Kafka sink fed by a consumer group's member, whose transactions
+        // carry the group's offsets.
         let stateful = s.source.as_deref().and_then(|src| {
             self.sources
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
-                .find(|c| c.name == src && (c.state.is_some() || settings.delta))
+                .find(|c| {
+                    c.name == src
+                        && (c.state.is_some()
+                            || settings.delta
+                            || (settings.kafka && c.connector.group().is_some()))
+                })
                 .cloned()
         });
         if let (Some(src), None, false) = (s.source.as_deref(), &stateful, settings.delta) {
@@ -319,8 +325,9 @@ impl Engine {
                     return Err(fail(SinkError::Options(format!(
                         "sink {name}: 'transactional.id' makes a kafka sink exactly once, one \
                          transaction a step, and steps need rows from a source with \
-                         'state.dir' (or a continuous query over one); give the source \
-                         'state.dir', or drop 'transactional.id' to write at least once"
+                         'state.dir' (or a continuous query over one), or straight from a \
+                         source with 'group.id'; give the source one of them, or drop \
+                         'transactional.id' to write at least once"
                     ))));
                 }
                 self.write_to_sink(&name, query).await
@@ -381,7 +388,7 @@ impl Engine {
         };
         if let Some(group) = source.connector.group() {
             return self
-                .group_delta_sink(sink, &source, &job, group.clone(), line)
+                .group_sink(sink, &source, &job, group.clone(), line)
                 .await;
         }
         let mut store = match &source.state {
@@ -556,10 +563,11 @@ impl Engine {
         self.run_pipeline(sink, line, pipeline).await
     }
 
-    /// A `delta` sink fed straight from a Kafka source in a consumer group: the partitions are
-    /// the group's assignment, their positions the table's, fenced per partition
+    /// A `delta` or `kafka` sink fed straight from a Kafka source in a consumer group: the
+    /// partitions are the group's assignment, their positions the table's (or the group's
+    /// offsets, committed inside the sink's transactions), fenced per partition
     /// (`pipeline::group`).
-    async fn group_delta_sink(
+    async fn group_sink(
         &self,
         sink: &str,
         source: &Arc<LiveSource>,
@@ -574,36 +582,89 @@ impl Engine {
         let state = self
             .sink_state(sink)
             .ok_or_else(|| StatementError::Invalid(format!("no sink named '{sink}'")))?;
-        let (settings, options, metrics) = {
+        let (settings, options, metrics, kafka, encoder) = {
             let st = state.lock().await;
             (
                 st.settings.clone(),
                 st.options.clone(),
                 Arc::clone(&st.metrics),
+                st.kafka.clone(),
+                st.encoder.clone(),
             )
         };
-        if !settings.delta || !matches!(job, ExactlyOnce::Rows(_)) || !source.follow {
+        if !(settings.delta || settings.kafka)
+            || !matches!(job, ExactlyOnce::Rows(_))
+            || !source.follow
+        {
             return Err(StatementError::Invalid(format!(
-                "source {} joins consumer group '{}': only a `delta` sink fed straight from it \
-                 (CREATE SINK {sink} FROM {} WITH ('connector' = 'delta', ...)), run with \
-                 --follow, follows the group's assignments",
+                "source {} joins consumer group '{}': only a `delta` or `kafka` sink fed \
+                 straight from it (CREATE SINK {sink} FROM {} WITH ('connector' = 'delta', \
+                 ...)), run with --follow, follows the group's assignments",
                 source.name, group.group_id, source.name
             )));
         }
-        let delta = DeltaSettings::parse(sink, &options).map_err(fail)?;
-        let (table, data_files) = DeltaSink::open(sink, delta, &options, &source.schema)
-            .await
+        let mut steps: Box<dyn GroupSink> = if settings.delta {
+            let delta = DeltaSettings::parse(sink, &options).map_err(fail)?;
+            let (table, data_files) = DeltaSink::open(sink, delta, &options, &source.schema)
+                .await
+                .map_err(fail)?;
+            Box::new(
+                DeltaSteps::new(
+                    table,
+                    data_files,
+                    tokio::runtime::Handle::current(),
+                    metrics,
+                )
+                .map_err(fail)?,
+            )
+        } else {
+            let (Some(mut kafka), Some(factory)) = (kafka, encoder) else {
+                return Err(StatementError::Invalid(format!(
+                    "sink {sink} has no encoder; this is a bug in weir"
+                )));
+            };
+            // One transactional id per member: its transactions commit the offsets of the
+            // partitions it holds, fenced by the group's generation rather than by the id. A
+            // static member keeps its id across restarts, so a restart aborts at once what its
+            // last run left open; a dynamic one takes a new id each run.
+            let base = kafka
+                .transactional_id
+                .clone()
+                .unwrap_or_else(|| format!("weir-{sink}"));
+            let member = group.instance_id.clone().unwrap_or_else(run_id);
+            kafka.producer.transactional_id = Some(format!("{base}-{member}"));
+            if !kafka.transaction_timeout_given {
+                // A member that dies with a transaction open holds its partitions' offsets until
+                // the coordinator aborts it: short, as Kafka Streams' is.
+                kafka.producer.transaction_timeout = GROUP_TRANSACTION_TIMEOUT;
+            }
+            let encoder = create_encoder(
+                sink,
+                factory.as_ref(),
+                Some(&kafka),
+                &source.schema,
+                &options,
+            )
             .map_err(fail)?;
-        let mut steps = DeltaSteps::new(
-            table,
-            data_files,
-            tokio::runtime::Handle::current(),
-            metrics,
-        )
-        .map_err(fail)?;
+            let (name, schema) = (sink.to_string(), Arc::clone(&source.schema));
+            let opened = tokio::task::spawn_blocking(move || {
+                let writer = KafkaSink::open(&name, &kafka, &schema, encoder)?;
+                Ok::<_, SinkError>(KafkaSteps::new(writer, metrics))
+            })
+            .await
+            .map_err(|e| StatementError::PipelineLost {
+                pipeline: format!("sink {sink}"),
+                reason: e.to_string(),
+            })?;
+            Box::new(opened.map_err(fail)?)
+        };
         let source = Arc::clone(source);
         let handle = tokio::task::spawn_blocking(move || -> Result<u64, StatementError> {
-            Ok(crate::pipeline::group::run(&source, &group, &mut steps)?)
+            Ok(crate::pipeline::group::run(
+                &source,
+                &group,
+                steps.as_mut(),
+            )?)
         });
         self.run_steps(sink, line, state, handle).await
     }
@@ -825,4 +886,15 @@ fn create_encoder(
             options,
         })
         .map_err(SinkError::Encode)
+}
+
+/// The `transaction.timeout.ms` of a consumer group member's Kafka sink unless one is given.
+const GROUP_TRANSACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A name for this run, unlikely to be another's: the process id and the clock's nanoseconds.
+fn run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
 }

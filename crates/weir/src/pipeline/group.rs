@@ -1,5 +1,7 @@
-//! A Kafka source read as a member of a consumer group (`'group.id'`), into a `delta` sink that
-//! keeps its positions in the table.
+//! A Kafka source read as a member of a consumer group (`'group.id'`), into a sink that keeps
+//! the positions of the partitions it was given: a `delta` table (a `txn` version per
+//! partition), or a `kafka` topic written in transactions that also commit the group's offsets
+//! (KIP-447).
 //!
 //! The member heartbeats on a thread of its own ([`Membership`]). The pipeline reads the
 //! partitions it was given until the group gives it others: then the read ends as a stop does
@@ -8,10 +10,12 @@
 //! positions the table holds for them, and reads on.
 //!
 //! A member the group has moved past (a pause longer than the session timeout, a lost
-//! network) may not yet know it. Its commits are fenced per partition: a step commits only
-//! while every partition in it is, in the table, where this member took it up or last
-//! committed it. Once the partition's new owner has committed, the old one's step is refused
-//! and dropped, so no offset range reaches the table twice.
+//! network) may not yet know it. Its commits are fenced per partition. A table commits a step
+//! only while every partition in it is, in the table, where this member took it up or last
+//! committed it: once the partition's new owner has committed, the old one's step is refused.
+//! A Kafka transaction commits only if the group's coordinator accepts its offsets, which carry
+//! the member's generation: once the group has moved on, they are refused and the transaction
+//! aborted. Either way the step is dropped, so no offset range is written twice.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -19,15 +23,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use weir_dedup::Checkpoint;
-use weir_kafka::{GroupConfig, GroupEvent, GroupMember};
+use weir_kafka::{GroupConfig, GroupEvent, GroupMember, GroupMetadata};
 
 use super::ledger::{Ledger, TableLedger};
 use super::steps::run_assigned;
 use crate::error::{SourceError, SourceErrorKind};
 use crate::metrics::GroupMetrics;
 use crate::pipeline::live_source::LiveSource;
-use crate::sink::delta::DeltaSteps;
-use crate::sink::{SinkError, StepSink};
+use crate::sink::{GroupSink, SinkError, StepSink};
 use crate::source::Connector;
 
 /// How often the member's thread looks for work between heartbeats (a heartbeat itself is
@@ -56,6 +59,8 @@ struct MemberState {
     finished: Option<Vec<i32>>,
     /// Next offsets committed to the table, to commit to the group for lag monitors.
     offsets: Option<Vec<(i32, i64)>>,
+    /// The group as the member knows it, after its last heartbeat.
+    metadata: Option<GroupMetadata>,
     /// Why the member's thread stopped.
     failed: Option<weir_kafka::Error>,
     /// The pipeline is done: leave the group.
@@ -144,6 +149,11 @@ impl Membership {
         self.lock().offsets = Some(offsets);
     }
 
+    /// The group as the member knows it now.
+    fn metadata(&self) -> Option<GroupMetadata> {
+        self.lock().metadata.clone()
+    }
+
     /// Leaves the group (the partitions go to the others at once) and waits for the thread,
     /// at most [`LEAVE_WAIT`]: a classic member may be inside a join that waits for the rest of
     /// the group, and a stop should not wait for that (the group then drops the member after
@@ -215,6 +225,11 @@ fn heartbeat(
             return;
         }
         let event = member.poll();
+        shared
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .metadata = Some(member.metadata());
         metrics
             .epoch
             .store(i64::from(member.epoch()), Ordering::Relaxed);
@@ -231,7 +246,7 @@ fn heartbeat(
                     .collect::<Vec<_>>(),
             ),
             Ok(GroupEvent::Fenced) => {
-                tracing::warn!(source, "the group fenced this member (it was silent past the session timeout): it ends its read, its open step reaches the table only if no new owner has committed its partitions, and it joins again");
+                tracing::warn!(source, "the group fenced this member (it was silent past the session timeout): it ends its read, its open step is committed only if the sink's fence lets it (no new owner has committed its partitions to the table, or the group still accepts its offsets), and it joins again");
                 Some(Vec::new())
             }
             Err(e) if !answered => {
@@ -263,10 +278,13 @@ fn heartbeat(
     }
 }
 
-/// Forwards to the table's steps, and tells the group each committed step's offsets.
+/// Forwards to the sink's steps, stamping each step's offsets with the member's generation,
+/// and tells the group each committed step's offsets (where the sink does not).
 struct MemberSteps<'a> {
-    steps: &'a mut DeltaSteps,
+    steps: &'a mut dyn GroupSink,
     membership: &'a Membership,
+    group_id: String,
+    topic: String,
     prefix: String,
 }
 
@@ -292,33 +310,45 @@ impl StepSink for MemberSteps<'_> {
     }
 
     fn publish(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
-        self.steps.publish(checkpoint)?;
-        let offsets = checkpoint
+        let offsets: Vec<(i32, i64)> = checkpoint
             .positions
             .iter()
             .filter_map(|(name, next)| {
                 Some((name.strip_prefix(&self.prefix)?.parse().ok()?, *next))
             })
             .collect();
-        self.membership.committed(offsets);
+        // The first heartbeat's answer brought the partitions, and the generation with them.
+        let member = self
+            .membership
+            .metadata()
+            .unwrap_or_else(|| GroupMetadata::standalone(&self.group_id));
+        let stamped = offsets
+            .iter()
+            .map(|&(p, o)| ((self.topic.clone(), p), o))
+            .collect();
+        self.steps.publish_as(checkpoint, stamped, &member)?;
+        if !self.steps.commits_group_offsets() {
+            self.membership.committed(offsets);
+        }
         Ok(())
     }
 }
 
-/// Whether `e` is a step refused because another member owns one of its partitions now.
-fn partition_fenced(e: &SourceError) -> bool {
+/// Whether `e` is a step of `steps` refused because another member owns one of its partitions
+/// now.
+fn partition_fenced(e: &SourceError, steps: &dyn GroupSink) -> bool {
     matches!(
         e.kind.as_ref(),
-        SourceErrorKind::Sink { source, .. } if matches!(source.as_ref(), SinkError::PartitionFenced(_))
+        SourceErrorKind::Sink { source, .. } if steps.is_fenced(source)
     )
 }
 
-/// Reads `source` as a member of `group` into the `delta` sink `steps` until the source stops;
+/// Reads `source` as a member of `group` into the sink `steps` until the source stops;
 /// returns the rows written.
 pub(crate) fn run(
     source: &Arc<LiveSource>,
     group: &GroupConfig,
-    steps: &mut DeltaSteps,
+    steps: &mut dyn GroupSink,
 ) -> Result<u64, SourceError> {
     let Connector::Kafka(settings) = &source.connector else {
         return Err(SourceError::new(
@@ -357,7 +387,7 @@ pub(crate) fn run(
         "joined the consumer group"
     );
     let metrics = source.stats.metrics.join_group();
-    let membership = Membership::start(&source.name, member, topic, metrics)?;
+    let membership = Membership::start(&source.name, member, topic.clone(), metrics)?;
     let mut current: Vec<i32> = Vec::new();
     let mut again = false;
     let mut step = 0u64;
@@ -389,6 +419,8 @@ pub(crate) fn run(
         let mut sink = MemberSteps {
             steps: &mut *steps,
             membership: &membership,
+            group_id: group.group_id.clone(),
+            topic: topic.clone(),
             prefix: prefix.clone(),
         };
         match run_assigned(
@@ -399,7 +431,7 @@ pub(crate) fn run(
             &membership.end_run,
         ) {
             Ok(n) => rows += n,
-            Err(e) if partition_fenced(&e) => {
+            Err(e) if partition_fenced(&e, steps) => {
                 tracing::warn!(source = %source.name, "{e}");
                 steps.discard().map_err(|e| sink_error(source, steps, e))?;
                 // Most likely the group has moved on and says so at the next heartbeat: give it
@@ -424,7 +456,7 @@ impl Drop for InGroup<'_> {
     }
 }
 
-fn sink_error(source: &LiveSource, steps: &DeltaSteps, e: SinkError) -> SourceError {
+fn sink_error(source: &LiveSource, steps: &dyn GroupSink, e: SinkError) -> SourceError {
     SourceError::new(
         &source.name,
         SourceErrorKind::Sink {

@@ -107,9 +107,10 @@ const BATCH_SIZE: OptionSpec = OptionSpec::new(
 const TRANSACTIONAL_ID: OptionSpec = OptionSpec::new(
     "transactional.id",
     OptionKind::Text,
-    "kafka: the id of the sink's transactions when its source has 'state.dir' (exactly once, \
-     one transaction a step); a sink started with it fences any earlier writer of the id. Give \
-     each pipeline its own",
+    "kafka: the id of the sink's transactions when its source has 'state.dir' or a 'group.id' \
+     (exactly once, one transaction a step); a sink started with it fences any earlier writer \
+     of the id. Give each pipeline its own. In a consumer group each member adds '-' and its \
+     'group.instance.id' (or a name of its run)",
 )
 .default_value("weir-<sink name>");
 const TRANSACTION_TIMEOUT: OptionSpec = OptionSpec::new(
@@ -117,7 +118,8 @@ const TRANSACTION_TIMEOUT: OptionSpec = OptionSpec::new(
     OptionKind::Count,
     "kafka: the coordinator aborts a transaction left open this long (at most the brokers' \
      `transaction.max.timeout.ms`); a weir stopped between a step's state commit and its \
-     transaction's commit must start again within it",
+     transaction's commit must start again within it. A consumer group's sink defaults to \
+     10000: a member killed with a transaction open holds its partitions' offsets that long",
 )
 .default_value("900000");
 
@@ -192,6 +194,8 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) linger: Duration,
     /// `'transactional.id'` as given (the exactly-once sink defaults it).
     pub(crate) transactional_id: Option<String>,
+    /// `'transaction.timeout.ms'` was given (a consumer group's sink defaults it shorter).
+    pub(crate) transaction_timeout_given: bool,
     /// `'on.error'`.
     pub(crate) row_errors: RowErrors,
     /// With `'schema.registry.url'`: the subject's schema the values are written in, and their
@@ -259,6 +263,7 @@ impl KafkaSinkSettings {
                 ..ProducerConfig::default()
             },
             transactional_id: options.given(&TRANSACTIONAL_ID).map(str::to_string),
+            transaction_timeout_given: options.given(&TRANSACTION_TIMEOUT).is_some(),
             key: options.text(&KEY).map(str::to_string),
             partitioner: match options.choice(&PARTITIONER)? {
                 Some("crc32") => Partitioner::Crc32,
@@ -633,6 +638,18 @@ impl KafkaSink {
     /// What the producer is made from.
     pub(crate) fn producer_config(&self) -> &ProducerConfig {
         &self.producer_config
+    }
+
+    /// Commits a consumer group's `offsets` inside the open transaction (KIP-447), stamped
+    /// with `member`'s generation.
+    pub(crate) fn send_offsets(
+        &mut self,
+        offsets: &[(weir_kafka::TopicPartition, i64)],
+        member: &weir_kafka::GroupMetadata,
+    ) -> Result<(), SinkError> {
+        self.producer
+            .send_offsets_to_transaction(offsets, member)
+            .map_err(|e| self.kafka_error(e))
     }
 
     /// Aborts the open transaction.

@@ -34,7 +34,7 @@
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use weir_kafka::{settle_transaction, ProducerConfig, Settled};
+use weir_kafka::{settle_transaction, GroupMetadata, ProducerConfig, Settled, TopicPartition};
 
 use super::kafka::KafkaSink;
 use super::kafka_dead_letters;
@@ -62,6 +62,9 @@ pub(crate) struct KafkaSteps {
     sealed: Option<(i64, i16)>,
     /// The sealed step's dead-letter lines, appended to the file once it commits.
     sealed_refused: Vec<u8>,
+    /// Under a consumer group: the offsets the open step's transaction commits, and the member
+    /// they are stamped for; sent again when the transaction is written again.
+    step_offsets: Option<(Vec<(TopicPartition, i64)>, GroupMetadata)>,
 }
 
 /// The first wait before a new attempt after a lost broker connection; it doubles up to
@@ -117,6 +120,61 @@ impl KafkaSteps {
             step_rows: Vec::new(),
             sealed: None,
             sealed_refused: Vec::new(),
+            step_offsets: None,
+        }
+    }
+
+    /// Publishes the step `checkpoint` records for a member of a consumer group: the source's
+    /// `offsets` go into the step's transaction (KIP-447), stamped with `member`'s generation,
+    /// so they become the group's committed offsets exactly when the step's rows become
+    /// visible. A step without rows still commits its offsets. A member the group has moved
+    /// past is refused (`OffsetsFenced`), and must discard the step.
+    pub(crate) fn publish_with_offsets(
+        &mut self,
+        checkpoint: &weir_dedup::Checkpoint,
+        offsets: Vec<(TopicPartition, i64)>,
+        member: &GroupMetadata,
+    ) -> Result<(), SinkError> {
+        if offsets.is_empty() {
+            return super::StepSink::publish(self, checkpoint);
+        }
+        if self.open.is_none() {
+            self.sink.begin_transaction()?;
+            self.open = Some(checkpoint.step);
+            self.step_rows.clear();
+        }
+        match self.sink.send_offsets(&offsets, member) {
+            Err(e) if is_lost_connection(&e) => {
+                self.write_step_again(e, true)?;
+                self.sink.send_offsets(&offsets, member)?;
+            }
+            other => other?,
+        }
+        self.sealed = self.sink.transaction_identity();
+        self.step_offsets = Some((offsets, member.clone()));
+        super::StepSink::publish(self, checkpoint)
+    }
+
+    /// Drops the open step (a fenced one): a new producer of the id, whose epoch aborts its
+    /// transaction, takes the next.
+    fn drop_step(&mut self) -> Result<(), SinkError> {
+        self.open = None;
+        self.sealed = None;
+        self.step_rows.clear();
+        self.step_offsets = None;
+        self.held.clear();
+        self.sealed_refused.clear();
+        self.sink.drop_refused();
+        let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
+        let name = self.sink.name().to_string();
+        let sink = &mut self.sink;
+        match sink.reconnect() {
+            Err(e) if is_lost_connection(&e) => {
+                retry_until(&name, "starting a new producer", deadline, e, || {
+                    sink.reconnect()
+                })
+            }
+            other => other,
         }
     }
 
@@ -176,7 +234,7 @@ impl KafkaSteps {
                  away; its rows are written again in a new one"
             );
         }
-        let (sink, rows) = (&mut self.sink, &self.step_rows);
+        let (sink, rows, offsets) = (&mut self.sink, &self.step_rows, &self.step_offsets);
         let mut attempt = || {
             sink.reconnect()?;
             if aborted {
@@ -187,6 +245,9 @@ impl KafkaSteps {
                 // Refused again: the sealed lines already hold them.
                 sink.drop_refused();
                 sink.finish()?;
+                if let Some((offsets, member)) = offsets {
+                    sink.send_offsets(offsets, member)?;
+                }
                 sink.commit_transaction()?;
                 sink.renew_epoch()?;
             }
@@ -345,6 +406,7 @@ impl super::StepSink for KafkaSteps {
         self.open = None;
         self.sealed = None;
         self.step_rows.clear();
+        self.step_offsets = None;
         tracing::debug!(
             sink = %self.sink.name(),
             step = checkpoint.step,
@@ -355,5 +417,76 @@ impl super::StepSink for KafkaSteps {
             self.write(step, &batch)?;
         }
         Ok(())
+    }
+}
+
+/// The group's committed offsets keep each partition's position, written inside each step's
+/// transaction; the group's coordinator fences a member it has moved past.
+impl super::GroupSink for KafkaSteps {
+    fn take_partitions(
+        &mut self,
+        group_id: &str,
+        partitions: &[String],
+    ) -> Result<Vec<(String, i64)>, SinkError> {
+        let config = self.sink.producer_config();
+        let mut topics: Vec<&str> = partitions
+            .iter()
+            .filter_map(|name| name.strip_prefix("kafka/")?.rsplit_once('/'))
+            .map(|(topic, _)| topic)
+            .collect();
+        topics.dedup();
+        // A member that stopped with a transaction open holds its partitions' offsets until
+        // the transaction is aborted, at the latest after its transaction timeout.
+        let wait = config.transaction_timeout + Duration::from_secs(30);
+        let mut out = Vec::new();
+        for topic in topics {
+            let committed = weir_kafka::committed_offsets(
+                &config.brokers,
+                &config.security,
+                group_id,
+                topic,
+                wait,
+            )
+            .map_err(|source| SinkError::Kafka {
+                sink: self.sink.name().to_string(),
+                source,
+            })?;
+            for (p, offset) in committed {
+                let name = format!("kafka/{topic}/{p}");
+                if partitions.contains(&name) {
+                    out.push((name, offset));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn publish_as(
+        &mut self,
+        checkpoint: &weir_dedup::Checkpoint,
+        offsets: Vec<(TopicPartition, i64)>,
+        member: &GroupMetadata,
+    ) -> Result<(), SinkError> {
+        self.publish_with_offsets(checkpoint, offsets, member)
+    }
+
+    fn commits_group_offsets(&self) -> bool {
+        true
+    }
+
+    fn discard(&mut self) -> Result<(), SinkError> {
+        self.drop_step()
+    }
+
+    fn is_fenced(&self, e: &SinkError) -> bool {
+        // This process's transactional id is its own: a fenced producer means the coordinator
+        // aborted its transaction (open past the timeout while the member was paused).
+        matches!(
+            e,
+            SinkError::Kafka {
+                source: weir_kafka::Error::OffsetsFenced { .. } | weir_kafka::Error::Fenced { .. },
+                ..
+            }
+        )
     }
 }

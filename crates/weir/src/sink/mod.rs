@@ -202,6 +202,40 @@ pub(crate) trait StepSink: Send {
     }
 }
 
+/// A [`StepSink`] fed by a member of a consumer group, which keeps the positions of the
+/// partitions the member reads and fences a member the group has moved past.
+pub(crate) trait GroupSink: StepSink {
+    /// The positions (by name, `kafka/<topic>/<partition>`) at which this member takes up
+    /// `partitions`, as the sink's record holds them; a partition without one is left out (it
+    /// starts as the source's startup mode says).
+    fn take_partitions(
+        &mut self,
+        group_id: &str,
+        partitions: &[String],
+    ) -> Result<Vec<(String, i64)>, SinkError>;
+
+    /// Publishes the step `checkpoint` records, its source's next `offsets` stamped with
+    /// `member` (the group as the member knows it now).
+    fn publish_as(
+        &mut self,
+        checkpoint: &weir_dedup::Checkpoint,
+        offsets: Vec<(weir_kafka::TopicPartition, i64)>,
+        member: &weir_kafka::GroupMetadata,
+    ) -> Result<(), SinkError>;
+
+    /// True when [`GroupSink::publish_as`] commits the offsets to the group itself.
+    fn commits_group_offsets(&self) -> bool {
+        false
+    }
+
+    /// Drops the open step: it was fenced.
+    fn discard(&mut self) -> Result<(), SinkError>;
+
+    /// True when `e` says this member's step was fenced (another member owns one of its
+    /// partitions now), which the member survives by dropping the step.
+    fn is_fenced(&self, e: &SinkError) -> bool;
+}
+
 /// How a sink writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SinkFormat {

@@ -1,8 +1,9 @@
-//! Kafka sources in a consumer group (`'group.id'`) writing one Delta table from several weir
-//! processes, against the real broker of `scripts/kafka.sh` (its consumer protocol drops a
-//! silent member after 6 s): members are added, stopped and killed with kill -9 while messages
-//! arrive, and every record of the topic must be in the table exactly once. The table is read
-//! with delta-rs, as another engine would.
+//! Kafka sources in a consumer group (`'group.id'`) writing one Delta table, or one Kafka
+//! topic in transactions, from several weir processes, against the real broker of
+//! `scripts/kafka.sh` (its consumer protocol drops a silent member after 6 s): members are
+//! added, stopped and killed with kill -9 while messages arrive, and every record of the topic
+//! must be in the output exactly once. The table is read with delta-rs, as another engine
+//! would; the topic at `read_committed`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::AsArray;
 use arrow::datatypes::{Int32Type, Int64Type};
+use weir::{Engine, EngineOptions};
 use weir_kafka::create_topic;
 
 use crate::common::{interrupt, spawn};
@@ -51,6 +53,43 @@ async fn records(dir: &Path) -> BTreeMap<(i32, i64), usize> {
         }
     }
     seen
+}
+
+/// How often each (partition, offset) of the source is in the output topic `out`, read at
+/// `read_committed`.
+async fn topic_records(broker: &str, out: &str) -> BTreeMap<(i32, i64), usize> {
+    let engine = Engine::new(EngineOptions {
+        partitions: 1,
+        ..EngineOptions::default()
+    });
+    let got = engine
+        .query(&format!(
+            "CREATE SOURCE k (p INT, o BIGINT) WITH ('connector' = 'kafka', \
+             'brokers' = '{broker}', 'topic' = '{out}', 'encoding' = 'json', \
+             'isolation.level' = 'read_committed');\n\
+             SELECT p, o, count(*) AS n FROM k GROUP BY p, o;"
+        ))
+        .await
+        .unwrap();
+    let mut seen = BTreeMap::new();
+    for b in &got {
+        let p = b.column(0).as_primitive::<Int32Type>();
+        let o = b.column(1).as_primitive::<Int64Type>();
+        let n = b.column(2).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            seen.insert((p.value(i), o.value(i)), n.value(i) as usize);
+        }
+    }
+    seen
+}
+
+/// Where the members write.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// One Delta table, positions as its `txn` versions.
+    Delta,
+    /// One Kafka topic, in transactions that commit the group's offsets.
+    Kafka,
 }
 
 /// One weir process of the group; killed if the test ends without stopping it.
@@ -150,7 +189,7 @@ fn producer(broker: String, topic: String, stop: Arc<AtomicBool>) -> std::thread
     })
 }
 
-fn group_members_write_each_record_once(protocol: &str) {
+fn group_members_write_each_record_once(protocol: &str, output: Output) {
     let Some(b) = bootstrap() else {
         return;
     };
@@ -163,18 +202,31 @@ fn group_members_write_each_record_once(protocol: &str) {
     let topic = format!("weir-group-{protocol}-{}-{nanos}", std::process::id());
     create_topic(std::slice::from_ref(&b), &topic, 12, 1, &[], false).unwrap();
     let table = d.join("table");
-    // The pipeline of every member; `group` holds the group options, `app` the sink's app id.
+    let out = format!("{topic}-out");
+    if output == Output::Kafka {
+        create_topic(std::slice::from_ref(&b), &out, 6, 1, &[], false).unwrap();
+    }
+    // The pipeline of every member; `group` holds the group options, `app` the sink's app id
+    // (or transactional id).
     let pipeline = |group: &str, app: &str| {
+        let sink = match output {
+            Output::Delta => format!(
+                "'connector' = 'delta', 'path' = '{}', 'app.id' = '{app}'",
+                table.display()
+            ),
+            Output::Kafka => format!(
+                "'connector' = 'kafka', 'brokers' = '{b}', 'topic' = '{out}', \
+                 'encoding' = 'json', 'key' = 'ticker', 'transactional.id' = '{app}'"
+            ),
+        };
         format!(
             "CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT) \
              INCLUDE partition AS p INCLUDE offset AS o \
              WITH ('connector' = 'kafka', 'brokers' = '{b}', 'topic' = '{topic}', \
              'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}', \
              {group}'commit.interval' = '300ms');\n\
-             CREATE SINK t FROM q WITH ('connector' = 'delta', 'path' = '{}', \
-             'app.id' = '{app}');\n",
+             CREATE SINK t FROM q WITH ({sink});\n",
             pb.display(),
-            table.display()
         )
     };
     let group = format!(
@@ -183,10 +235,15 @@ fn group_members_write_each_record_once(protocol: &str) {
     );
     let sql = d.join("p.sql");
     std::fs::write(&sql, pipeline(&group, "quotes-ingest")).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
+    let written = || match output {
+        Output::Delta => rt.block_on(records(&table)),
+        Output::Kafka => rt.block_on(topic_records(&b, &out)),
+    };
     let check = |members: &mut Vec<Member>| -> usize {
         for m in members.iter_mut() {
             if let Some(s) = m.child().try_wait().unwrap() {
@@ -196,7 +253,7 @@ fn group_members_write_each_record_once(protocol: &str) {
                 );
             }
         }
-        let seen = rt.block_on(records(&table));
+        let seen = written();
         let doubled: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
         assert!(doubled.is_empty(), "records doubled: {doubled:?}");
         seen.len()
@@ -242,12 +299,12 @@ fn group_members_write_each_record_once(protocol: &str) {
     loop {
         let n = check(&mut members);
         if n >= sent {
-            assert_eq!(n, sent, "more records in the table than were sent");
+            assert_eq!(n, sent, "more records in the output than were sent");
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{n} of {sent} records in the table 180 s after the last was sent"
+            "{n} of {sent} records in the output 180 s after the last was sent"
         );
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -276,9 +333,15 @@ fn group_members_write_each_record_once(protocol: &str) {
         logs.matches("reading these partitions").count() >= 4,
         "the members logged too few assignments:\n{logs}"
     );
-    let seen = rt.block_on(records(&table));
+    let seen = written();
     assert_eq!(seen.len(), sent, "missing after the stop");
     assert!(seen.values().all(|n| *n == 1), "doubled after the stop");
+    if output == Output::Kafka {
+        // The members used the transaction protocol the broker offers, and took partitions
+        // up at the offsets the group holds.
+        assert!(logs.contains("KIP-890"), "{logs}");
+        return;
+    }
 
     // A writer of the same app id outside the group, and a member under another app id,
     // would not be fenced by the members' positions: both are refused, and add nothing.
@@ -306,13 +369,26 @@ fn group_members_write_each_record_once(protocol: &str) {
 /// Kafka 4's consumer group protocol (the coordinator assigns).
 #[test]
 fn group_members_by_the_consumer_protocol_write_each_record_once() {
-    group_members_write_each_record_once("consumer");
+    group_members_write_each_record_once("consumer", Output::Delta);
 }
 
 /// The classic protocol (JoinGroup and SyncGroup, cooperative-sticky).
 #[test]
 fn group_members_by_the_classic_protocol_write_each_record_once() {
-    group_members_write_each_record_once("classic");
+    group_members_write_each_record_once("classic", Output::Delta);
+}
+
+/// Into a Kafka topic, each step one transaction that also commits the group's offsets
+/// (KIP-447), by the consumer protocol.
+#[test]
+fn group_members_by_the_consumer_protocol_write_each_record_once_to_kafka() {
+    group_members_write_each_record_once("consumer", Output::Kafka);
+}
+
+/// Into a Kafka topic by the classic protocol.
+#[test]
+fn group_members_by_the_classic_protocol_write_each_record_once_to_kafka() {
+    group_members_write_each_record_once("classic", Output::Kafka);
 }
 
 /// What a consumer group cannot do yet, or what contradicts it, is refused with a message
@@ -370,7 +446,7 @@ async fn group_options_that_cannot_work_are_refused_with_their_reason() {
     refused(
         engine(),
         format!("{}\nSELECT * FROM q;", source(", 'group.id' = 'g'")),
-        &["consumer group 'g'", "only a `delta` sink"],
+        &["consumer group 'g'", "only a `delta` or `kafka` sink"],
     )
     .await;
     let out = dir.path().join("out.jsonl");
@@ -382,7 +458,7 @@ async fn group_options_that_cannot_work_are_refused_with_their_reason() {
             source(", 'group.id' = 'g'"),
             out.display()
         ),
-        &["consumer group 'g'", "only a `delta` sink"],
+        &["consumer group 'g'", "only a `delta` or `kafka` sink"],
     )
     .await;
     refused(

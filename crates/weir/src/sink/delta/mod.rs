@@ -717,20 +717,9 @@ impl DeltaSteps {
 }
 
 impl DeltaSteps {
-    /// Takes up `partitions` (position names) as a member of consumer group `group` (see
-    /// [`DeltaSink::take_partitions`]); returns where each resumes.
-    pub(crate) fn take_partitions(
-        &mut self,
-        group: &str,
-        partitions: &[String],
-    ) -> Result<Vec<(String, i64)>, SinkError> {
-        self.runtime
-            .block_on(self.table.take_partitions(group, partitions))
-    }
-
     /// Drops the step being written and the one sealed but not committed (a fenced step): their
     /// data files stay unreferenced (no reader sees them; `VACUUM` removes them).
-    pub(crate) fn discard(&mut self) -> Result<(), SinkError> {
+    fn discard_step(&mut self) -> Result<(), SinkError> {
         self.sealed = None;
         let dropped = self.files.seal()?;
         if !dropped.is_empty() {
@@ -944,5 +933,35 @@ impl DeltaSink {
             positions,
             ..weir_dedup::Checkpoint::default()
         })
+    }
+}
+
+/// The table keeps each partition's position as a `txn` version, checked at every commit.
+impl super::GroupSink for DeltaSteps {
+    /// See [`DeltaSink::take_partitions`].
+    fn take_partitions(
+        &mut self,
+        group_id: &str,
+        partitions: &[String],
+    ) -> Result<Vec<(String, i64)>, SinkError> {
+        self.runtime
+            .block_on(self.table.take_partitions(group_id, partitions))
+    }
+
+    fn publish_as(
+        &mut self,
+        checkpoint: &weir_dedup::Checkpoint,
+        _offsets: Vec<(weir_kafka::TopicPartition, i64)>,
+        _member: &weir_kafka::GroupMetadata,
+    ) -> Result<(), SinkError> {
+        super::StepSink::publish(self, checkpoint)
+    }
+
+    fn discard(&mut self) -> Result<(), SinkError> {
+        self.discard_step()
+    }
+
+    fn is_fenced(&self, e: &SinkError) -> bool {
+        matches!(e, SinkError::PartitionFenced(_))
     }
 }
