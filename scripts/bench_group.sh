@@ -6,7 +6,9 @@
 #
 #   scripts/bench_group.sh [KILLS] [N]
 #
-# WEIR_BENCH_PARTS picks the parts (default "takeover throughput").
+# WEIR_BENCH_PARTS picks the parts (default "takeover throughput"). WEIR_BENCH_SINK=kafka makes
+# the takeover's members write a Kafka topic in transactions that commit the group's offsets
+# instead of a Delta table (default delta).
 # 1. Takeover, for each group protocol: two members read while a producer writes; one is
 #    killed with kill -9 (KILLS times, default 5, started again after each) or stopped with
 #    SIGTERM (as many times). The time from the signal to the log line in which the other
@@ -39,14 +41,19 @@ B="$WEIR_KAFKA_BOOTSTRAP"
 "$WEIR" gen quotes --count 1 --out /dev/null --schema-dir "$WORK/schema" 2>/dev/null
 echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 
+SINK="${WEIR_BENCH_SINK:-delta}"
 sql() { # $1: topic, $2: protocol, $3: table
+  local sink="'connector' = 'delta', 'path' = '$3', 'app.id' = 'bench'"
+  if [ "$SINK" = kafka ]; then
+    sink="'connector' = 'kafka', 'brokers' = '$B', 'topic' = '$1-out', 'encoding' = 'json', 'transactional.id' = 'bench'"
+  fi
   cat <<SQL
 CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE)
   WITH ('connector' = 'kafka', 'brokers' = '$B', 'topic' = '$1', 'encoding' = 'protobuf',
         'message' = 'stocks.QuoteNBBO', 'location' = '$WORK/schema/stocks.pb',
         'group.id' = '$1', 'group.protocol' = '$2', 'session.timeout.ms' = '6000',
         'commit.interval' = '500ms');
-CREATE SINK t FROM q WITH ('connector' = 'delta', 'path' = '$3', 'app.id' = 'bench');
+CREATE SINK t FROM q WITH ($sink);
 SQL
 }
 
@@ -70,11 +77,12 @@ holds_some() { # whether log $1 says, after line $2, that the member reads a non
 PARTS="${WEIR_BENCH_PARTS:-takeover throughput}"
 if [[ " $PARTS " == *" takeover "* ]]; then
 echo
-echo "takeover: from the signal to the other member reading all 12 partitions (session timeout 6 s)"
+echo "takeover into $SINK: from the signal to the other member reading all 12 partitions (session timeout 6 s)"
 printf '%-9s %-8s %8s %8s %8s\n' protocol signal min median max
 for protocol in consumer classic; do
   topic="bench-group-$protocol-$$"
   "$WEIR" gen quotes --count 1000 --to "kafka://$B/$topic" --topic-partitions 12 >/dev/null 2>&1
+  [ "$SINK" = kafka ] && "$WEIR" gen quotes --count 0 --to "kafka://$B/$topic-out" --topic-partitions 6 >/dev/null 2>&1
   sql "$topic" "$protocol" "$WORK/t-$protocol" > "$WORK/$protocol.sql"
   ( i=0; while [ -f "$WORK/$protocol.sql" ]; do i=$((i + 1));
       "$WEIR" gen quotes --count 500 --seed "$i" --to "kafka://$B/$topic" >/dev/null 2>&1; sleep 0.2; done ) &
