@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# What sending costs weir's producer against librdkafka's (a benchmark, not a test). COUNT
+# options quotes (default 2,000,000) go to 6-partition topics of a local broker
+# (scripts/kafka.sh), each run a process measured by /usr/bin/time:
+#   weir sink     `weir run`: the quotes from a protobuf file through a kafka sink, as JSON
+#                 records keyed by ticker (decoding and encoding included), idempotent, acks=all
+#   kcat keyed    librdkafka (Debian's kcat) sending the very records the sink wrote (read back
+#                 from its topic as key<TAB>value lines), idempotent, acks=all, murmur2 keys as
+#                 the sink places them
+#   weir produce  `weir produce --framing lines`: the same JSON values, unkeyed
+#   kcat values   kcat sending the same values, unkeyed
+# alternating, WEIR_BENCH_RUNS times each (default 3), each into a fresh topic. Prints Markdown:
+# wall and CPU seconds, messages/s, CPU µs a message, and weir's CPU a message over kcat's.
+#
+#   scripts/bench_kafka_produce.sh [COUNT]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+COUNT="${1:-2000000}"
+RUNS="${WEIR_BENCH_RUNS:-3}"
+command -v kcat >/dev/null || { echo "bench_kafka_produce.sh: kcat not found (apt-get install kcat)" >&2; exit 1; }
+# shellcheck source=scripts/release_weir.sh
+source scripts/release_weir.sh
+WORK="$(mktemp -d)"
+export WEIR_KAFKA_RUN="$HOME/.cache/weir-kafka/run-produce-bench-$$"
+trap 'scripts/kafka.sh stop >/dev/null 2>&1 || true; rm -rf "$WORK" "$WEIR_KAFKA_RUN"' EXIT
+BROKER="$(scripts/kafka.sh start)"
+"$WEIR_BIN" gen quotes --count "$COUNT" --out "$WORK/q.pb" --schema-dir "$WORK/schema" >&2
+
+new_topic() { "$WEIR_BIN" gen quotes --count 0 --to "kafka://$BROKER/$1" --topic-partitions 6 >/dev/null 2>&1; }
+sink_sql() {
+  cat <<SQL
+CREATE SOURCE q (ticker VARCHAR, timestamp TIMESTAMP, sequence_number BIGINT, bid_price DOUBLE,
+                 ask_price DOUBLE, bid_size INT UNSIGNED, ask_size INT UNSIGNED)
+  WITH ('connector' = 'file', 'path' = '$WORK/q.pb', 'encoding' = 'protobuf',
+        'message' = 'stocks.QuoteNBBO', 'location' = '$WORK/schema/stocks.pb');
+CREATE SINK out FROM q WITH ('connector' = 'kafka', 'brokers' = '$BROKER', 'topic' = '$1',
+  'encoding' = 'json', 'key' = 'ticker');
+SQL
+}
+# The records the sink writes, as kcat reads them back: key<TAB>value lines, and the values.
+new_topic first
+sink_sql first > "$WORK/first.sql"
+"$WEIR_BIN" run --quiet --partitions 1 "$WORK/first.sql" >/dev/null
+kcat -C -b "$BROKER" -t first -e -q -f '%k\t%s\n' > "$WORK/keyed.txt"
+cut -f2- "$WORK/keyed.txt" > "$WORK/values.txt"
+[ "$(wc -l < "$WORK/keyed.txt")" -eq "$COUNT" ] || { echo "read back $(wc -l < "$WORK/keyed.txt") of $COUNT records" >&2; exit 1; }
+KCAT=(-b "$BROKER" -X enable.idempotence=true -X acks=all -X linger.ms=5
+      -X batch.size=921600 -X partitioner=murmur2_random -X queue.buffering.max.messages=1000000)
+
+declare -A res
+for r in $(seq "$RUNS"); do
+  for mode in weir-sink kcat-keyed weir-produce kcat-values; do
+    topic="produce-$mode-$r"
+    new_topic "$topic"
+    case $mode in
+      weir-sink) sink_sql "$topic" > "$WORK/run.sql"
+        cmd=("$WEIR_BIN" run --quiet --partitions 1 "$WORK/run.sql") ;;
+      kcat-keyed) cmd=(kcat -P "${KCAT[@]}" -t "$topic" -K $'\t' -l "$WORK/keyed.txt") ;;
+      weir-produce) cmd=("$WEIR_BIN" produce --log-level warn --framing lines --input "$WORK/values.txt" --to "kafka://$BROKER/$topic") ;;
+      kcat-values) cmd=(kcat -P "${KCAT[@]}" -t "$topic" -l "$WORK/values.txt") ;;
+    esac
+    /usr/bin/time -o "$WORK/time" -f "%e %U %S" "${cmd[@]}" >/dev/null 2>"$WORK/err" || { cat "$WORK/err" >&2; exit 1; }
+    t=$(tail -1 "$WORK/time")
+    res[$mode]="${res[$mode]:-} $t"
+    echo "run $r $mode: $t" >&2
+  done
+done
+
+echo "date: $(date -u +%Y-%m-%d)  nproc: $(nproc)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')  messages: $COUNT  kcat: $(kcat -V 2>&1 | grep -o 'Version [0-9.]*\|librdkafka [0-9.]*' | tr '\n' ' ')"
+echo
+echo "| sender | runs (wall s / CPU s) | best messages/s | CPU µs a message (best) |"
+echo "|---|---|---|---|"
+for mode in weir-sink kcat-keyed weir-produce kcat-values; do
+  # shellcheck disable=SC2086
+  set -- ${res[$mode]}
+  cells="" best=999999 cpu=999999
+  while [ $# -ge 3 ]; do
+    cells="$cells $(awk -v e="$1" -v u="$2" -v s="$3" 'BEGIN { printf "%.2f/%.2f", e, u + s }')"
+    best=$(awk -v a="$best" -v b="$1" 'BEGIN { print (b < a) ? b : a }')
+    cpu=$(awk -v a="$cpu" -v u="$2" -v s="$3" 'BEGIN { c = u + s; print (c < a) ? c : a }')
+    shift 3
+  done
+  eval "cpu_${mode//-/_}=$cpu"
+  echo "| $mode |$cells | $(awk -v n="$COUNT" -v t="$best" 'BEGIN { printf "%.0f", n / t }') | $(awk -v n="$COUNT" -v c="$cpu" 'BEGIN { printf "%.2f", c * 1e6 / n }') |"
+done
+echo
+# shellcheck disable=SC2154
+echo "CPU a message, weir sink / kcat keyed: $(awk -v a="$cpu_weir_sink" -v b="$cpu_kcat_keyed" 'BEGIN { printf "%.2f", a / b }')x; weir produce / kcat values: $(awk -v a="$cpu_weir_produce" -v b="$cpu_kcat_values" 'BEGIN { printf "%.2f", a / b }')x"
