@@ -244,7 +244,7 @@ pub enum Error {
     /// partitions may be another member's. The transaction must be aborted.
     #[error(
         "kafka group '{group_id}': this member (generation {generation}) was fenced: {reason}; \
-         its open transaction is aborted and it joins the group again"
+         its partitions may be another member's, so its open transaction must be aborted"
     )]
     OffsetsFenced {
         /// The `group.id`.

@@ -437,7 +437,7 @@ impl Producer {
 
     /// True while a transaction is open and has written to a partition or committed offsets
     /// (so ending it reaches the coordinator).
-    pub fn transaction_has_records(&self) -> bool {
+    pub fn transaction_has_writes(&self) -> bool {
         self.txn.as_ref().is_some_and(|t| t.open && t.has_writes())
     }
 
@@ -642,11 +642,13 @@ impl Producer {
         let batch = Bytes::from(batch);
         match self.submit(p, batch.clone()) {
             // No connection to the leader now (a broker restarting): send it once one is back.
-            Err(e) if e.is_transient() => self.resend(Pending {
-                correlation: 0,
-                partition: p,
-                batch,
-            }),
+            // A transaction that must be aborted is the caller's to write again.
+            Err(e) if e.is_transient() && !matches!(e, Error::TransactionAbortable { .. }) => self
+                .resend(Pending {
+                    correlation: 0,
+                    partition: p,
+                    batch,
+                }),
             other => other,
         }
     }

@@ -712,8 +712,16 @@ fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: Gr
         ..ProducerConfig::default()
     };
     let security = SecurityConfig::default();
-    let read =
-        |group: &str| committed_offsets(&brokers, &security, group, &src, Duration::from_secs(20));
+    let read = |group: &str| {
+        committed_offsets(
+            &brokers,
+            &security,
+            group,
+            &src,
+            &[0, 1],
+            Duration::from_secs(20),
+        )
+    };
     let at = |a: i64, b: i64| vec![((src.clone(), 0), a), ((src.clone(), 1), b)];
     let standalone = GroupMetadata::standalone(&format!("{src}-g"));
     let mut p = Producer::connect(&cfg).unwrap();
@@ -730,6 +738,7 @@ fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: Gr
         &security,
         &standalone.group_id,
         &src,
+        &[0, 1],
         Duration::from_secs(1),
     )
     .unwrap_err()
@@ -737,6 +746,16 @@ fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: Gr
     assert!(e.contains("UNSTABLE_OFFSET_COMMIT"), "{e}");
     p.commit_transaction().unwrap();
     assert_eq!(read(&standalone.group_id).unwrap(), vec![(0, 5), (1, 7)]);
+    // Only the partitions asked for.
+    let one = committed_offsets(
+        &brokers,
+        &security,
+        &standalone.group_id,
+        &src,
+        &[1],
+        Duration::from_secs(20),
+    );
+    assert_eq!(one.unwrap(), vec![(1, 7)]);
 
     // Aborted: the offsets go with the records.
     p.begin_transaction().unwrap();
@@ -751,7 +770,7 @@ fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: Gr
     p.begin_transaction().unwrap();
     p.send_offsets_to_transaction(&at(6, 8), &standalone)
         .unwrap();
-    assert!(p.transaction_has_records());
+    assert!(p.transaction_has_writes());
     p.commit_transaction().unwrap();
     assert_eq!(read(&standalone.group_id).unwrap(), vec![(0, 6), (1, 8)]);
 
@@ -926,7 +945,7 @@ fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
             .unwrap();
         }
         p.flush().unwrap();
-        assert!(p.transaction_has_records());
+        assert!(p.transaction_has_writes());
     };
     // Stopped with its transaction open: settling commits it.
     let mut first = Producer::connect(&cfg).unwrap();

@@ -79,6 +79,7 @@ impl ClassicMember {
         })
     }
 
+    /// The settings the member joined with.
     pub(crate) fn config(&self) -> &GroupConfig {
         &self.config
     }

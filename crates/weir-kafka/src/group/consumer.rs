@@ -76,11 +76,12 @@ impl ConsumerMember {
         Ok(member)
     }
 
-    /// This member's id (made by the client, as the protocol's version 1 wants).
+    /// The settings the member joined with.
     pub(crate) fn config(&self) -> &GroupConfig {
         &self.config
     }
 
+    /// This member's id (made by the client, as the protocol's version 1 wants).
     pub(crate) fn member_id(&self) -> &str {
         &self.member_id
     }

@@ -46,27 +46,25 @@ impl GroupMetadata {
     }
 }
 
-/// The offsets group `group_id` has committed for `topic` (the next offset to read, by
-/// partition; partitions without one are left out), read once no open transaction holds
-/// offsets of them (OffsetFetch with `require_stable`, KIP-447): a writer that resumes from
-/// them waits out a transaction its predecessor left open, rather than read past it. Gives up
-/// after `timeout` while one stays open.
+/// The offsets group `group_id` has committed for `partitions` of `topic` (the next offset to
+/// read, by partition; partitions without one are left out), read once no open transaction
+/// holds offsets of them (OffsetFetch with `require_stable`, KIP-447): a writer that resumes
+/// from them waits out a transaction its predecessor left open, rather than read past it.
+/// Gives up after `timeout` while one stays open.
 pub fn committed_offsets(
     brokers: &[String],
     security: &SecurityConfig,
     group_id: &str,
     topic: &str,
+    partitions: &[i32],
     timeout: Duration,
 ) -> Result<Vec<(i32, i64)>> {
     let connector = Connector::new(security, timeout)?;
     let deadline = Instant::now() + timeout;
-    // Asked by partition: a read of all the group's offsets reports only those committed, not
-    // a partition whose first offsets are in an open transaction.
-    let partitions = {
-        let mut any = crate::cluster::connect_any(&connector, brokers)?;
-        crate::cluster::topic_layout(&mut any, topic)?.leaders.len()
-    };
-    let partition_indexes: Vec<i32> = (0..partitions as i32).collect();
+    // Asked by partition (a read of all the group's offsets reports only those committed, not
+    // a partition whose first offsets are in an open transaction), and only those asked for:
+    // other members' open transactions hold theirs.
+    let partition_indexes = partitions.to_vec();
     let mut conn = locate(&connector, brokers, group_id, timeout)?;
     loop {
         // Version 7 is the first with `require_stable`; 8 and later ask for several groups.

@@ -61,6 +61,9 @@ struct MemberState {
     offsets: Option<Vec<(i32, i64)>>,
     /// The group as the member knows it, after its last heartbeat.
     metadata: Option<GroupMetadata>,
+    /// How often the group has fenced the member: a step read under an earlier count must not
+    /// commit offsets stamped with what the member became after (a new generation, or none).
+    fences: u64,
     /// Why the member's thread stopped.
     failed: Option<weir_kafka::Error>,
     /// The pipeline is done: leave the group.
@@ -149,9 +152,15 @@ impl Membership {
         self.lock().offsets = Some(offsets);
     }
 
-    /// The group as the member knows it now.
-    fn metadata(&self) -> Option<GroupMetadata> {
-        self.lock().metadata.clone()
+    /// The group as the member knows it now, and how often it was fenced so far.
+    fn metadata(&self) -> (Option<GroupMetadata>, u64) {
+        let st = self.lock();
+        (st.metadata.clone(), st.fences)
+    }
+
+    /// How often the member was fenced so far.
+    fn fences(&self) -> u64 {
+        self.lock().fences
     }
 
     /// Leaves the group (the partitions go to the others at once) and waits for the thread,
@@ -225,11 +234,13 @@ fn heartbeat(
             return;
         }
         let event = member.poll();
-        shared
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .metadata = Some(member.metadata());
+        {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            if matches!(event, Ok(GroupEvent::Fenced)) {
+                st.fences += 1;
+            }
+            st.metadata = Some(member.metadata());
+        }
         metrics
             .epoch
             .store(i64::from(member.epoch()), Ordering::Relaxed);
@@ -286,6 +297,8 @@ struct MemberSteps<'a> {
     group_id: String,
     topic: String,
     prefix: String,
+    /// [`Membership::fences`] when this run's partitions were taken up.
+    fences: u64,
 }
 
 impl StepSink for MemberSteps<'_> {
@@ -317,11 +330,23 @@ impl StepSink for MemberSteps<'_> {
                 Some((name.strip_prefix(&self.prefix)?.parse().ok()?, *next))
             })
             .collect();
-        // The first heartbeat's answer brought the partitions, and the generation with them.
-        let member = self
-            .membership
-            .metadata()
-            .unwrap_or_else(|| GroupMetadata::standalone(&self.group_id));
+        let (member, fences) = self.membership.metadata();
+        // Offsets stamped with what the member became after a fence (a classic member has no
+        // id and generation -1 then, which Kafka takes as a writer outside the group; a
+        // consumer-protocol member rejoins under a new epoch) would not be fenced: the step
+        // is refused here instead. Metadata from before the fence is the old member's, which
+        // the group's coordinator refuses once it has moved on.
+        let member = match member {
+            Some(m)
+                if self.steps.commits_group_offsets()
+                    && (fences != self.fences || m.generation < 0 || m.member_id.is_empty()) =>
+            {
+                return Err(self.fenced(m.generation));
+            }
+            Some(m) => m,
+            None if self.steps.commits_group_offsets() => return Err(self.fenced(-1)),
+            None => GroupMetadata::standalone(&self.group_id),
+        };
         let stamped = offsets
             .iter()
             .map(|&(p, o)| ((self.topic.clone(), p), o))
@@ -331,6 +356,20 @@ impl StepSink for MemberSteps<'_> {
             self.membership.committed(offsets);
         }
         Ok(())
+    }
+}
+
+impl MemberSteps<'_> {
+    /// The error of a step refused because the group fenced this member since its run began.
+    fn fenced(&self, generation: i32) -> SinkError {
+        SinkError::Kafka {
+            sink: self.steps.name().to_string(),
+            source: weir_kafka::Error::OffsetsFenced {
+                group_id: self.group_id.clone(),
+                generation,
+                reason: "the group fenced this member after it took these partitions up".into(),
+            },
+        }
     }
 }
 
@@ -393,6 +432,8 @@ pub(crate) fn run(
     let mut step = 0u64;
     let mut rows = 0u64;
     while !source.stop.load(Ordering::SeqCst) {
+        // Counted before the assignment is taken: a fence after it fails the run's commits.
+        let fences = membership.fences();
         match membership.take_pending(&source.name, if again { Duration::ZERO } else { TICK })? {
             Some(given) => current = given,
             None if again => {}
@@ -422,6 +463,7 @@ pub(crate) fn run(
             group_id: group.group_id.clone(),
             topic: topic.clone(),
             prefix: prefix.clone(),
+            fences,
         };
         match run_assigned(
             source,

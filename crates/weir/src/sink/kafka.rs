@@ -605,10 +605,11 @@ impl KafkaSink {
             .map_err(|e| self.kafka_error(e))
     }
 
-    /// The producer id and epoch of the open transaction, once it has written to a partition.
+    /// The producer id and epoch of the open transaction, once it has written to a partition
+    /// or committed offsets.
     pub(crate) fn transaction_identity(&self) -> Option<(i64, i16)> {
         self.producer
-            .transaction_has_records()
+            .transaction_has_writes()
             .then(|| self.producer.producer_identity())
     }
 

@@ -106,6 +106,16 @@ fn retry_until<T>(
 }
 
 impl KafkaSteps {
+    /// How long the sink retries while the brokers are away: its transaction timeout (a
+    /// transaction open longer is aborted by its coordinator anyway), and at least a minute,
+    /// which a consumer group's short timeout would otherwise cut.
+    fn patience(&self) -> Duration {
+        self.sink
+            .producer_config()
+            .transaction_timeout
+            .max(Duration::from_secs(60))
+    }
+
     /// Drives `sink`, whose producer has a `transactional.id`.
     pub(crate) fn new(
         mut sink: KafkaSink,
@@ -143,12 +153,16 @@ impl KafkaSteps {
             self.open = Some(checkpoint.step);
             self.step_rows.clear();
         }
-        match self.sink.send_offsets(&offsets, member) {
-            Err(e) if is_lost_connection(&e) => {
-                self.write_step_again(e, true)?;
-                self.sink.send_offsets(&offsets, member)?;
+        // A lost connection: the step's transaction is written again (by a new producer,
+        // with the patience `write_step_again` has), then the offsets go into it.
+        let deadline = Instant::now() + self.patience();
+        loop {
+            match self.sink.send_offsets(&offsets, member) {
+                Err(e) if is_lost_connection(&e) && Instant::now() < deadline => {
+                    self.write_step_again(e, true)?;
+                }
+                other => break other?,
             }
-            other => other?,
         }
         self.sealed = self.sink.transaction_identity();
         self.step_offsets = Some((offsets, member.clone()));
@@ -165,7 +179,7 @@ impl KafkaSteps {
         self.held.clear();
         self.sealed_refused.clear();
         self.sink.drop_refused();
-        let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
+        let deadline = Instant::now() + self.patience();
         let name = self.sink.name().to_string();
         let sink = &mut self.sink;
         match sink.reconnect() {
@@ -182,7 +196,7 @@ impl KafkaSteps {
     /// the step's open transaction, a new transaction, the step's rows written into it again,
     /// and with `flush` all of them acknowledged.
     fn write_step_again(&mut self, cause: SinkError, flush: bool) -> Result<(), SinkError> {
-        let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
+        let deadline = Instant::now() + self.patience();
         let name = self.sink.name().to_string();
         let (sink, rows) = (&mut self.sink, &self.step_rows);
         retry_until(
@@ -212,7 +226,7 @@ impl KafkaSteps {
     /// while the brokers were away): its rows, which the state already counts as written, are
     /// written again into a new transaction and committed.
     fn settle_commit(&mut self, cause: SinkError, sealed: (i64, i16)) -> Result<(), SinkError> {
-        let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
+        let deadline = Instant::now() + self.patience();
         let name = self.sink.name().to_string();
         let config = self.sink.producer_config().clone();
         let kafka = |source| SinkError::Kafka {
@@ -302,7 +316,7 @@ impl KafkaSteps {
     /// After `cause` (a lost broker connection) while the next epoch began: a new producer
     /// begins one.
     fn renew_again(&mut self, cause: SinkError) -> Result<(), SinkError> {
-        let deadline = Instant::now() + self.sink.producer_config().transaction_timeout;
+        let deadline = Instant::now() + self.patience();
         let name = self.sink.name().to_string();
         let sink = &mut self.sink;
         retry_until(
@@ -429,22 +443,27 @@ impl super::GroupSink for KafkaSteps {
         partitions: &[String],
     ) -> Result<Vec<(String, i64)>, SinkError> {
         let config = self.sink.producer_config();
-        let mut topics: Vec<&str> = partitions
-            .iter()
-            .filter_map(|name| name.strip_prefix("kafka/")?.rsplit_once('/'))
-            .map(|(topic, _)| topic)
-            .collect();
-        topics.dedup();
+        let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+        for name in partitions {
+            if let Some((topic, p)) = name
+                .strip_prefix("kafka/")
+                .and_then(|rest| rest.rsplit_once('/'))
+                .and_then(|(topic, p)| Some((topic, p.parse::<i32>().ok()?)))
+            {
+                by_topic.entry(topic).or_default().push(p);
+            }
+        }
         // A member that stopped with a transaction open holds its partitions' offsets until
         // the transaction is aborted, at the latest after its transaction timeout.
         let wait = config.transaction_timeout + Duration::from_secs(30);
         let mut out = Vec::new();
-        for topic in topics {
+        for (topic, ids) in by_topic {
             let committed = weir_kafka::committed_offsets(
                 &config.brokers,
                 &config.security,
                 group_id,
                 topic,
+                &ids,
                 wait,
             )
             .map_err(|source| SinkError::Kafka {
@@ -452,10 +471,7 @@ impl super::GroupSink for KafkaSteps {
                 source,
             })?;
             for (p, offset) in committed {
-                let name = format!("kafka/{topic}/{p}");
-                if partitions.contains(&name) {
-                    out.push((name, offset));
-                }
+                out.push((format!("kafka/{topic}/{p}"), offset));
             }
         }
         Ok(out)
