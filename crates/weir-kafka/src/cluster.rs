@@ -171,6 +171,25 @@ pub(crate) fn retriable(e: &Error) -> bool {
     }
 }
 
+/// The id of the cluster that `brokers` belong to (Metadata's `cluster_id`; `None` when the
+/// broker names none): what tells two bootstrap lists of one cluster from two clusters.
+pub fn cluster_id(
+    brokers: &[String],
+    security: &SecurityConfig,
+    timeout: Duration,
+) -> Result<Option<String>> {
+    let connector = Connector::new(security, timeout)?;
+    let mut conn = connect_any(&connector, brokers)?;
+    let v = conn.version(ApiKey::Metadata, "Metadata", 4, 12)?;
+    // No topics: only the brokers and the cluster id come back.
+    let req = MetadataRequest::default()
+        .with_topics(Some(Vec::new()))
+        .with_allow_auto_topic_creation(false);
+    let resp: kafka_protocol::messages::MetadataResponse =
+        conn.request(ApiKey::Metadata, v, &req)?;
+    Ok(resp.cluster_id.map(|id| id.to_string()))
+}
+
 /// Creates `topic` with `partitions` partitions (replication factor 1 unless given) and waits
 /// until its partitions have leaders. `configs` are topic settings such as
 /// `("compression.type", "zstd")`. An existing topic is an error unless `if_not_exists`.

@@ -108,7 +108,7 @@ pub mod batch {
     };
 }
 
-pub use cluster::{create_topic, create_topic_with};
+pub use cluster::{cluster_id, create_topic, create_topic_with};
 pub use compression::Decompressor;
 pub use consumer::{
     Consumer, ConsumerConfig, Isolation, OffsetReset, PartitionSelection, PollStatus, Record,

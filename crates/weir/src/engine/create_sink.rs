@@ -647,7 +647,15 @@ impl Engine {
             )
             .map_err(fail)?;
             let (name, schema) = (sink.to_string(), Arc::clone(&source.schema));
+            let consumer = match &source.connector {
+                crate::source::Connector::Kafka(k) => Some(k.consumer.clone()),
+                _ => None,
+            };
+            let group_id = group.group_id.clone();
             let opened = tokio::task::spawn_blocking(move || {
+                if let Some(consumer) = consumer {
+                    same_cluster(&name, &group_id, &consumer, &kafka.producer)?;
+                }
                 let writer = KafkaSink::open(&name, &kafka, &schema, encoder)?;
                 Ok::<_, SinkError>(KafkaSteps::new(writer, metrics))
             })
@@ -897,4 +905,34 @@ fn run_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     format!("{:x}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
+}
+
+/// Refuses a group's `kafka` sink whose topic is on another cluster than the group: a
+/// transaction commits a group's offsets only on its own cluster, so every step there would be
+/// refused as fenced.
+fn same_cluster(
+    sink: &str,
+    group_id: &str,
+    consumer: &weir_kafka::ConsumerConfig,
+    producer: &weir_kafka::ProducerConfig,
+) -> Result<(), SinkError> {
+    let id = |brokers: &[String], security| {
+        weir_kafka::cluster_id(brokers, security, producer.request_timeout).map_err(|source| {
+            SinkError::Kafka {
+                sink: sink.to_string(),
+                source,
+            }
+        })
+    };
+    let source = id(&consumer.brokers, &consumer.security)?;
+    let output = id(&producer.brokers, &producer.security)?;
+    match (source, output) {
+        (Some(a), Some(b)) if a != b => Err(SinkError::Options(format!(
+            "sink {sink}: its topic '{}' is on Kafka cluster '{b}', and consumer group \
+             '{group_id}' on cluster '{a}'; a transaction commits a group's offsets only on its \
+             own cluster. Write to a topic of the source's cluster (and copy it on, if need be)",
+            producer.topic
+        ))),
+        _ => Ok(()),
+    }
 }

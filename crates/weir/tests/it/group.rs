@@ -472,3 +472,42 @@ async fn group_options_that_cannot_work_are_refused_with_their_reason() {
     )
     .await;
 }
+
+/// A group's Kafka sink whose topic is on another cluster than the group is refused, naming
+/// both clusters: a transaction commits a group's offsets only on its own cluster, so every
+/// step there would be refused as fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_sink_writing_another_cluster_is_refused() {
+    let Some(b) = bootstrap() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_other, o) = crate::common::PrivateBroker::start(dir.path().join("kafka-run"));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
+    let topic = format!("weir-group-cluster-{}-{nanos}", std::process::id());
+    create_topic(std::slice::from_ref(&b), &topic, 2, 1, &[], false).unwrap();
+    create_topic(std::slice::from_ref(&o), "out", 2, 1, &[], false).unwrap();
+    let engine = Engine::new(EngineOptions {
+        follow: true,
+        ..EngineOptions::default()
+    });
+    let err = engine
+        .query(&format!(
+            "CREATE SOURCE q (v VARCHAR) WITH ('connector' = 'kafka', 'brokers' = '{b}', \
+             'topic' = '{topic}', 'encoding' = 'json', 'group.id' = '{topic}');\n\
+             CREATE SINK s FROM q WITH ('connector' = 'kafka', 'brokers' = '{o}', \
+             'topic' = 'out', 'encoding' = 'json');"
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+    for expect in [
+        "topic 'out' is on Kafka cluster",
+        &format!("consumer group '{topic}' on cluster"),
+        "only on its own cluster",
+    ] {
+        assert!(err.contains(expect), "{expect:?} not in: {err}");
+    }
+}
