@@ -18,6 +18,8 @@ RUNS="${WEIR_BENCH_RUNS:-3}"
 COMMIT="${WEIR_BENCH_COMMIT:-1s}"
 # shellcheck source=scripts/release_weir.sh
 source scripts/release_weir.sh
+# shellcheck source=scripts/bench_runs.sh
+source scripts/bench_runs.sh
 WORK="$(mktemp -d)"
 export WEIR_KAFKA_RUN="$HOME/.cache/weir-kafka/run-sink-bench-$$"
 trap 'scripts/kafka.sh stop >/dev/null 2>&1 || true; rm -rf "$WORK" "$WEIR_KAFKA_RUN"' EXIT
@@ -52,17 +54,7 @@ echo
 echo "| mode | runs (wall s / CPU s) | best messages/s | CPU µs a message (best) |"
 echo "|---|---|---|---|"
 for mode in idempotent exactly-once; do
-  # shellcheck disable=SC2086
-  set -- ${res[$mode]}
-  cells="" best=999999 cpu=999999
-  while [ $# -ge 3 ]; do
-    cells="$cells $(awk -v e="$1" -v u="$2" -v s="$3" 'BEGIN { printf "%.2f/%.2f", e, u + s }')"
-    best=$(awk -v a="$best" -v b="$1" 'BEGIN { print (b < a) ? b : a }')
-    cpu=$(awk -v a="$cpu" -v u="$2" -v s="$3" 'BEGIN { c = u + s; print (c < a) ? c : a }')
-    shift 3
-  done
-  eval "best_${mode//-/_}=$best"
-  echo "| $mode |$cells | $(awk -v n="$COUNT" -v t="$best" 'BEGIN { printf "%.0f", n / t }') | $(awk -v n="$COUNT" -v c="$cpu" 'BEGIN { printf "%.2f", c * 1e6 / n }') |"
+  runs_row "$mode"
 done
 echo
 # shellcheck disable=SC2154

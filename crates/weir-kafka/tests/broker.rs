@@ -684,6 +684,20 @@ fn transactions_under_the_classic_protocol() {
     offsets_inside_transactions(&b, TransactionProtocol::Classic, GroupProtocol::Classic);
 }
 
+/// The values of `topic` a `read_committed` consumer reads.
+fn committed_values(b: &str, topic: &str) -> BTreeSet<String> {
+    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
+        isolation: Isolation::ReadCommitted,
+        ..config(b, topic)
+    })
+    .unwrap();
+    drain(&mut c)
+        .values()
+        .flatten()
+        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .collect()
+}
+
 /// A source's offsets committed inside a transaction (KIP-447), under KIP-890's protocol and a
 /// member of Kafka 4's consumer group protocol.
 #[test]
@@ -827,17 +841,10 @@ fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: Gr
     member.leave().unwrap();
 
     // What a read_committed consumer sees: the committed records only.
-    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
-        isolation: Isolation::ReadCommitted,
-        ..config(b, &out)
-    })
-    .unwrap();
-    let got: BTreeSet<String> = drain(&mut c)
-        .values()
-        .flatten()
-        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
-        .collect();
-    assert_eq!(got, BTreeSet::from(["v1".to_string(), "v2".to_string()]));
+    assert_eq!(
+        committed_values(b, &out),
+        BTreeSet::from(["v1".to_string(), "v2".to_string()])
+    );
 }
 
 fn commit_abort_and_fence(b: &str, protocol: TransactionProtocol) {
@@ -975,16 +982,7 @@ fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
     send(&mut third, "d", 3);
     third.commit_transaction().unwrap();
 
-    let mut c = Consumer::connect(&weir_kafka::ConsumerConfig {
-        isolation: Isolation::ReadCommitted,
-        ..config(&b, &t)
-    })
-    .unwrap();
-    let got: BTreeSet<String> = drain(&mut c)
-        .values()
-        .flatten()
-        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
-        .collect();
+    let got = committed_values(&b, &t);
     let want: BTreeSet<String> = [("a", 10), ("b", 4), ("d", 3)]
         .iter()
         .flat_map(|(tag, n)| (0..*n).map(move |i| format!("{tag}{i}")))
