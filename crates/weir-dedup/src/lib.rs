@@ -8,6 +8,9 @@
 //!   ingests, or a synced write batch when there is no dedup key), the keys of the step, the
 //!   next position of every source partition, the files the step completed and the operator
 //!   state (opaque bytes, such as a continuous query's open windows) in [`Checkpoint`].
+//! - [`PartitionKeys`]: one Kafka partition's keys in memory, for a consumer group whose
+//!   partitions move between processes: each step's new keys come out as a key file the caller
+//!   stores beside the output, and a new owner restores the partition from those files.
 //! - [`KeyColumns`] and [`KeyMode`]: which columns make a key, stored hashed (xxh3-128) or raw.
 //! - [`DedupStats`]: block-cache hit rates overall and for data, index and filter blocks apart,
 //!   bloom-filter usefulness, keys held and expired, duplicates dropped and bytes on disk. The
@@ -23,6 +26,7 @@
 mod filter;
 mod keys;
 mod order;
+mod partition;
 mod set;
 mod store;
 mod table;
@@ -30,6 +34,7 @@ mod table;
 use std::fmt;
 
 pub use keys::{KeyColumns, KeyMode};
+pub use partition::PartitionKeys;
 pub use store::{Checkpoint, CommitError, DedupKey, StateOptions, StateStore};
 
 /// What went wrong with the state.

@@ -190,6 +190,27 @@ impl KeySet {
         }
     }
 
+    /// Calls `f` with every key held: its hash (as stored: a low word of 0 reads as 1, which
+    /// [`KeySet::insert`] places in the same slot), its raw bytes (empty for hashed keys) and
+    /// its time (`i64::MIN` when the set keeps none).
+    pub(crate) fn for_each(&self, mut f: impl FnMut([u8; 16], &[u8], i64)) {
+        for (i, &[lo, hi]) in self.hashes.iter().enumerate() {
+            if lo == 0 {
+                continue;
+            }
+            let mut hash = [0u8; 16];
+            hash[..8].copy_from_slice(&lo.to_le_bytes());
+            hash[8..].copy_from_slice(&hi.to_le_bytes());
+            let key = if self.raw { self.raw_key(i) } else { &[] };
+            let time = if self.timed {
+                self.extra[i].time
+            } else {
+                i64::MIN
+            };
+            f(hash, key, time);
+        }
+    }
+
     /// Bytes held (slots and arena), for the statistics.
     pub(crate) fn bytes(&self) -> usize {
         self.hashes.len() * 16 + self.extra.len() * size_of::<Extra>() + self.arena.capacity()

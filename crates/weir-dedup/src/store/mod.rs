@@ -70,7 +70,9 @@ pub struct DedupKey {
 }
 
 impl DedupKey {
-    fn describe(&self) -> String {
+    /// The key's definition as one line (columns, hash, TTL): state kept under one definition
+    /// is not read under another.
+    pub fn describe(&self) -> String {
         format!(
             "key={};hash={};ttl={}",
             self.columns.describe(),

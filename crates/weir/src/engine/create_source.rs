@@ -72,7 +72,11 @@ impl Engine {
             _ => factory,
         };
         let connector_options: &[&[OptionSpec]] = match connector {
-            "kafka" => &[KAFKA_OPTIONS, &KAFKA_SECURITY_OPTIONS],
+            "kafka" => &[
+                KAFKA_OPTIONS,
+                &KAFKA_SECURITY_OPTIONS,
+                crate::storage::STORAGE_OPTIONS,
+            ],
             _ => &[FILE_OPTIONS, crate::storage::STORAGE_OPTIONS],
         };
         let mut declared = vec![
@@ -146,20 +150,31 @@ impl Engine {
             ))));
         }
         let schema = SourceDefinition::table_schema(&prepared.schema(), &includes);
-        let state = StateSpec::parse(&name, &options, &schema)?;
+        let mut state = StateSpec::parse(&name, &options, &schema)?;
         let commit = CommitInterval::of(&name, &options)?;
-        if let (Some(group), Some(_)) = (connector.group(), &state) {
-            // Dedup keys and windows are kept per process, not per partition: they cannot move
-            // with a partition to another member yet.
-            return Err(fail(SourceErrorKind::Option(OptionError::Conflict(
-                format!(
-                    "'group.id' = '{}' and 'state.dir': a group moves partitions between \
-                 processes, and the state (dedup keys, open windows) does not move with them. \
-                 Drop 'state.dir' (a `delta` sink keeps its positions in the table), or read a \
-                 static 'partitions' list",
-                    group.group_id
-                ),
-            ))));
+        // A member of a consumer group keeps its dedup keys per partition, where every member
+        // reads them: they move with the partitions.
+        let group_state = match (connector.group(), state.take()) {
+            (Some(group), Some(spec)) => Some(spec.for_group(&name, &group.group_id, &options)?),
+            (None, spec) => {
+                state = spec;
+                None
+            }
+            (Some(_), None) => None,
+        };
+        if matches!(&connector, Connector::Kafka(_)) {
+            let storage = crate::storage::given_storage_options(&options);
+            let remote = group_state
+                .as_ref()
+                .is_some_and(|g| crate::storage::is_remote(&g.location));
+            if let (Some(k), false) = (storage.first(), remote) {
+                return Err(fail(SourceErrorKind::Option(OptionError::Conflict(
+                    format!(
+                        "'{k}' is an object-storage option: on a Kafka source it applies to a \
+                     consumer group's 'state.dir' given as an s3://, gs:// or az:// URL"
+                    ),
+                ))));
+            }
         }
         let watermark = self
             .watermark(&s, &options, &schema)
@@ -174,6 +189,7 @@ impl Engine {
             follow: self.options.follow
                 && !options.flag(&SCAN_BOUNDED).map_err(|e| fail(e.into()))?,
             state,
+            group_state,
             commit,
             commit_declared: CommitInterval::declared(&options),
             watermark,

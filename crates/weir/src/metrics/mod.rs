@@ -74,6 +74,14 @@ pub(crate) struct GroupMetrics {
     pub(crate) partitions: AtomicI64,
     /// The assignments the member was given.
     pub(crate) rebalances: AtomicU64,
+    /// Partitions whose dedup keys were restored from their key files.
+    pub(crate) restores: AtomicU64,
+    /// Time spent restoring them, in microseconds.
+    pub(crate) restore_micros: AtomicU64,
+    /// Bytes of key files read by restores.
+    pub(crate) restored_bytes: AtomicU64,
+    /// Dedup keys held for the partitions read now.
+    pub(crate) state_keys: AtomicI64,
 }
 
 impl Default for SourceMetrics {
@@ -405,6 +413,22 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
         "weir_source_group_rebalances",
         "Kafka consumer group: the assignments this member was given",
     );
+    let mut restores = Family::<C>::new(
+        "weir_source_group_state_restores",
+        "Kafka consumer group: partitions whose dedup keys this member restored from their key files",
+    );
+    let mut restore_secs = Family::<ConstCounter<f64>>::new(
+        "weir_source_group_state_restore_seconds",
+        "Kafka consumer group: time this member spent restoring partitions' dedup keys",
+    );
+    let mut restored_bytes = Family::<C>::new(
+        "weir_source_group_state_restored_bytes",
+        "Kafka consumer group: bytes of key files this member read to restore partitions",
+    );
+    let mut state_keys = Family::<G>::new(
+        "weir_source_group_state_keys",
+        "Kafka consumer group: dedup keys held for the partitions this member reads now",
+    );
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
@@ -415,6 +439,13 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
             epoch.add(name(), gauge(g.epoch.load(Ordering::Relaxed)));
             owned.add(name(), gauge(g.partitions.load(Ordering::Relaxed)));
             rebalances.add(name(), counter(g.rebalances.load(Ordering::Relaxed)));
+            restores.add(name(), counter(g.restores.load(Ordering::Relaxed)));
+            restore_secs.add(
+                name(),
+                ConstCounter::new(g.restore_micros.load(Ordering::Relaxed) as f64 / 1e6),
+            );
+            restored_bytes.add(name(), counter(g.restored_bytes.load(Ordering::Relaxed)));
+            state_keys.add(name(), gauge(g.state_keys.load(Ordering::Relaxed)));
         }
         late.add(name(), counter(load(&s.late)));
         ready.add(name(), gauge(i64::from(m.is_ready())));
@@ -467,6 +498,10 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
     epoch.encode(e, MetricType::Gauge)?;
     owned.encode(e, MetricType::Gauge)?;
     rebalances.encode(e, MetricType::Counter)?;
+    restores.encode(e, MetricType::Counter)?;
+    restore_secs.encode(e, MetricType::Counter)?;
+    restored_bytes.encode(e, MetricType::Counter)?;
+    state_keys.encode(e, MetricType::Gauge)?;
     ready.encode(e, MetricType::Gauge)
 }
 

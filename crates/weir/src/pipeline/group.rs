@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use weir_dedup::Checkpoint;
 use weir_kafka::{GroupConfig, GroupEvent, GroupMember, GroupMetadata};
 
-use super::ledger::{Ledger, TableLedger};
+use super::group_state::{GroupKeys, GroupStateDir};
+use super::ledger::{GroupLedger, Ledger};
 use super::steps::run_assigned;
 use crate::error::{SourceError, SourceErrorKind};
 use crate::metrics::GroupMetrics;
@@ -426,6 +427,33 @@ pub(crate) fn run(
         "joined the consumer group"
     );
     let metrics = source.stats.metrics.join_group();
+    let mut keys = match &source.group_state {
+        Some(spec) => {
+            let dir = GroupStateDir::open(
+                &source.name,
+                &spec.location,
+                &spec.options,
+                &spec.key,
+                member.member_id().to_string(),
+            )?;
+            tracing::info!(
+                source = %source.name,
+                state = %spec.location,
+                key = %spec.key.describe(),
+                "dedup keys are kept per partition and move with it: a key is dropped as a \
+                 duplicate only within its partition, so the producer must partition by it (the \
+                 Kafka key)"
+            );
+            Some(GroupKeys::new(
+                dir,
+                spec.key.clone(),
+                &source.name,
+                &topic,
+                Arc::clone(&metrics),
+            ))
+        }
+        None => None,
+    };
     let membership = Membership::start(&source.name, member, topic.clone(), metrics)?;
     let mut current: Vec<i32> = Vec::new();
     let mut again = false;
@@ -448,15 +476,22 @@ pub(crate) fn run(
                 .take_partitions(&group.group_id, &names)
                 .map_err(|e| sink_error(source, steps, e))?
         };
+        if let Some(keys) = &mut keys {
+            // Before the group hears the partitions are taken: their keys are restored first.
+            keys.take_up(&current, &positions)?;
+        }
         membership.finished(current.clone());
         if current.is_empty() {
             continue;
         }
-        let mut ledger = TableLedger::new(Checkpoint {
-            step,
-            positions,
-            ..Checkpoint::default()
-        });
+        let mut ledger = GroupLedger::new(
+            Checkpoint {
+                step,
+                positions,
+                ..Checkpoint::default()
+            },
+            keys.as_mut(),
+        );
         let mut sink = MemberSteps {
             steps: &mut *steps,
             membership: &membership,
@@ -465,17 +500,24 @@ pub(crate) fn run(
             prefix: prefix.clone(),
             fences,
         };
-        match run_assigned(
+        let ran = run_assigned(
             source,
             &mut ledger,
             &mut sink,
             &current,
             &membership.end_run,
-        ) {
+        );
+        step = ledger.checkpoint().step;
+        drop(ledger);
+        match ran {
             Ok(n) => rows += n,
             Err(e) if partition_fenced(&e, steps) => {
                 tracing::warn!(source = %source.name, "{e}");
                 steps.discard().map_err(|e| sink_error(source, steps, e))?;
+                // The dropped step's keys are in memory and not in the sink.
+                if let Some(keys) = &mut keys {
+                    keys.forget();
+                }
                 // Most likely the group has moved on and says so at the next heartbeat: give it
                 // that long before taking the partitions up again from the table.
                 membership.wait_for_news(FENCED_WAIT);
@@ -483,7 +525,6 @@ pub(crate) fn run(
             }
             Err(e) => return Err(e),
         }
-        step = ledger.checkpoint().step;
     }
     membership.leave();
     Ok(rows)

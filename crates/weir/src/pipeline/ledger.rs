@@ -7,6 +7,7 @@ use arrow::array::RecordBatch;
 use weir_dedup::{Checkpoint, StateStore};
 
 use super::dedup::dedup;
+use super::group_state::GroupKeys;
 use crate::error::SourceError;
 use crate::pipeline::live_source::LiveSource;
 
@@ -15,8 +16,20 @@ pub(crate) trait Ledger {
     /// The last committed step (step 0, no positions, when none).
     fn checkpoint(&self) -> &Checkpoint;
 
-    /// Drops the rows of `batch` seen before (none without a dedup key).
-    fn dedup(&mut self, batch: RecordBatch, source: &str) -> Result<RecordBatch, SourceError>;
+    /// Drops the rows of `batch` seen before (none without a dedup key). `channel` is the
+    /// reader's (a Kafka partition's id when [`Ledger::per_partition`]).
+    fn dedup(
+        &mut self,
+        batch: RecordBatch,
+        channel: usize,
+        source: &str,
+    ) -> Result<RecordBatch, SourceError>;
+
+    /// Whether the ledger keeps state per Kafka partition, so that each batch must hold one
+    /// partition's rows.
+    fn per_partition(&self) -> bool {
+        false
+    }
 
     /// Records the step that ends now (its number is the last one's plus one).
     fn commit(&mut self, checkpoint: Checkpoint, source: &LiveSource) -> Result<(), SourceError>;
@@ -36,7 +49,12 @@ impl Ledger for StateStore {
         StateStore::checkpoint(self)
     }
 
-    fn dedup(&mut self, batch: RecordBatch, source: &str) -> Result<RecordBatch, SourceError> {
+    fn dedup(
+        &mut self,
+        batch: RecordBatch,
+        _: usize,
+        source: &str,
+    ) -> Result<RecordBatch, SourceError> {
         dedup(self, batch, source)
     }
 
@@ -96,7 +114,7 @@ impl Ledger for TableLedger {
         &self.committed
     }
 
-    fn dedup(&mut self, batch: RecordBatch, _: &str) -> Result<RecordBatch, SourceError> {
+    fn dedup(&mut self, batch: RecordBatch, _: usize, _: &str) -> Result<RecordBatch, SourceError> {
         Ok(batch)
     }
 
@@ -104,6 +122,65 @@ impl Ledger for TableLedger {
         checkpoint.step = self.committed.step + 1;
         self.committed = checkpoint;
         Ok(())
+    }
+
+    fn sync(&mut self, _: &LiveSource) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn try_sync(&mut self, _: &LiveSource) -> Result<bool, SourceError> {
+        Ok(true)
+    }
+
+    fn finish(&mut self, _: &LiveSource) -> Result<(), SourceError> {
+        Ok(())
+    }
+}
+
+/// The steps of a consumer group's member: positions in the sink, as [`TableLedger`]'s, and,
+/// with a dedup key, each partition's keys ([`GroupKeys`]), whose step's key files are stored
+/// before the step commits to the sink.
+pub(crate) struct GroupLedger<'a> {
+    table: TableLedger,
+    keys: Option<&'a mut GroupKeys>,
+}
+
+impl<'a> GroupLedger<'a> {
+    /// Resumes after `committed` (read from the sink), deduplicating with `keys` if given.
+    pub(crate) fn new(committed: Checkpoint, keys: Option<&'a mut GroupKeys>) -> Self {
+        Self {
+            table: TableLedger::new(committed),
+            keys,
+        }
+    }
+}
+
+impl Ledger for GroupLedger<'_> {
+    fn checkpoint(&self) -> &Checkpoint {
+        self.table.checkpoint()
+    }
+
+    fn dedup(
+        &mut self,
+        batch: RecordBatch,
+        channel: usize,
+        source: &str,
+    ) -> Result<RecordBatch, SourceError> {
+        match &mut self.keys {
+            Some(keys) => keys.dedup(batch, channel),
+            None => self.table.dedup(batch, channel, source),
+        }
+    }
+
+    fn per_partition(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    fn commit(&mut self, checkpoint: Checkpoint, source: &LiveSource) -> Result<(), SourceError> {
+        if let Some(keys) = &mut self.keys {
+            keys.commit(&checkpoint.positions)?;
+        }
+        self.table.commit(checkpoint, source)
     }
 
     fn sync(&mut self, _: &LiveSource) -> Result<(), SourceError> {

@@ -10,6 +10,7 @@
 //! - [`dedup`]: the dedup stage.
 //! - [`steps`]: exactly-once output, and the clean-up of what a crash left.
 //! - [`group`]: a Kafka source read as a member of a consumer group, into a table sink.
+//! - [`group_state`]: the dedup keys of a group's partitions, in key files every member reads.
 //! - [`ledger`]: where the steps are recorded (the state directory, or a table sink's log).
 //! - [`scan`]: the scans DataFusion runs (stateless in parallel, or one reader with state).
 //! - [`table`]: a source as a DataFusion table, whose scans are [`scan`]'s.
@@ -21,6 +22,7 @@
 pub(crate) mod decode;
 pub(crate) mod dedup;
 pub(crate) mod group;
+pub(crate) mod group_state;
 pub(crate) mod ledger;
 pub(crate) mod live_source;
 pub(crate) mod reader;

@@ -173,6 +173,7 @@ pub(crate) fn open_assigned(
     checkpoint: &Checkpoint,
     partitions: &[i32],
     end: &Arc<std::sync::atomic::AtomicBool>,
+    per_partition: bool,
 ) -> Result<Box<dyn PositionedReader>, SourceError> {
     let Connector::Kafka(settings) = &source.connector else {
         return Err(SourceError::new(
@@ -187,9 +188,13 @@ pub(crate) fn open_assigned(
     let mut config = settings.consumer.clone();
     config.bounded = false;
     config.partitions = weir_kafka::PartitionSelection::List(partitions.to_vec());
-    Ok(Box::new(
-        KafkaReader::open(config, decoder, &checkpoint.positions)?.ending_on(Arc::clone(end)),
-    ))
+    let reader =
+        KafkaReader::open(config, decoder, &checkpoint.positions)?.ending_on(Arc::clone(end));
+    Ok(Box::new(if per_partition {
+        reader.split_by_partition()
+    } else {
+        reader
+    }))
 }
 
 /// One partition of a stateless scan.

@@ -455,7 +455,13 @@ pub(crate) fn run_assigned(
     partitions: &[i32],
     end: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<u64, SourceError> {
-    let reader = open_assigned(source, ledger.checkpoint(), partitions, end)?;
+    let reader = open_assigned(
+        source,
+        ledger.checkpoint(),
+        partitions,
+        end,
+        ledger.per_partition(),
+    )?;
     with_read_ahead(&source.name, reader, |_, next| {
         step_loop(source, ledger, files, next, &mut Rows)
     })?
@@ -529,7 +535,7 @@ fn step_loop(
             Next::Batch(b) => {
                 step_rows += b.num_rows() as u64;
                 moved = true;
-                let b = store.dedup(b, &source.name)?;
+                let b = store.dedup(b, item.channel, &source.name)?;
                 if b.num_rows() > 0 {
                     transform.batch(b, item.channel, &mut out)?;
                 }

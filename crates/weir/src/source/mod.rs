@@ -19,7 +19,7 @@ use weir_codec::{OptionKind, OptionSpec, Options};
 
 use self::dead_letter::DeadLetterFile;
 use self::meta::MetaKind;
-use self::state::{CommitInterval, StateSpec};
+use self::state::{CommitInterval, GroupStateSpec, StateSpec};
 use crate::error::{SourceError, SourceErrorKind};
 
 /// The options of every source, whatever its connector and encoding.
@@ -247,6 +247,9 @@ pub(crate) struct SourceDefinition {
     pub(crate) follow: bool,
     /// Dedup and checkpoints (`'state.dir'`), if set.
     pub(crate) state: Option<StateSpec>,
+    /// With `'group.id'`, `'state.dir'` and `'dedup.key'`: the partitions' dedup keys, which
+    /// move with them (`state` is then `None`).
+    pub(crate) group_state: Option<GroupStateSpec>,
     /// `'commit.interval'`: when a step of an exactly-once sink ends.
     pub(crate) commit: CommitInterval,
     /// Whether `'commit.interval'` was written (without `'state.dir'` only a `delta` sink

@@ -227,6 +227,67 @@ impl StateSpec {
     }
 }
 
+/// The state of a source read by a member of a consumer group: each partition's dedup keys, in
+/// key files under `'state.dir'` that every member of the group reads
+/// (`crate::pipeline::group_state`).
+pub(crate) struct GroupStateSpec {
+    /// `'state.dir'`: a local path or an object-storage URL.
+    pub(crate) location: String,
+    /// The dedup key.
+    pub(crate) key: DedupKey,
+    /// The source's options, for the object store's credentials.
+    pub(crate) options: Options,
+}
+
+impl std::fmt::Debug for GroupStateSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the options: they may hold the store's credentials.
+        f.debug_struct("GroupStateSpec")
+            .field("location", &self.location)
+            .field("key", &self.key.describe())
+            .finish()
+    }
+}
+
+impl StateSpec {
+    /// The state of the source `source` as a member of consumer group `group_id`: its dedup
+    /// keys move with their partitions, so they are kept per partition in files every member
+    /// reads, not in this process's RocksDB.
+    pub(crate) fn for_group(
+        self,
+        source: &str,
+        group_id: &str,
+        options: &Options,
+    ) -> Result<GroupStateSpec, SourceError> {
+        let conflict = |text: String| {
+            SourceError::new(source, SourceErrorKind::Option(OptionError::Conflict(text)))
+        };
+        let Some(key) = self.options.key else {
+            return Err(conflict(format!(
+                "'group.id' = '{group_id}' with 'state.dir' and no 'dedup.key': a group's \
+                 positions are kept by its sink, so 'state.dir' holds the partitions' dedup keys \
+                 only; give 'dedup.key', or drop 'state.dir'"
+            )));
+        };
+        if let Some(k) = [DEDUP_BLOCK_CACHE, DEDUP_RECENT_KEYS]
+            .iter()
+            .find(|s| options.given(s).is_some())
+        {
+            return Err(conflict(format!(
+                "'{}' tunes the RocksDB state of a source outside a consumer group; with \
+                 'group.id' = '{group_id}' each partition's keys are held in memory and kept in \
+                 key files under 'state.dir': drop it",
+                k.key
+            )));
+        }
+        Ok(GroupStateSpec {
+            location: self.dir.to_string_lossy().into_owned(),
+            key,
+            options: options.clone(),
+        })
+    }
+}
+
 fn in_unit(d: Duration, unit: TimeUnit) -> i64 {
     let v = match unit {
         TimeUnit::Second => d.as_secs() as u128,

@@ -174,14 +174,24 @@ impl Drop for StopOnDrop {
 }
 
 /// Sends quotes to `topic`, 2,000 at a time a few times a second, until `stop` is set;
-/// returns how many.
-fn producer(broker: String, topic: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+/// returns how many. With `repeat`, each 2,000 are sent again with the next 2,000, as a
+/// producer's retries would: the same keys, later, often to another member.
+fn producer(
+    broker: String,
+    topic: String,
+    stop: Arc<AtomicBool>,
+    repeat: bool,
+) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut sent = 0;
         let mut seed = 1;
         while !stop.load(Ordering::SeqCst) {
             send(&broker, &topic, 2_000, seed);
             sent += 2_000;
+            if repeat && seed > 1 {
+                send(&broker, &topic, 2_000, seed - 1);
+                sent += 2_000;
+            }
             seed += 1;
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -189,7 +199,42 @@ fn producer(broker: String, topic: String, stop: Arc<AtomicBool>) -> std::thread
     })
 }
 
-fn group_members_write_each_record_once(protocol: &str, output: Output) {
+/// The (partition, offset) of the first record of each `(ticker, sequence_number)` in `topic`:
+/// what a dedup on that key keeps (the key's ticker is the Kafka key, so a key is always in
+/// one partition, and its first record is its lowest offset there).
+async fn first_of_each_key(broker: &str, topic: &str, pb: &Path) -> BTreeMap<(i32, i64), usize> {
+    let engine = Engine::new(EngineOptions {
+        partitions: 1,
+        ..EngineOptions::default()
+    });
+    let got = engine
+        .query(&format!(
+            "CREATE SOURCE k (ticker VARCHAR, sequence_number BIGINT) \
+             INCLUDE partition AS p INCLUDE offset AS o WITH ('connector' = 'kafka', \
+             'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'protobuf', \
+             'message' = 'stocks.QuoteNBBO', 'location' = '{}');\n\
+             SELECT min(p) AS p, max(p) AS p2, min(o) AS o FROM k GROUP BY ticker, sequence_number;",
+            pb.display()
+        ))
+        .await
+        .unwrap();
+    let mut first = BTreeMap::new();
+    for b in &got {
+        let p = b.column(0).as_primitive::<Int32Type>();
+        let p2 = b.column(1).as_primitive::<Int32Type>();
+        let o = b.column(2).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            assert_eq!(p.value(i), p2.value(i), "a key in two partitions");
+            first.insert((p.value(i), o.value(i)), 1);
+        }
+    }
+    first
+}
+
+/// Members come and go while records arrive; with `dedup`, half the records repeat earlier
+/// ones, the source drops them by `(ticker, sequence_number)`, and a member that takes a
+/// partition over must drop the repeats of keys another member saw.
+fn group_members_write_each_record_once(protocol: &str, output: Output, dedup: bool) {
     let Some(b) = bootstrap() else {
         return;
     };
@@ -229,10 +274,16 @@ fn group_members_write_each_record_once(protocol: &str, output: Output) {
             pb.display(),
         )
     };
-    let group = format!(
+    let mut group = format!(
         "'group.id' = '{topic}', 'group.protocol' = '{protocol}', \
          'session.timeout.ms' = '6000', 'max.poll.interval.ms' = '20000', "
     );
+    if dedup {
+        group.push_str(&format!(
+            "'state.dir' = '{}', 'dedup.key' = 'ticker, sequence_number', ",
+            d.join("keys").display()
+        ));
+    }
     let sql = d.join("p.sql");
     std::fs::write(&sql, pipeline(&group, "quotes-ingest")).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -259,7 +310,7 @@ fn group_members_write_each_record_once(protocol: &str, output: Output) {
         seen.len()
     };
     let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
-    let sending = producer(b.clone(), topic.clone(), Arc::clone(&stop.0));
+    let sending = producer(b.clone(), topic.clone(), Arc::clone(&stop.0), dedup);
     let mut started = 0;
     let mut next_name = || {
         started += 1;
@@ -295,11 +346,27 @@ fn group_members_write_each_record_once(protocol: &str, output: Output) {
     stop.0.store(true, Ordering::SeqCst);
     let sent = sending.join().unwrap() as usize;
     assert_eq!(kills, 10);
+    // What the output must hold: every record, or the first of each key.
+    let expected = if dedup {
+        let first = rt.block_on(first_of_each_key(&b, &topic, &pb));
+        assert!(
+            first.len() < sent * 3 / 4,
+            "too few repeats: {} keys in {sent}",
+            first.len()
+        );
+        first
+    } else {
+        BTreeMap::new()
+    };
+    let sent = if dedup { expected.len() } else { sent };
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let n = check(&mut members);
         if n >= sent {
-            assert_eq!(n, sent, "more records in the output than were sent");
+            assert_eq!(
+                n, sent,
+                "more records in the output than were sent (or keys)"
+            );
             break;
         }
         assert!(
@@ -336,6 +403,22 @@ fn group_members_write_each_record_once(protocol: &str, output: Output) {
     let seen = written();
     assert_eq!(seen.len(), sent, "missing after the stop");
     assert!(seen.values().all(|n| *n == 1), "doubled after the stop");
+    if dedup {
+        // Exactly the first record of each key: no repeat slipped through a takeover.
+        let wrong: Vec<_> = seen
+            .keys()
+            .filter(|k| !expected.contains_key(k))
+            .take(5)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "repeats of keys seen before were written: {wrong:?}"
+        );
+        assert!(
+            logs.contains("restored the partition's dedup keys"),
+            "no member restored a partition's keys:\n{logs}"
+        );
+    }
     if output == Output::Kafka {
         // The members used the transaction protocol the broker offers, and took partitions
         // up at the offsets the group holds.
@@ -369,26 +452,26 @@ fn group_members_write_each_record_once(protocol: &str, output: Output) {
 /// Kafka 4's consumer group protocol (the coordinator assigns).
 #[test]
 fn group_members_by_the_consumer_protocol_write_each_record_once() {
-    group_members_write_each_record_once("consumer", Output::Delta);
+    group_members_write_each_record_once("consumer", Output::Delta, true);
 }
 
 /// The classic protocol (JoinGroup and SyncGroup, cooperative-sticky).
 #[test]
 fn group_members_by_the_classic_protocol_write_each_record_once() {
-    group_members_write_each_record_once("classic", Output::Delta);
+    group_members_write_each_record_once("classic", Output::Delta, true);
 }
 
 /// Into a Kafka topic, each step one transaction that also commits the group's offsets
 /// (KIP-447), by the consumer protocol.
 #[test]
 fn group_members_by_the_consumer_protocol_write_each_record_once_to_kafka() {
-    group_members_write_each_record_once("consumer", Output::Kafka);
+    group_members_write_each_record_once("consumer", Output::Kafka, false);
 }
 
 /// Into a Kafka topic by the classic protocol.
 #[test]
 fn group_members_by_the_classic_protocol_write_each_record_once_to_kafka() {
-    group_members_write_each_record_once("classic", Output::Kafka);
+    group_members_write_each_record_once("classic", Output::Kafka, false);
 }
 
 /// What a consumer group cannot do yet, or what contradicts it, is refused with a message
@@ -433,13 +516,31 @@ async fn group_options_that_cannot_work_are_refused_with_their_reason() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
+    // A group's 'state.dir' holds the partitions' dedup keys, and nothing else.
     refused(
         engine(),
         source(&format!(
-            ", 'group.id' = 'g', 'state.dir' = '{}', 'dedup.key' = 'v'",
+            ", 'group.id' = 'g', 'state.dir' = '{}'",
             dir.path().display()
         )),
-        &["'group.id' = 'g' and 'state.dir'", "does not move"],
+        &["'state.dir' and no 'dedup.key'", "give 'dedup.key'"],
+    )
+    .await;
+    refused(
+        engine(),
+        source(&format!(
+            ", 'group.id' = 'g', 'state.dir' = '{}', 'dedup.key' = 'v', \
+             'dedup.block_cache' = '1MiB'",
+            dir.path().display()
+        )),
+        &["'dedup.block_cache'", "outside a consumer group"],
+    )
+    .await;
+    // Object-storage options on a Kafka source are for a group's 'state.dir' URL only.
+    refused(
+        engine(),
+        source(", 's3.region' = 'eu-west-1'"),
+        &["'s3.region'", "consumer group's 'state.dir'"],
     )
     .await;
     // A query, a file sink, or a run without --follow cannot follow the group's assignments.
