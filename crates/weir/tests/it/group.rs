@@ -449,16 +449,16 @@ fn group_members_write_each_record_once(protocol: &str, output: Output, dedup: b
     assert_eq!(rt.block_on(records(&table)).len(), sent);
 }
 
-/// Kafka 4's consumer group protocol (the coordinator assigns).
+/// Kafka 4's consumer group protocol (the coordinator assigns), with dedup keys that move.
 #[test]
 fn group_members_by_the_consumer_protocol_write_each_record_once() {
     group_members_write_each_record_once("consumer", Output::Delta, true);
 }
 
-/// The classic protocol (JoinGroup and SyncGroup, cooperative-sticky).
+/// The classic protocol (JoinGroup and SyncGroup, cooperative-sticky), without dedup.
 #[test]
 fn group_members_by_the_classic_protocol_write_each_record_once() {
-    group_members_write_each_record_once("classic", Output::Delta, true);
+    group_members_write_each_record_once("classic", Output::Delta, false);
 }
 
 /// Into a Kafka topic, each step one transaction that also commits the group's offsets
@@ -468,10 +468,10 @@ fn group_members_by_the_consumer_protocol_write_each_record_once_to_kafka() {
     group_members_write_each_record_once("consumer", Output::Kafka, false);
 }
 
-/// Into a Kafka topic by the classic protocol.
+/// Into a Kafka topic by the classic protocol, with dedup keys that move.
 #[test]
 fn group_members_by_the_classic_protocol_write_each_record_once_to_kafka() {
-    group_members_write_each_record_once("classic", Output::Kafka, false);
+    group_members_write_each_record_once("classic", Output::Kafka, true);
 }
 
 /// What a consumer group cannot do yet, or what contradicts it, is refused with a message
