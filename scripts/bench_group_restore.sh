@@ -9,6 +9,9 @@
 # line ("restored the partition's dedup keys": keys, files, bytes, ms).
 #
 #   scripts/bench_group_restore.sh [N]
+#
+# With WEIR_BENCH_S3=1 the keys are on the S3-compatible store at WEIR_S3_ENDPOINT
+# (scripts/objectstore.sh start prints its variables; WEIR_S3_BUCKET must exist) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-1000000}"
@@ -31,12 +34,17 @@ echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinf
 TOPIC="restore-$$-$(date +%s)"
 "$WEIR" gen quotes --count 1 --out /dev/null --schema-dir "$WORK/schema" 2>/dev/null
 "$WEIR" gen quotes --count "$N" --seed 7 --to "kafka://$B/$TOPIC" --topic-partitions 1 >/dev/null 2>&1
+STATE="'state.dir' = '$WORK/keys'"
+if [ "${WEIR_BENCH_S3:-}" = 1 ]; then
+  STATE="'state.dir' = 's3://$WEIR_S3_BUCKET/$TOPIC/keys', 's3.endpoint' = '$WEIR_S3_ENDPOINT', 's3.region' = 'us-east-1', 's3.access.key.id' = '$WEIR_S3_ACCESS_KEY', 's3.secret.access.key' = '\${env:WEIR_S3_SECRET_KEY}'"
+fi
+echo "keys in: ${STATE%%,*}"
 cat > "$WORK/p.sql" <<SQL
 CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT, bid_price DOUBLE)
   WITH ('connector' = 'kafka', 'brokers' = '$B', 'topic' = '$TOPIC', 'encoding' = 'protobuf',
         'message' = 'stocks.QuoteNBBO', 'location' = '$WORK/schema/stocks.pb',
         'group.id' = '$TOPIC', 'session.timeout.ms' = '6000', 'commit.interval' = '200ms',
-        'state.dir' = '$WORK/keys', 'dedup.key' = 'ticker, sequence_number');
+        $STATE, 'dedup.key' = 'ticker, sequence_number');
 CREATE SINK t FROM q WITH ('connector' = 'delta', 'path' = '$WORK/table', 'app.id' = 'bench');
 SQL
 
@@ -73,6 +81,5 @@ echo
 echo "| member | keys restored | files read | bytes read | restore time |"
 echo "|---|---|---|---|---|"
 member first
-echo "(key files after the first member: $(find "$WORK/keys" -name '*.keys' | wc -l), $(du -sh "$WORK/keys" | cut -f1))" >&2
 member second
 member third

@@ -279,10 +279,18 @@ fn group_members_write_each_record_once(protocol: &str, output: Output, dedup: b
          'session.timeout.ms' = '6000', 'max.poll.interval.ms' = '20000', "
     );
     if dedup {
-        group.push_str(&format!(
-            "'state.dir' = '{}', 'dedup.key' = 'ticker, sequence_number', ",
-            d.join("keys").display()
-        ));
+        // The keys on the test's object store when it runs (always under CI), by the
+        // consumer protocol; else, and by the classic one, in a directory the members share.
+        let keys = match (protocol, crate::common::s3()) {
+            ("consumer", Some((endpoint, key, secret, bucket))) => format!(
+                "'state.dir' = 's3://{bucket}/{topic}/keys', 's3.endpoint' = '{endpoint}', \
+                 's3.region' = 'us-east-1', 's3.access.key.id' = '{key}', \
+                 's3.secret.access.key' = '{secret}', "
+            ),
+            _ => format!("'state.dir' = '{}', ", d.join("keys").display()),
+        };
+        group.push_str(&keys);
+        group.push_str("'dedup.key' = 'ticker, sequence_number', ");
     }
     let sql = d.join("p.sql");
     std::fs::write(&sql, pipeline(&group, "quotes-ingest")).unwrap();
