@@ -166,14 +166,25 @@ impl PartitionKeys {
         self.step_moved = false;
     }
 
-    /// Every key held, as one key file.
+    /// Every key held, as one key file, less the keys past their TTL (which dedup already
+    /// treats as unseen, and the clock never moves back).
     pub fn snapshot(&self) -> Vec<u8> {
+        let cutoff = self
+            .ttl
+            .map(|ttl| self.max_time.saturating_sub(ttl))
+            .unwrap_or(i64::MIN);
         let entry = 16 + if self.timed { 8 } else { 0 } + if self.raw { 4 } else { 0 };
-        let mut file = Vec::with_capacity(HEADER + self.set.len() * entry + TRAILER);
-        self.header(&mut file, self.set.len() as u64);
+        let mut entries = Vec::with_capacity(self.set.len() * entry);
+        let mut keys = 0u64;
         self.set.for_each(|hash, key, time| {
-            push_entry(&mut file, self.raw, self.timed, hash, key, time);
+            if time >= cutoff {
+                keys += 1;
+                push_entry(&mut entries, self.raw, self.timed, hash, key, time);
+            }
         });
+        let mut file = Vec::with_capacity(HEADER + entries.len() + TRAILER);
+        self.header(&mut file, keys);
+        file.extend_from_slice(&entries);
         seal(file)
     }
 
@@ -366,6 +377,11 @@ mod tests {
         let mut b = PartitionKeys::new(&k);
         b.restore(&first).unwrap();
         b.restore(&second).unwrap();
+        // A snapshot leaves out keys past their TTL, and drops the same rows.
+        assert_eq!(kept(&mut b, &["y"], &[120]), ["y"]);
+        let mut c = PartitionKeys::new(&k);
+        assert_eq!(c.restore(&b.snapshot()).unwrap(), 1, "x expired at 110");
+        assert_eq!(kept(&mut c, &["y", "x"], &[121, 121]), ["x"]);
         // x (time 100) expires once the clock passes 110, in both.
         assert_eq!(kept(&mut a, &["x"], &[111]), ["x"]);
         assert_eq!(kept(&mut b, &["x"], &[111]), ["x"]);
