@@ -83,6 +83,18 @@ impl PartitionKeys {
         self.set.len() == 0
     }
 
+    /// Whether `other` (another partition's keys, under the same dedup key) holds the key of
+    /// row `row` of the batch last given to [`PartitionKeys::dedup`]. A producer that sends
+    /// each key to one partition never makes this true: it checks that the key determines the
+    /// partition, which dedup per partition needs.
+    pub fn row_key_in(&self, row: usize, other: &PartitionKeys) -> bool {
+        row < self.rows.len()
+            && other
+                .set
+                .get(self.rows.hash(row), self.rows.raw(row))
+                .is_some()
+    }
+
     /// Rows checked and rows dropped as duplicates so far.
     pub fn counts(&self) -> (u64, u64) {
         (self.rows_checked, self.dropped)
@@ -100,17 +112,11 @@ impl PartitionKeys {
         let n = batch.num_rows();
         self.rows.encode(batch, &self.columns)?;
         self.rows_checked += n as u64;
-        if self.rows.has_times() {
-            let before = self.max_time;
-            for r in 0..n {
-                self.max_time = self.max_time.max(self.rows.time(r));
-            }
-            self.step_moved |= self.max_time != before;
-        }
-        let cutoff = self
-            .ttl
-            .map(|ttl| self.max_time.saturating_sub(ttl))
-            .unwrap_or(i64::MIN);
+        // The TTL's clock moves row by row, in the partition's order: whether a key expired
+        // depends on the records before it only, never on how they were cut into batches, so
+        // two members that read the same records keep the same rows.
+        let before = self.max_time;
+        let timed_rows = self.rows.has_times();
         let mut keep = BooleanBufferBuilder::new(n);
         keep.append_n(n, true);
         let mut dropped = 0u64;
@@ -121,6 +127,13 @@ impl PartitionKeys {
                 self.set.prefetch(self.rows.hash(r + AHEAD));
             }
             let (h, raw, time) = (self.rows.hash(r), self.rows.raw(r), self.rows.time(r));
+            if timed_rows {
+                self.max_time = self.max_time.max(time);
+            }
+            let cutoff = self
+                .ttl
+                .map(|ttl| self.max_time.saturating_sub(ttl))
+                .unwrap_or(i64::MIN);
             match self.set.get(h, raw) {
                 Some(t) if self.ttl.is_none() || t >= cutoff => {
                     keep.set_bit(r, false);
@@ -138,6 +151,7 @@ impl PartitionKeys {
                 }
             }
         }
+        self.step_moved |= self.max_time != before;
         self.dropped += dropped;
         Ok((dropped > 0).then(|| BooleanArray::new(keep.finish(), None)))
     }
@@ -337,6 +351,38 @@ mod tests {
             .filter(|(i, _)| mask.as_ref().is_none_or(|m| m.value(*i)))
             .map(|(_, s)| s.to_string())
             .collect()
+    }
+
+    #[test]
+    fn what_expires_does_not_depend_on_batches() {
+        let k = key(KeyMode::Xxh3_128, Some(10));
+        let ids = ["a", "b", "a", "c", "a"];
+        let times = [0, 5, 9, 20, 21];
+        let mut whole = PartitionKeys::new(&k);
+        let all = kept(&mut whole, &ids, &times);
+        for cut in 1..ids.len() {
+            let mut split = PartitionKeys::new(&k);
+            let mut got = kept(&mut split, &ids[..cut], &times[..cut]);
+            got.extend(kept(&mut split, &ids[cut..], &times[cut..]));
+            assert_eq!(got, all, "cut at {cut}");
+        }
+        // "a" at 9 repeats "a" at 0 (the clock at 9: not expired, whatever comes later in the
+        // batch); at 21 the clock has passed 0 + 10, so it is new again.
+        assert_eq!(all, ["a", "b", "c", "a"]);
+    }
+
+    #[test]
+    fn a_key_in_two_partitions_is_found() {
+        for mode in [KeyMode::Xxh3_128, KeyMode::Raw] {
+            let k = key(mode, None);
+            let mut a = PartitionKeys::new(&k);
+            let mut b = PartitionKeys::new(&k);
+            kept(&mut a, &["x"], &[1]);
+            assert_eq!(kept(&mut b, &["x", "y"], &[2, 3]), ["x", "y"]);
+            assert!(b.row_key_in(0, &a), "x is in both");
+            assert!(!b.row_key_in(1, &a), "y is in one");
+            assert!(!b.row_key_in(2, &a), "no third row");
+        }
     }
 
     #[test]
