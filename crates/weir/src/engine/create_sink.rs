@@ -349,7 +349,9 @@ impl Engine {
         let Some(c) = plan.downcast_ref::<ContinuousExec>() else {
             return Ok(None);
         };
-        if c.plan().source.state.is_none() {
+        // A group's member keeps its windows per partition, under the group's 'state.dir'.
+        let source = &c.plan().source;
+        if source.state.is_none() && source.connector.group().is_none() {
             return Ok(None);
         }
         let q = c.plan().instantiate(self.ctx.task_ctx()).await?;
@@ -592,20 +594,45 @@ impl Engine {
                 st.encoder.clone(),
             )
         };
-        if !(settings.delta || settings.kafka)
-            || !matches!(job, ExactlyOnce::Rows(_))
-            || !source.follow
-        {
+        if !(settings.delta || settings.kafka) || !source.follow {
             return Err(StatementError::Invalid(format!(
                 "source {} joins consumer group '{}': only a `delta` or `kafka` sink fed \
                  straight from it (CREATE SINK {sink} FROM {} WITH ('connector' = 'delta', \
-                 ...)), run with --follow, follows the group's assignments",
+                 ...)), or by a continuous query over it, run with --follow, follows the \
+                 group's assignments",
                 source.name, group.group_id, source.name
             )));
         }
+        let (query, schema) = match job {
+            ExactlyOnce::Rows(_) => {
+                if matches!(&source.group_state, Some(s) if s.key.is_none()) {
+                    return Err(StatementError::Invalid(format!(
+                        "source {} joins consumer group '{}' with 'state.dir' and no \
+                         'dedup.key': a group's positions are kept by its sink, so 'state.dir' \
+                         holds the partitions' dedup keys and a continuous query's windows, \
+                         and sink {sink} takes the rows as they are; give 'dedup.key', or drop \
+                         'state.dir'",
+                        source.name, group.group_id
+                    )));
+                }
+                (None, Arc::clone(&source.schema))
+            }
+            ExactlyOnce::Query(q) => {
+                if source.group_state.is_none() {
+                    return Err(StatementError::Invalid(format!(
+                        "sink {sink} is fed by a continuous query over source {}, which joins \
+                         consumer group '{}': each partition's open windows move with it, kept \
+                         under the source's 'state.dir' (a directory every member reaches, or \
+                         an object-storage URL); give the source 'state.dir'",
+                        source.name, group.group_id
+                    )));
+                }
+                (Some(Arc::clone(q)), Arc::clone(&q.schema))
+            }
+        };
         let mut steps: Box<dyn GroupSink> = if settings.delta {
             let delta = DeltaSettings::parse(sink, &options).map_err(fail)?;
-            let (table, data_files) = DeltaSink::open(sink, delta, &options, &source.schema)
+            let (table, data_files) = DeltaSink::open(sink, delta, &options, &schema)
                 .await
                 .map_err(fail)?;
             Box::new(
@@ -638,15 +665,9 @@ impl Engine {
                 // the coordinator aborts it: short, as Kafka Streams' is.
                 kafka.producer.transaction_timeout = GROUP_TRANSACTION_TIMEOUT;
             }
-            let encoder = create_encoder(
-                sink,
-                factory.as_ref(),
-                Some(&kafka),
-                &source.schema,
-                &options,
-            )
-            .map_err(fail)?;
-            let (name, schema) = (sink.to_string(), Arc::clone(&source.schema));
+            let encoder = create_encoder(sink, factory.as_ref(), Some(&kafka), &schema, &options)
+                .map_err(fail)?;
+            let name = sink.to_string();
             let consumer = match &source.connector {
                 crate::source::Connector::Kafka(k) => Some(k.consumer.clone()),
                 _ => None,
@@ -672,6 +693,7 @@ impl Engine {
                 &source,
                 &group,
                 steps.as_mut(),
+                query,
             )?)
         });
         self.run_steps(sink, line, state, handle).await

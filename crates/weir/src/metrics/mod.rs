@@ -82,6 +82,10 @@ pub(crate) struct GroupMetrics {
     pub(crate) restored_bytes: AtomicU64,
     /// Dedup keys held for the partitions read now.
     pub(crate) state_keys: AtomicI64,
+    /// Open windows held for the partitions read now.
+    pub(crate) state_windows: AtomicI64,
+    /// Dedup keys found in two partitions this member holds (one key checked a batch).
+    pub(crate) split_keys: AtomicU64,
 }
 
 impl Default for SourceMetrics {
@@ -415,19 +419,28 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
     );
     let mut restores = Family::<C>::new(
         "weir_source_group_state_restores",
-        "Kafka consumer group: partitions whose dedup keys this member restored from their key files",
+        "Kafka consumer group: partitions whose dedup keys or open windows this member restored from 'state.dir'",
     );
     let mut restore_secs = Family::<ConstCounter<f64>>::new(
         "weir_source_group_state_restore_seconds",
-        "Kafka consumer group: time this member spent restoring partitions' dedup keys",
+        "Kafka consumer group: time this member spent restoring partitions' dedup keys and open windows",
     );
     let mut restored_bytes = Family::<C>::new(
         "weir_source_group_state_restored_bytes",
-        "Kafka consumer group: bytes of key files this member read to restore partitions",
+        "Kafka consumer group: bytes of key and window files this member read to restore partitions",
     );
     let mut state_keys = Family::<G>::new(
         "weir_source_group_state_keys",
         "Kafka consumer group: dedup keys held for the partitions this member reads now",
+    );
+    let mut split_keys = Family::<C>::new(
+        "weir_source_group_state_split_keys",
+        "Kafka consumer group: dedup keys found in two partitions this member holds (the first \
+         new key of each batch is checked): the producer does not partition by the key",
+    );
+    let mut state_windows = Family::<G>::new(
+        "weir_source_group_state_windows",
+        "Kafka consumer group: open windows held for the partitions this member reads now",
     );
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -446,6 +459,8 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
             );
             restored_bytes.add(name(), counter(g.restored_bytes.load(Ordering::Relaxed)));
             state_keys.add(name(), gauge(g.state_keys.load(Ordering::Relaxed)));
+            state_windows.add(name(), gauge(g.state_windows.load(Ordering::Relaxed)));
+            split_keys.add(name(), counter(g.split_keys.load(Ordering::Relaxed)));
         }
         late.add(name(), counter(load(&s.late)));
         ready.add(name(), gauge(i64::from(m.is_ready())));
@@ -502,6 +517,8 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
     restore_secs.encode(e, MetricType::Counter)?;
     restored_bytes.encode(e, MetricType::Counter)?;
     state_keys.encode(e, MetricType::Gauge)?;
+    state_windows.encode(e, MetricType::Gauge)?;
+    split_keys.encode(e, MetricType::Counter)?;
     ready.encode(e, MetricType::Gauge)
 }
 

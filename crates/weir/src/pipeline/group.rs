@@ -26,8 +26,11 @@ use weir_dedup::Checkpoint;
 use weir_kafka::{GroupConfig, GroupEvent, GroupMember, GroupMetadata};
 
 use super::group_state::{GroupKeys, GroupStateDir};
+use super::group_windows::{GroupWindows, TakenUp};
 use super::ledger::{GroupLedger, Ledger};
 use super::steps::run_assigned;
+use super::transform::{Rows, StepTransform};
+use super::window::query::ContinuousQuery;
 use crate::error::{SourceError, SourceErrorKind};
 use crate::metrics::GroupMetrics;
 use crate::pipeline::live_source::LiveSource;
@@ -383,12 +386,17 @@ fn partition_fenced(e: &SourceError, steps: &dyn GroupSink) -> bool {
     )
 }
 
-/// Reads `source` as a member of `group` into the sink `steps` until the source stops;
-/// returns the rows written.
+/// How often in a row a take-up may find a partition's windows moved on before the run fails.
+const MOVED_ON_TRIES: u32 = 5;
+
+/// Reads `source` as a member of `group` into the sink `steps` until the source stops, its
+/// rows as they are or, given `query`, that continuous query's output (its windows kept per
+/// partition); returns the rows written.
 pub(crate) fn run(
     source: &Arc<LiveSource>,
     group: &GroupConfig,
     steps: &mut dyn GroupSink,
+    query: Option<Arc<ContinuousQuery>>,
 ) -> Result<u64, SourceError> {
     let Connector::Kafka(settings) = &source.connector else {
         return Err(SourceError::new(
@@ -427,36 +435,72 @@ pub(crate) fn run(
         "joined the consumer group"
     );
     let metrics = source.stats.metrics.join_group();
-    let mut keys = match &source.group_state {
-        Some(spec) => {
-            let dir = GroupStateDir::open(
-                &source.name,
-                &spec.location,
-                &spec.options,
-                &spec.key,
-                member.member_id().to_string(),
-            )?;
+    let dir = match &source.group_state {
+        Some(spec) => Some(GroupStateDir::open(
+            &source.name,
+            &spec.location,
+            &spec.options,
+            &group.group_id,
+            &topic,
+            spec.key.as_ref(),
+        )?),
+        None => None,
+    };
+    let mut keys = match (&source.group_state, &dir) {
+        (Some(spec), Some(dir)) => match &spec.key {
+            Some(key) => {
+                tracing::info!(
+                    source = %source.name,
+                    state = %spec.location,
+                    key = %key.describe(),
+                    "dedup keys are kept per partition and move with it: a key is dropped as a \
+                     duplicate only within its partition, so the producer must partition by it \
+                     (the Kafka key)"
+                );
+                Some(GroupKeys::new(
+                    dir.clone(),
+                    key.clone(),
+                    &source.name,
+                    &topic,
+                    Arc::clone(&metrics),
+                ))
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    let mut windows = match (query, &dir) {
+        (Some(q), Some(dir)) => {
             tracing::info!(
                 source = %source.name,
-                state = %spec.location,
-                key = %spec.key.describe(),
-                "dedup keys are kept per partition and move with it: a key is dropped as a \
-                 duplicate only within its partition, so the producer must partition by it (the \
-                 Kafka key)"
+                state = %dir.location(),
+                "the query's windows are kept per partition and move with it: each partition \
+                 has its own watermark, and a window holds one partition's rows, so the producer \
+                 must partition by the query's GROUP BY key"
             );
-            Some(GroupKeys::new(
-                dir,
-                spec.key.clone(),
-                &source.name,
+            Some(GroupWindows::new(
+                dir.clone(),
+                q,
                 &topic,
                 Arc::clone(&metrics),
             ))
         }
-        None => None,
+        (Some(_), None) => {
+            return Err(SourceError::new(
+                &source.name,
+                SourceErrorKind::Option(weir_codec::OptionError::Missing {
+                    key: "state.dir".into(),
+                    doc: "a continuous query over a consumer group's source keeps each \
+                          partition's open windows there, so that they move with it",
+                }),
+            ))
+        }
+        (None, _) => None,
     };
     let membership = Membership::start(&source.name, member, topic.clone(), metrics)?;
     let mut current: Vec<i32> = Vec::new();
     let mut again = false;
+    let mut moved_on = 0u32;
     let mut step = 0u64;
     let mut rows = 0u64;
     while !source.stop.load(Ordering::SeqCst) {
@@ -480,6 +524,28 @@ pub(crate) fn run(
             // Before the group hears the partitions are taken: their keys are restored first.
             keys.take_up(&current, &positions)?;
         }
+        if let Some(w) = &mut windows {
+            if let TakenUp::MovedOn(p) = w.take_up(&current, &positions)? {
+                // Another member committed the partition after the sink was read: its owner
+                // now is not this member, or the table says more at the next read.
+                moved_on += 1;
+                if moved_on >= MOVED_ON_TRIES {
+                    return Err(SourceError::new(
+                        &source.name,
+                        SourceErrorKind::Thread(format!(
+                            "partition {p}'s windows in 'state.dir' are past the offset the \
+                             sink holds for it, {MOVED_ON_TRIES} times in a row: another \
+                             pipeline writes them; give this query its own 'state.dir'"
+                        )),
+                    ));
+                }
+                tracing::warn!(source = %source.name, partition = p, "the partition's windows moved on since its offset was read from the sink; reading it again");
+                membership.wait_for_news(FENCED_WAIT);
+                again = true;
+                continue;
+            }
+        }
+        moved_on = 0;
         membership.finished(current.clone());
         if current.is_empty() {
             continue;
@@ -500,12 +566,25 @@ pub(crate) fn run(
             prefix: prefix.clone(),
             fences,
         };
+        // Windows are kept per partition: each batch holds one partition's rows.
+        let windows_held = windows.is_some();
+        let mut rows_as_they_are = Rows;
+        let (transform, hidden): (&mut dyn StepTransform, Vec<_>) = match &mut windows {
+            Some(w) => {
+                let hidden = w.hidden().to_vec();
+                (w, hidden)
+            }
+            None => (&mut rows_as_they_are, Vec::new()),
+        };
         let ran = run_assigned(
             source,
             &mut ledger,
             &mut sink,
             &current,
             &membership.end_run,
+            transform,
+            &hidden,
+            windows_held,
         );
         step = ledger.checkpoint().step;
         drop(ledger);
@@ -517,6 +596,9 @@ pub(crate) fn run(
                 // The dropped step's keys are in memory and not in the sink.
                 if let Some(keys) = &mut keys {
                     keys.forget();
+                }
+                if let Some(w) = &mut windows {
+                    w.forget();
                 }
                 // Most likely the group has moved on and says so at the next heartbeat: give it
                 // that long before taking the partitions up again from the table.

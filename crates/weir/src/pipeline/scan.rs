@@ -166,14 +166,16 @@ pub(crate) fn open_positioned(
     })
 }
 
-/// A reader of every column of `source` (a Kafka source in a consumer group) that reads
-/// `partitions` of its topic, from `checkpoint`, until the source stops or `end` is set.
+/// A reader of every column of `source` (a Kafka source in a consumer group) and the `hidden`
+/// metadata columns after them, that reads `partitions` of its topic, from `checkpoint`, until
+/// the source stops or `end` is set.
 pub(crate) fn open_assigned(
     source: &Arc<LiveSource>,
     checkpoint: &Checkpoint,
     partitions: &[i32],
     end: &Arc<std::sync::atomic::AtomicBool>,
     per_partition: bool,
+    hidden: &[crate::source::meta::MetaKind],
 ) -> Result<Box<dyn PositionedReader>, SourceError> {
     let Connector::Kafka(settings) = &source.connector else {
         return Err(SourceError::new(
@@ -183,7 +185,7 @@ pub(crate) fn open_assigned(
             ),
         ));
     };
-    let shape = ScanShape::with_hidden(source, None, &[])?;
+    let shape = ScanShape::with_hidden(source, None, hidden)?;
     let decoder = SourceDecoder::new(source, &shape);
     let mut config = settings.consumer.clone();
     config.bounded = false;

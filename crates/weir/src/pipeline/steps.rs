@@ -33,11 +33,13 @@ use std::sync::atomic::Ordering;
 use super::reader::Next;
 use super::scan::{open_assigned, open_positioned, open_whole};
 use super::threads::{with_read_ahead, ReadItem};
+use super::transform::{Rows, StepTransform};
 use super::window::query::{ContinuousQuery, Emit, Merge, Progress, Worker};
 use crate::error::{SourceError, SourceErrorKind};
 use crate::pipeline::live_source::LiveSource;
 use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{open_writer, BatchWriter, SinkError, SinkFormat, StepSink, Target};
+use crate::source::meta::MetaKind;
 
 /// Where a checkpointed sink's files are completed.
 enum StepDir {
@@ -285,53 +287,6 @@ impl StepSink for StepFiles {
     }
 }
 
-/// What an exactly-once pipeline does with the rows between the dedup and the step file.
-trait StepTransform {
-    /// Turns one deduplicated batch (of `channel`) into output rows.
-    fn batch(
-        &mut self,
-        batch: RecordBatch,
-        channel: usize,
-        out: &mut Vec<RecordBatch>,
-    ) -> Result<(), SourceError>;
-
-    /// Nothing to read now: time may still move the output on (an idle partition).
-    fn idle(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), SourceError>;
-
-    /// The state to commit with the step that ends now.
-    fn state(&mut self) -> Result<Vec<u8>, SourceError>;
-
-    /// The end of the input (`bounded`), or a stop; pushes the last rows.
-    fn end(&mut self, bounded: bool, out: &mut Vec<RecordBatch>) -> Result<(), SourceError>;
-}
-
-/// A sink fed straight from the source: the rows as they are.
-struct Rows;
-
-impl StepTransform for Rows {
-    fn batch(
-        &mut self,
-        b: RecordBatch,
-        _: usize,
-        out: &mut Vec<RecordBatch>,
-    ) -> Result<(), SourceError> {
-        out.push(b);
-        Ok(())
-    }
-
-    fn idle(&mut self, _: &mut Vec<RecordBatch>) -> Result<(), SourceError> {
-        Ok(())
-    }
-
-    fn state(&mut self) -> Result<Vec<u8>, SourceError> {
-        Ok(Vec::new())
-    }
-
-    fn end(&mut self, _: bool, _: &mut Vec<RecordBatch>) -> Result<(), SourceError> {
-        Ok(())
-    }
-}
-
 /// A continuous query on one thread: its worker and merge, whose windows and event times are
 /// committed with each step.
 struct Query {
@@ -404,7 +359,7 @@ impl StepTransform for Query {
         self.pass(emits, progress, out)
     }
 
-    fn state(&mut self) -> Result<Vec<u8>, SourceError> {
+    fn state(&mut self, _: &[(String, i64)]) -> Result<Vec<u8>, SourceError> {
         // Every partial window goes to the merge, whose windows are the state.
         let mut emits = Vec::new();
         self.worker.flush_all(&mut emits).map_err(|e| self.df(e))?;
@@ -447,23 +402,30 @@ pub(crate) fn run(
 
 /// Runs the exactly-once loop of a Kafka source in a consumer group over `partitions`, the
 /// member's assignment, until the source stops or `end` is set (the assignment changed); the
-/// last step is committed before it returns. Returns the rows written.
+/// last step is committed before it returns. `transform` makes the output of the rows (read
+/// with the `hidden` metadata columns after the source's); with `per_partition`, each batch
+/// holds one partition's rows. Returns the rows written.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_assigned(
     source: &Arc<LiveSource>,
     ledger: &mut dyn Ledger,
     files: &mut dyn StepSink,
     partitions: &[i32],
     end: &Arc<std::sync::atomic::AtomicBool>,
+    transform: &mut dyn StepTransform,
+    hidden: &[MetaKind],
+    per_partition: bool,
 ) -> Result<u64, SourceError> {
     let reader = open_assigned(
         source,
         ledger.checkpoint(),
         partitions,
         end,
-        ledger.per_partition(),
+        per_partition || ledger.per_partition(),
+        hidden,
     )?;
     with_read_ahead(&source.name, reader, |_, next| {
-        step_loop(source, ledger, files, next, &mut Rows)
+        step_loop(source, ledger, files, next, transform)
     })?
 }
 
@@ -561,7 +523,7 @@ fn step_loop(
                 files.publish(store.checkpoint()).map_err(sink)?;
             }
             let names = files.seal(store.checkpoint().step + 1).map_err(sink)?;
-            let operator_state = transform.state()?;
+            let operator_state = transform.state(&item.positions)?;
             store.commit(
                 Checkpoint {
                     positions: item.positions,

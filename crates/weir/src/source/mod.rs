@@ -187,7 +187,7 @@ impl Connector {
 
     /// Refuses a scan of a source whose partitions come from a consumer group: only the
     /// pipeline that follows the group's assignments (a `delta` or `kafka` sink fed straight
-    /// from the source) reads one.
+    /// from the source, or by a continuous query over it) reads one.
     pub(crate) fn refuse_group(&self, source: &str) -> Result<(), SourceError> {
         match self.group() {
             Some(g) => Err(SourceError::new(
@@ -195,9 +195,9 @@ impl Connector {
                 SourceErrorKind::Option(weir_codec::OptionError::Conflict(format!(
                     "the source joins consumer group '{}' ('group.id'), whose partitions move \
                      between processes; only a `delta` or `kafka` sink fed straight from it \
-                     (CREATE SINK ... FROM {source}, run with --follow, no 'state.dir') follows \
-                     them. Query \
-                     it without 'group.id', or split the topic with 'partitions'",
+                     (CREATE SINK ... FROM {source}) or by a continuous query over it, run with \
+                     --follow, follows them. Query it without 'group.id', or split the topic \
+                     with 'partitions'",
                     g.group_id
                 ))),
             )),

@@ -227,14 +227,14 @@ impl StateSpec {
     }
 }
 
-/// The state of a source read by a member of a consumer group: each partition's dedup keys, in
-/// key files under `'state.dir'` that every member of the group reads
-/// (`crate::pipeline::group_state`).
+/// The state of a source read by a member of a consumer group: each partition's dedup keys and
+/// a continuous query's open windows, in files under `'state.dir'` that every member of the
+/// group reads (`crate::pipeline::group_state`, `crate::pipeline::group_windows`).
 pub(crate) struct GroupStateSpec {
     /// `'state.dir'`: a local path or an object-storage URL.
     pub(crate) location: String,
-    /// The dedup key.
-    pub(crate) key: DedupKey,
+    /// The dedup key, if the source has one.
+    pub(crate) key: Option<DedupKey>,
     /// The source's options, for the object store's credentials.
     pub(crate) options: Options,
 }
@@ -244,15 +244,15 @@ impl std::fmt::Debug for GroupStateSpec {
         // Not the options: they may hold the store's credentials.
         f.debug_struct("GroupStateSpec")
             .field("location", &self.location)
-            .field("key", &self.key.describe())
+            .field("key", &self.key.as_ref().map(DedupKey::describe))
             .finish()
     }
 }
 
 impl StateSpec {
     /// The state of the source `source` as a member of consumer group `group_id`: its dedup
-    /// keys move with their partitions, so they are kept per partition in files every member
-    /// reads, not in this process's RocksDB.
+    /// keys and a continuous query's open windows move with their partitions, so they are kept
+    /// per partition in files every member reads, not in this process's RocksDB.
     pub(crate) fn for_group(
         self,
         source: &str,
@@ -262,13 +262,7 @@ impl StateSpec {
         let conflict = |text: String| {
             SourceError::new(source, SourceErrorKind::Option(OptionError::Conflict(text)))
         };
-        let Some(key) = self.options.key else {
-            return Err(conflict(format!(
-                "'group.id' = '{group_id}' with 'state.dir' and no 'dedup.key': a group's \
-                 positions are kept by its sink, so 'state.dir' holds the partitions' dedup keys \
-                 only; give 'dedup.key', or drop 'state.dir'"
-            )));
-        };
+        let key = self.options.key;
         if let Some(k) = [DEDUP_BLOCK_CACHE, DEDUP_RECENT_KEYS]
             .iter()
             .find(|s| options.given(s).is_some())

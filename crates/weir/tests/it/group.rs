@@ -27,10 +27,20 @@ fn bootstrap() -> Option<String> {
     Some(addr)
 }
 
-/// Sends `count` generated quotes to `topic` (12 partitions), keyed, as a producer would.
+/// Sends `count` generated quotes to `topic` (12 partitions), keyed, as a producer would. The
+/// quotes of seed `seed` start at 14:30 and `3 x seed` seconds and come 1,000 an event-time
+/// second: 2,000 of them end before the next seed's begin.
 fn send(broker: &str, topic: &str, count: u64, seed: u64) {
+    let at = 14 * 3600 + 30 * 60 + 3 * seed;
+    let start = format!(
+        "2026-03-02T{:02}:{:02}:{:02}Z",
+        at / 3600,
+        at / 60 % 60,
+        at % 60
+    );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["gen", "quotes", "--count", &count.to_string()])
+        .args(["--start", &start, "--per-second", "1000"])
         .args(["--seed", &seed.to_string(), "--to"])
         .arg(format!("kafka://{broker}/{topic}"))
         .output()
@@ -231,6 +241,62 @@ async fn first_of_each_key(broker: &str, topic: &str, pb: &Path) -> BTreeMap<(i3
     first
 }
 
+/// A directory for a test with the quotes' schema in it, and a new 12-partition topic named
+/// from `prefix`.
+fn new_topic(broker: &str, prefix: &str) -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let pb = crate::common::write_schema(dir.path());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
+    let topic = format!("{prefix}-{}-{nanos}", std::process::id());
+    create_topic(&[broker.to_string()], &topic, 12, 1, &[], false).unwrap();
+    (dir, pb, topic)
+}
+
+/// Members of the pipeline `sql` come and go while the producer runs: three start, then ten
+/// are killed with kill -9, two stop cleanly (Ctrl-C, SIGTERM), and one is paused past the
+/// session timeout and then resumed (a zombie whose open step must not reach the output), each
+/// replaced by a new one. `check` looks at the members and the output every two seconds.
+/// Returns the members running at the end and the standard error of those stopped.
+fn churn(
+    sql: &Path,
+    d: &Path,
+    check: &mut dyn FnMut(&mut Vec<Member>),
+) -> (Vec<Member>, Vec<String>) {
+    let mut started = 0;
+    let mut next_name = || {
+        started += 1;
+        format!("m{started}")
+    };
+    let mut members: Vec<Member> = (0..3)
+        .map(|_| Member::start(sql, d, &next_name()))
+        .collect();
+    let mut kills = 0;
+    let mut stopped = Vec::new();
+    for round in 0..13 {
+        std::thread::sleep(Duration::from_secs(2));
+        check(&mut members);
+        match round {
+            4 | 9 => stopped.push(members.remove(0).stop(round == 9)),
+            6 => {
+                members.last_mut().unwrap().signal("-STOP");
+                std::thread::sleep(Duration::from_secs(9));
+                check(&mut members);
+                members.last_mut().unwrap().signal("-CONT");
+                continue;
+            }
+            _ => {
+                members.remove(0).kill_9();
+                kills += 1;
+            }
+        }
+        members.push(Member::start(sql, d, &next_name()));
+    }
+    assert_eq!(kills, 10);
+    (members, stopped)
+}
+
 /// Members come and go while records arrive; with `dedup`, half the records repeat earlier
 /// ones, the source drops them by `(ticker, sequence_number)`, and a member that takes a
 /// partition over must drop the repeats of keys another member saw.
@@ -238,14 +304,8 @@ fn group_members_write_each_record_once(protocol: &str, output: Output, dedup: b
     let Some(b) = bootstrap() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, pb, topic) = new_topic(&b, &format!("weir-group-{protocol}"));
     let d = dir.path();
-    let pb = crate::common::write_schema(d);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |t| t.subsec_nanos());
-    let topic = format!("weir-group-{protocol}-{}-{nanos}", std::process::id());
-    create_topic(std::slice::from_ref(&b), &topic, 12, 1, &[], false).unwrap();
     let table = d.join("table");
     let out = format!("{topic}-out");
     if output == Output::Kafka {
@@ -319,41 +379,11 @@ fn group_members_write_each_record_once(protocol: &str, output: Output, dedup: b
     };
     let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
     let sending = producer(b.clone(), topic.clone(), Arc::clone(&stop.0), dedup);
-    let mut started = 0;
-    let mut next_name = || {
-        started += 1;
-        format!("m{started}")
-    };
-    let mut members: Vec<Member> = (0..3)
-        .map(|_| Member::start(&sql, d, &next_name()))
-        .collect();
-    let mut kills = 0;
-    let mut stopped = Vec::new();
-    // Members come and go while the producer runs: ten kill -9s, two clean stops (Ctrl-C, SIGTERM), and one
-    // member paused past the session timeout (the group moves on without it) and then
-    // resumed: a zombie whose open step must not reach the table.
-    for round in 0..13 {
-        std::thread::sleep(Duration::from_secs(2));
-        check(&mut members);
-        match round {
-            4 | 9 => stopped.push(members.remove(0).stop(round == 9)),
-            6 => {
-                members.last_mut().unwrap().signal("-STOP");
-                std::thread::sleep(Duration::from_secs(9));
-                check(&mut members);
-                members.last_mut().unwrap().signal("-CONT");
-                continue;
-            }
-            _ => {
-                members.remove(0).kill_9();
-                kills += 1;
-            }
-        }
-        members.push(Member::start(&sql, d, &next_name()));
-    }
+    let (mut members, stopped) = churn(&sql, d, &mut |m| {
+        check(m);
+    });
     stop.0.store(true, Ordering::SeqCst);
     let sent = sending.join().unwrap() as usize;
-    assert_eq!(kills, 10);
     // What the output must hold: every record, or the first of each key.
     let expected = if dedup {
         let first = rt.block_on(first_of_each_key(&b, &topic, &pb));
@@ -482,6 +512,244 @@ fn group_members_by_the_classic_protocol_write_each_record_once_to_kafka() {
     group_members_write_each_record_once("classic", Output::Kafka, true);
 }
 
+/// One-second bars of each ticker: `(window_start in ns, ticker)` -> `(quotes, lowest and
+/// highest sequence number)`.
+type Bars = BTreeMap<(i64, String), (i64, i64, i64)>;
+
+/// The event-time watermark delay of the windows test, in nanoseconds.
+const BAR_DELAY_NS: i64 = 1_000_000_000;
+
+/// The bars the windowed pipeline must have written once `topic` is read to its end, computed
+/// here from the records, as the generator made them: the first record of each
+/// `(ticker, sequence_number)` (the dedup), in one-second windows per ticker, of the windows
+/// each partition's watermark (its latest event time less the delay) has passed. A ticker is
+/// the Kafka key, so its windows are in one partition.
+async fn expected_bars(broker: &str, topic: &str, pb: &Path) -> Bars {
+    let engine = Engine::new(EngineOptions {
+        partitions: 1,
+        ..EngineOptions::default()
+    });
+    let got = engine
+        .query(&format!(
+            "CREATE SOURCE k (ticker VARCHAR, sequence_number BIGINT, timestamp BIGINT) \
+             INCLUDE partition AS p INCLUDE offset AS o WITH ('connector' = 'kafka', \
+             'brokers' = '{broker}', 'topic' = '{topic}', 'encoding' = 'protobuf', \
+             'message' = 'stocks.QuoteNBBO', 'location' = '{}');\n\
+             SELECT ticker, sequence_number, timestamp, p, o FROM k;",
+            pb.display()
+        ))
+        .await
+        .unwrap();
+    // (ticker, sequence_number) -> (offset, partition, event time) of its first record.
+    let mut first: BTreeMap<(String, i64), (i64, i32, i64)> = BTreeMap::new();
+    for b in &got {
+        let ticker = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8).unwrap();
+        let ticker = ticker.as_string::<i32>();
+        let seq = b.column(1).as_primitive::<Int64Type>();
+        let ts = b.column(2).as_primitive::<Int64Type>();
+        let p = b.column(3).as_primitive::<Int32Type>();
+        let o = b.column(4).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            let row = (o.value(i), p.value(i), ts.value(i));
+            let slot = first
+                .entry((ticker.value(i).to_string(), seq.value(i)))
+                .or_insert(row);
+            assert_eq!(slot.1, row.1, "a key in two partitions");
+            if row.0 < slot.0 {
+                *slot = row;
+            }
+        }
+    }
+    let mut latest: BTreeMap<i32, i64> = BTreeMap::new();
+    for (_, p, ts) in first.values() {
+        let l = latest.entry(*p).or_insert(i64::MIN);
+        *l = (*l).max(*ts);
+    }
+    let mut bars = Bars::new();
+    for ((ticker, seq), (_, p, ts)) in first {
+        let start = ts - ts.rem_euclid(1_000_000_000);
+        if start + 1_000_000_000 > latest[&p] - BAR_DELAY_NS {
+            continue;
+        }
+        let bar = bars
+            .entry((start, ticker))
+            .or_insert((0, i64::MAX, i64::MIN));
+        bar.0 += 1;
+        bar.1 = bar.1.min(seq);
+        bar.2 = bar.2.max(seq);
+    }
+    bars
+}
+
+/// The bars in the table at `dir` (empty before its first commit), and how many rows there are
+/// (more than bars when a window was written twice).
+async fn table_bars(dir: &Path) -> (Bars, usize) {
+    let mut bars = Bars::new();
+    let mut rows = 0;
+    let url = url::Url::from_directory_path(dir).unwrap();
+    let Ok(table) = deltalake_core::open_table(url).await else {
+        return (bars, 0);
+    };
+    for b in crate::delta::table_batches(&table) {
+        let start = arrow::compute::cast(
+            b.column_by_name("window_start").unwrap(),
+            &arrow::datatypes::DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, None),
+        )
+        .unwrap();
+        let start = arrow::compute::cast(&start, &arrow::datatypes::DataType::Int64).unwrap();
+        let start = start.as_primitive::<Int64Type>();
+        let ticker = arrow::compute::cast(
+            b.column_by_name("ticker").unwrap(),
+            &arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let ticker = ticker.as_string::<i32>();
+        let n = b.column_by_name("n").unwrap().as_primitive::<Int64Type>();
+        let lo = b.column_by_name("lo").unwrap().as_primitive::<Int64Type>();
+        let hi = b.column_by_name("hi").unwrap().as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            rows += 1;
+            bars.insert(
+                (start.value(i), ticker.value(i).to_string()),
+                (n.value(i), lo.value(i), hi.value(i)),
+            );
+        }
+    }
+    (bars, rows)
+}
+
+/// Members come and go while records arrive, half of them repeats, through a dedup and a
+/// one-second window per ticker into one Delta table: every window the partitions' watermarks
+/// passed is in the table once, with exactly the values computed here from the records, though
+/// its partition's open windows moved between members many times.
+fn group_members_write_each_window_once(protocol: &str) {
+    let Some(b) = bootstrap() else {
+        return;
+    };
+    let (dir, pb, topic) = new_topic(&b, &format!("weir-group-bars-{protocol}"));
+    let d = dir.path();
+    let table = d.join("bars");
+    // The state on the test's object store when it runs (always under CI), by the consumer
+    // protocol; else, and by the classic one, in a directory the members share.
+    let state = match (protocol, crate::common::s3()) {
+        ("consumer", Some((endpoint, key, secret, bucket))) => format!(
+            "'state.dir' = 's3://{bucket}/{topic}/state', 's3.endpoint' = '{endpoint}', \
+             's3.region' = 'us-east-1', 's3.access.key.id' = '{key}', \
+             's3.secret.access.key' = '{secret}'"
+        ),
+        _ => format!("'state.dir' = '{}'", d.join("state").display()),
+    };
+    let sql = d.join("bars.sql");
+    std::fs::write(
+        &sql,
+        format!(
+            "CREATE SOURCE q (ticker VARCHAR, sequence_number BIGINT, timestamp TIMESTAMP, \
+             WATERMARK FOR timestamp AS timestamp - INTERVAL '1 second') \
+             WITH ('connector' = 'kafka', 'brokers' = '{b}', 'topic' = '{topic}', \
+             'encoding' = 'protobuf', 'message' = 'stocks.QuoteNBBO', 'location' = '{}', \
+             'group.id' = '{topic}', 'group.protocol' = '{protocol}', \
+             'session.timeout.ms' = '6000', 'max.poll.interval.ms' = '20000', {state}, \
+             'dedup.key' = 'ticker, sequence_number', 'commit.interval' = '300ms');\n\
+             CREATE SINK bars FROM (\
+               SELECT window_start, ticker, count(*) AS n, min(sequence_number) AS lo, \
+                      max(sequence_number) AS hi \
+               FROM TUMBLE(q, timestamp, INTERVAL '1 second') \
+               GROUP BY window_start, window_end, ticker \
+             ) WITH ('connector' = 'delta', 'path' = '{}', 'app.id' = 'bars');\n",
+            pb.display(),
+            table.display()
+        ),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let check = |members: &mut Vec<Member>| -> (Bars, usize) {
+        for m in members.iter_mut() {
+            if let Some(s) = m.child().try_wait().unwrap() {
+                panic!(
+                    "a member exited ({s}):\n{}",
+                    std::fs::read_to_string(&m.stderr).unwrap_or_default()
+                );
+            }
+        }
+        let (bars, rows) = rt.block_on(table_bars(&table));
+        assert_eq!(bars.len(), rows, "a window was written twice");
+        (bars, rows)
+    };
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let sending = producer(b.clone(), topic.clone(), Arc::clone(&stop.0), true);
+    let (members, stopped) = churn(&sql, d, &mut |m| {
+        check(m);
+    });
+    stop.0.store(true, Ordering::SeqCst);
+    sending.join().unwrap();
+    let mut members = members;
+    let expected = rt.block_on(expected_bars(&b, &topic, &pb));
+    assert!(expected.len() > 10_000, "too few bars: {}", expected.len());
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let got = loop {
+        let (got, _) = check(&mut members);
+        if got.len() >= expected.len() {
+            break got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} bars in the table 180 s after the last record was sent",
+            got.len(),
+            expected.len()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let mut logs = stopped.concat();
+    for m in members {
+        logs.push_str(&m.stop(false));
+    }
+    let wrong: Vec<_> = got
+        .iter()
+        .filter(|(k, v)| expected.get(k) != Some(v))
+        .take(5)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "bars not as computed from the records: {wrong:?}"
+    );
+    let (after, rows) = rt.block_on(table_bars(&table));
+    assert_eq!(after.len(), rows, "a window was written twice");
+    let missing: Vec<_> = expected
+        .keys()
+        .filter(|k| !after.contains_key(k))
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "bars missing after the stop: {missing:?}"
+    );
+    assert_eq!(after.len(), expected.len(), "more bars than computed");
+    assert!(
+        after.iter().all(|(k, v)| expected.get(k) == Some(v)),
+        "bars changed by the stop"
+    );
+    assert!(
+        logs.contains("restored the partition's open windows"),
+        "no member restored a partition's windows:\n{logs}"
+    );
+}
+
+/// Windows that move with their partitions, by Kafka 4's consumer group protocol.
+#[test]
+fn group_members_by_the_consumer_protocol_write_each_window_once() {
+    group_members_write_each_window_once("consumer");
+}
+
+/// Windows that move with their partitions, by the classic protocol.
+#[test]
+fn group_members_by_the_classic_protocol_write_each_window_once() {
+    group_members_write_each_window_once("classic");
+}
+
 /// What a consumer group cannot do yet, or what contradicts it, is refused with a message
 /// naming the option, before any broker is asked (the address here has no broker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -524,14 +792,34 @@ async fn group_options_that_cannot_work_are_refused_with_their_reason() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    // A group's 'state.dir' holds the partitions' dedup keys, and nothing else.
+    // A group's 'state.dir' holds the partitions' dedup keys and a query's windows: a sink of
+    // the rows as they are, without a dedup key, has no use for it.
     refused(
         engine(),
-        source(&format!(
-            ", 'group.id' = 'g', 'state.dir' = '{}'",
-            dir.path().display()
-        )),
+        format!(
+            "{}\nCREATE SINK s FROM q WITH ('connector' = 'delta', 'path' = '{}');",
+            source(&format!(
+                ", 'group.id' = 'g', 'state.dir' = '{}'",
+                dir.path().display()
+            )),
+            dir.path().join("table").display()
+        ),
         &["'state.dir' and no 'dedup.key'", "give 'dedup.key'"],
+    )
+    .await;
+    // A windowed query over a group's source keeps its windows under 'state.dir'.
+    refused(
+        engine(),
+        format!(
+            "CREATE SOURCE q (v VARCHAR, ts TIMESTAMP, \
+             WATERMARK FOR ts AS ts - INTERVAL '1 second') WITH ('connector' = 'kafka', \
+             'brokers' = '127.0.0.1:9', 'topic' = 't', 'encoding' = 'json', 'group.id' = 'g');\n\
+             CREATE SINK s FROM (SELECT window_start, v, count(*) AS n \
+             FROM TUMBLE(q, ts, INTERVAL '1 second') GROUP BY window_start, window_end, v) \
+             WITH ('connector' = 'delta', 'path' = '{}');",
+            dir.path().join("bars").display()
+        ),
+        &["continuous query", "give the source 'state.dir'"],
     )
     .await;
     refused(
