@@ -533,9 +533,10 @@ pub(crate) fn run(
                     return Err(SourceError::new(
                         &source.name,
                         SourceErrorKind::Thread(format!(
-                            "partition {p}'s windows in 'state.dir' are past the offset the \
-                             sink holds for it, {MOVED_ON_TRIES} times in a row: another \
-                             pipeline writes them; give this query its own 'state.dir'"
+                            "partition {p}'s windows in 'state.dir' moved past the offset the \
+                             sink holds for it {MOVED_ON_TRIES} times in a row, each time the \
+                             sink was read again: another pipeline writes them, or the sink's \
+                             offsets are not this query's; give this query its own 'state.dir'"
                         )),
                     ));
                 }

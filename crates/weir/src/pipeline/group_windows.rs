@@ -66,6 +66,9 @@ pub(crate) struct GroupWindows {
     topic: String,
     /// By partition id.
     held: Vec<Option<Held>>,
+    /// The partition and offset of the last [`TakenUp::MovedOn`]: if the sink, read again,
+    /// still holds that offset, the later files are a step that never committed.
+    moved_on: Option<(i32, i64)>,
     metrics: Arc<GroupMetrics>,
 }
 
@@ -87,6 +90,7 @@ impl GroupWindows {
             project,
             topic: topic.to_string(),
             held: Vec::new(),
+            moved_on: None,
             metrics,
         }
     }
@@ -142,22 +146,29 @@ impl GroupWindows {
             };
             held.worker.register(i);
             if let Some(c) = c {
-                if !self.restore(p, c, &mut held)? {
+                let again = self.moved_on == Some((p, c));
+                if !self.restore(p, c, again, &mut held)? {
+                    self.moved_on = Some((p, c));
                     return Ok(TakenUp::MovedOn(p));
                 }
             }
             self.held[i] = Some(held);
         }
+        self.moved_on = None;
         self.count_windows();
         Ok(TakenUp::Ready)
     }
 
     /// Restores `held` from partition `partition`'s file of offset `committed`, and deletes the
-    /// files of earlier offsets. False when that file is missing and a later one is there.
+    /// files of earlier offsets. False when that file is missing and a later one is there
+    /// (the partition moved on since the sink was read), unless `again`: the sink was read
+    /// again and still holds `committed`, so the later files are of a step that never
+    /// committed.
     fn restore(
         &self,
         partition: i32,
         committed: i64,
+        again: bool,
         held: &mut Held,
     ) -> Result<bool, SourceError> {
         let started = Instant::now();
@@ -179,16 +190,21 @@ impl GroupWindows {
             .filter_map(|m| Some((window_offset(&m.location)?, m.location)))
             .collect();
         let Some((_, exact)) = files.iter().find(|(o, _)| *o == committed) else {
-            if files.iter().any(|(o, _)| *o > committed) {
+            if !again && files.iter().any(|(o, _)| *o > committed) {
                 return Ok(false);
             }
-            if let Some((o, _)) = files.iter().max_by_key(|(o, _)| *o) {
+            if let Some((o, _)) = files
+                .iter()
+                .filter(|(o, _)| *o < committed)
+                .max_by_key(|(o, _)| *o)
+            {
                 return Err(self.fail(
                     format!("restore the windows of partition {partition} at offset {committed}"),
                     format!(
-                        "its file is missing and the latest there is of offset {o}: the \
-                         directory lost files, or the sink was written by another pipeline. \
-                         Give the query a new 'state.dir' and a new sink"
+                        "its file is missing and the latest before it is of offset {o}: the \
+                         directory lost files, or the sink's offsets were written by another \
+                         pipeline (or reset). Give the query a new 'state.dir' and a new sink \
+                         (a new 'app.id', or a new 'group.id' for a kafka sink)"
                     ),
                 ));
             }
@@ -221,6 +237,16 @@ impl GroupWindows {
             .merge
             .restore(&body)
             .map_err(|e| self.fail(format!("read {exact}"), e))?;
+        if let Some((channel, _)) = header
+            .maxima
+            .iter()
+            .find(|(c, _)| i32::try_from(*c).ok() != Some(partition))
+        {
+            return Err(self.fail(
+                format!("read {exact}"),
+                format!("it holds the event time of partition {channel}, not {partition}"),
+            ));
+        }
         held.worker.restore(&header.maxima);
         held.late_rows = header.late_rows;
         let took = started.elapsed();

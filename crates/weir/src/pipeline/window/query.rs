@@ -558,7 +558,7 @@ pub(crate) fn decode_snapshot(bytes: &[u8]) -> Result<(SnapshotHeader, &[u8])> {
         .as_array()
         .ok_or_else(bad)?
         .iter()
-        .map(|p| Some((p[0].as_i64()? as usize, p[1].as_i64()?)))
+        .map(|p| Some((usize::try_from(p[0].as_i64()?).ok()?, p[1].as_i64()?)))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(bad)?;
     Ok((
