@@ -608,10 +608,16 @@ pub(crate) fn hold_only<T>(
     Ok(slots)
 }
 
-/// The offset a key file's name gives (`<to>-<writer>.keys`); `None` for anything else.
-fn offset_of(path: &Path) -> Option<i64> {
-    let name = path.filename()?.strip_suffix(".keys")?;
+/// The offset a state file's name gives (`<to>-<writer>.<ext>`, `ext` being `keys` or
+/// `window`); `None` for anything else.
+pub(crate) fn file_offset(path: &Path, ext: &str) -> Option<i64> {
+    let name = path.filename()?.strip_suffix(ext)?.strip_suffix('.')?;
     name.split_once('-')?.0.parse().ok()
+}
+
+/// The key file's offset (see [`file_offset`]).
+fn offset_of(path: &Path) -> Option<i64> {
+    file_offset(path, "keys")
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use futures::TryStreamExt as _;
 use object_store::path::Path;
 use object_store::ObjectStoreExt as _;
 
-use super::group_state::{committed_offset, hold_only, GroupStateDir};
+use super::group_state::{committed_offset, file_offset, hold_only, GroupStateDir};
 use super::transform::StepTransform;
 use super::window::query::{ContinuousQuery, Emit, Merge, Worker};
 use super::window::time::NONE;
@@ -443,10 +443,9 @@ fn thread_error(source: &str, e: datafusion::error::DataFusionError) -> SourceEr
     SourceError::new(source, SourceErrorKind::Thread(e.to_string()))
 }
 
-/// The offset a window file's name gives (`<to>-<writer>.window`); `None` for anything else.
+/// The window file's offset (see [`file_offset`]).
 fn window_offset(path: &Path) -> Option<i64> {
-    let name = path.filename()?.strip_suffix(".window")?;
-    name.split_once('-')?.0.parse().ok()
+    file_offset(path, "window")
 }
 
 #[cfg(test)]
