@@ -214,6 +214,9 @@ group.consumer.session.timeout.ms=6000
 group.consumer.min.session.timeout.ms=6000
 auto.create.topics.enable=false
 log.segment.bytes=268435456
+# Transactions left open past their timeout are aborted within a second (the broker's default
+# looks every 10 s), so the tests of a coordinator's abort wait seconds.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 PROPS
     if [[ "$SECURE" == 1 ]]; then
         local sec="$RUN/secure" l m

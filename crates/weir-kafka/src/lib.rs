@@ -120,7 +120,8 @@ pub use group::{
     TopicPartition,
 };
 pub use producer::{
-    murmur2, settle_transaction, Producer, ProducerConfig, Settled, TransactionProtocol,
+    describe_transaction, murmur2, settle_transaction, Producer, ProducerConfig, Settled,
+    TransactionProtocol, TransactionStatus,
 };
 pub use record_batch::{Compression, Headers};
 pub use security::{

@@ -21,7 +21,7 @@ use crate::connection::{decode_response, Connection, Connector};
 use crate::error::{error_name, is_retriable, Error, Result};
 use crate::record_batch::{finish_batch, BatchSpec, Compression, RecordsWriter};
 use crate::security::SecurityConfig;
-pub use crate::transaction::Settled;
+pub use crate::transaction::{Settled, TransactionStatus};
 
 /// Producer settings.
 #[derive(Debug, Clone)]
@@ -958,10 +958,12 @@ pub enum TransactionProtocol {
 /// `transactional.id` left when it stopped: commits it if it is still open. Call it before
 /// [`Producer::connect`] with the same id, whose new epoch would abort that transaction.
 ///
-/// The answer is exact for a producer that calls [`Producer::renew_epoch`] after each commit:
-/// [`Settled::EndedBefore`] then means the transaction committed before the stop. (A
-/// transaction the coordinator aborted because it stayed open longer than
-/// `transaction.timeout.ms` also answers so.)
+/// The answer is exact for a producer that calls [`Producer::renew_epoch`] after each commit
+/// and never aborts a transaction with writes itself: [`Settled::EndedBefore`] then means the
+/// transaction committed before the stop, and [`Settled::AbortedByCoordinator`] that it stayed
+/// open longer than `transaction.timeout.ms` and its coordinator aborted it. (Once the
+/// coordinator has forgotten the id, after `transactional.id.expiration.ms`, an abort can no
+/// longer be told apart and answers [`Settled::EndedBefore`].)
 pub fn settle_transaction(cfg: &ProducerConfig, producer: (i64, i16)) -> Result<Settled> {
     let Some(id) = &cfg.transactional_id else {
         return Err(Error::Transaction {
@@ -978,6 +980,26 @@ pub fn settle_transaction(cfg: &ProducerConfig, producer: (i64, i16)) -> Result<
         cfg.transaction_timeout,
     )?;
     coordinator.settle(producer)
+}
+
+/// What the transaction coordinator of `cfg`'s `transactional.id` says of it now (`None` when
+/// it has no state for the id). It changes nothing.
+pub fn describe_transaction(cfg: &ProducerConfig) -> Result<Option<TransactionStatus>> {
+    let Some(id) = &cfg.transactional_id else {
+        return Err(Error::Transaction {
+            transactional_id: String::new(),
+            reason: "the producer has no transactional.id".into(),
+        });
+    };
+    let connector = Connector::new(&cfg.security, cfg.request_timeout)?;
+    crate::transaction::Coordinator::find(
+        &connector,
+        &cfg.brokers,
+        id,
+        cfg.request_timeout,
+        cfg.transaction_timeout,
+    )?
+    .describe()
 }
 
 #[cfg(test)]

@@ -21,9 +21,10 @@ use kafka_protocol::messages::{
     add_partitions_to_txn_request::AddPartitionsToTxnTopic,
     txn_offset_commit_request::{TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic},
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
-    TopicName, TransactionalId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId, TopicName, TransactionalId,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -48,6 +49,10 @@ const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
 /// abort (its epoch is the one before the current).
 const INVALID_TXN_STATE: i16 = 48;
 
+/// TRANSACTIONAL_ID_NOT_FOUND: the coordinator has no state for the id (never used, or expired
+/// after `transactional.id.expiration.ms`).
+const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+
 /// UNKNOWN_TOPIC_OR_PARTITION (the offsets topic not ready yet), and the answers by which a group
 /// coordinator refuses a member's offsets: the group moved past the member's generation or
 /// epoch, or does not know the member.
@@ -69,6 +74,30 @@ pub enum Settled {
     Committed,
     /// The id has moved on to a later epoch: the transaction had ended before.
     EndedBefore,
+    /// Its coordinator aborted it, with the epoch after it: the transaction stayed open longer
+    /// than its `transaction.timeout.ms`. Its records are never visible to a `read_committed`
+    /// consumer.
+    AbortedByCoordinator,
+}
+
+/// What a transaction coordinator says of a `transactional.id` (DescribeTransactions, KIP-664).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionStatus {
+    /// The coordinator's state of the id's transaction, as Kafka names it: `Empty`, `Ongoing`,
+    /// `PrepareCommit`, `PrepareAbort`, `CompleteCommit`, `CompleteAbort`, `PrepareEpochFence`
+    /// or `Dead`.
+    pub state: String,
+    /// The id's producer id now.
+    pub producer_id: i64,
+    /// The id's producer epoch now.
+    pub producer_epoch: i16,
+}
+
+impl TransactionStatus {
+    /// The transaction is aborted or being aborted.
+    pub fn is_abort(&self) -> bool {
+        matches!(self.state.as_str(), "PrepareAbort" | "CompleteAbort")
+    }
 }
 
 /// The connection to the coordinator of one `transactional.id`.
@@ -254,12 +283,59 @@ impl Coordinator {
                 INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING
             ) || (self.v2 && code == INVALID_TXN_STATE)
             {
-                return Ok(Settled::EndedBefore);
+                // A coordinator that aborts a transaction for its timeout fences its producer
+                // with the next epoch (under both protocols), and a producer that renews its
+                // epoch only after a commit (as weir's sink does) never aborts at that epoch
+                // itself: an abort at exactly the next epoch is the coordinator's.
+                let aborted = self.describe()?.is_some_and(|s| {
+                    s.producer_id == producer.0
+                        && producer.1.checked_add(1) == Some(s.producer_epoch)
+                        && s.is_abort()
+                });
+                return Ok(if aborted {
+                    Settled::AbortedByCoordinator
+                } else {
+                    Settled::EndedBefore
+                });
             }
             if self.check("EndTxn", code, producer.1)? {
                 return Ok(Settled::Committed);
             }
             self.give_up_after(deadline, "EndTxn", code)?;
+        }
+    }
+
+    /// The coordinator's state of the id (`None` when it has none: the id was never used, or
+    /// expired).
+    pub(crate) fn describe(&mut self) -> Result<Option<TransactionStatus>> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let v =
+                self.conn
+                    .version(ApiKey::DescribeTransactions, "DescribeTransactions", 0, 0)?;
+            let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![
+                TransactionalId(StrBytes::from_string(self.id.clone())),
+            ]);
+            let resp: DescribeTransactionsResponse =
+                self.conn.request(ApiKey::DescribeTransactions, v, &req)?;
+            let Some(t) = resp.transaction_states.first() else {
+                return Err(self.error("DescribeTransactions answered without the id".into()));
+            };
+            match t.error_code {
+                0 => {
+                    return Ok(Some(TransactionStatus {
+                        state: t.transaction_state.to_string(),
+                        producer_id: t.producer_id.0,
+                        producer_epoch: t.producer_epoch,
+                    }))
+                }
+                TRANSACTIONAL_ID_NOT_FOUND => return Ok(None),
+                code => {
+                    if !self.check("DescribeTransactions", code, -1)? {
+                        self.give_up_after(deadline, "DescribeTransactions", code)?;
+                    }
+                }
+            }
         }
     }
 

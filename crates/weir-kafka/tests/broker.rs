@@ -2,7 +2,7 @@
 //! `scripts/test.sh` through `scripts/kafka.sh`; see `common::bootstrap`).
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::{
     bootstrap, config, drain, java_load, java_value, serial, topic, try_java_load, PrivateBroker,
@@ -12,9 +12,9 @@ use weir_kafka::{
     SecurityConfig,
 };
 use weir_kafka::{
-    create_topic, murmur2, settle_transaction, Compression, Consumer, Error, Isolation,
-    OffsetReset, PartitionSelection, PollStatus, Producer, ProducerConfig, Settled, StartupMode,
-    TransactionProtocol,
+    create_topic, describe_transaction, murmur2, settle_transaction, Compression, Consumer, Error,
+    Isolation, OffsetReset, PartitionSelection, PollStatus, Producer, ProducerConfig, Settled,
+    StartupMode, TransactionProtocol,
 };
 
 /// Data written by Kafka's Java producer with each codec reads back exactly: every record once,
@@ -219,7 +219,25 @@ fn producer_round_trip_partitions_and_startup_modes() {
             }
         }
         seen.sort_unstable();
-        assert_eq!(seen, expect, "{codec:?}");
+        if seen != expect {
+            let missing: Vec<usize> = expect
+                .iter()
+                .filter(|i| seen.binary_search(i).is_err())
+                .copied()
+                .collect();
+            let repeated: Vec<usize> = seen
+                .windows(2)
+                .filter(|w| w[0] == w[1])
+                .map(|w| w[0])
+                .collect();
+            let sizes: Vec<(i32, usize)> = got.iter().map(|(p, r)| (*p, r.len())).collect();
+            panic!(
+                "{codec:?}: read {} records of {} expected ({sizes:?} by partition); \
+                 missing {missing:?}; repeated {repeated:?}",
+                seen.len(),
+                expect.len()
+            );
+        }
 
         if codec != Compression::None {
             continue;
@@ -802,7 +820,7 @@ fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: Gr
         std::slice::from_ref(&src),
     )
     .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let GroupEvent::Assigned(parts) = member.poll().unwrap() {
             if !parts.is_empty() {
@@ -811,10 +829,7 @@ fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: Gr
                 break;
             }
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no assignment in 60 s"
-        );
+        assert!(Instant::now() < deadline, "no assignment in 60 s");
         std::thread::sleep(Duration::from_millis(100));
     }
     let known = member.metadata();
@@ -981,9 +996,49 @@ fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
     let mut third = Producer::connect(&cfg).unwrap();
     send(&mut third, "d", 3);
     third.commit_transaction().unwrap();
+    third.renew_epoch().unwrap();
+    drop(third);
+
+    // Stopped with its transaction open past its timeout: the coordinator aborts it, and
+    // settling says so rather than taking it for committed.
+    let short = ProducerConfig {
+        transaction_timeout: Duration::from_secs(2),
+        ..cfg.clone()
+    };
+    let mut fourth = Producer::connect(&short).unwrap();
+    send(&mut fourth, "e", 5);
+    let timed_out = fourth.producer_identity();
+    drop(fourth);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let s = describe_transaction(&short).unwrap().unwrap();
+        if s.state == "CompleteAbort" || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(status.state, "CompleteAbort", "{protocol:?}: {status:?}");
+    assert_eq!(status.producer_id, timed_out.0, "{protocol:?}");
+    assert_eq!(
+        settle_transaction(&short, timed_out).unwrap(),
+        Settled::AbortedByCoordinator,
+        "{protocol:?}: {status:?}, left open at epoch {}",
+        timed_out.1
+    );
+    // A transaction committed before that one still answers that it ended before.
+    let mut fifth = Producer::connect(&short).unwrap();
+    send(&mut fifth, "f", 2);
+    let committed = fifth.producer_identity();
+    fifth.commit_transaction().unwrap();
+    fifth.renew_epoch().unwrap();
+    drop(fifth);
+    assert_eq!(
+        settle_transaction(&short, committed).unwrap(),
+        Settled::EndedBefore
+    );
 
     let got = committed_values(&b, &t);
-    let want: BTreeSet<String> = [("a", 10), ("b", 4), ("d", 3)]
+    let want: BTreeSet<String> = [("a", 10), ("b", 4), ("d", 3), ("f", 2)]
         .iter()
         .flat_map(|(tag, n)| (0..*n).map(move |i| format!("{tag}{i}")))
         .collect();

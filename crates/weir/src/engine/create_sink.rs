@@ -457,7 +457,12 @@ impl Engine {
                 .transactional_id
                 .clone()
                 .unwrap_or_else(|| format!("weir-{sink}"));
-            kafka.producer.transactional_id = Some(id);
+            kafka.producer.transactional_id = Some(id.clone());
+            let go_on = kafka.continue_after_lost_transaction;
+            let (topic, timeout) = (
+                kafka.producer.topic.clone(),
+                kafka.producer.transaction_timeout,
+            );
             let encoder = create_encoder(sink, factory.as_ref(), Some(&kafka), &schema, &options)
                 .map_err(fail)?;
             let recorded = store.checkpoint().files.clone();
@@ -482,6 +487,23 @@ impl Engine {
                     step,
                     "the last run stopped between the state commit and the Kafka commit of step {step}; committed its transaction now"
                 ),
+                Some(Settled::AbortedByCoordinator) => {
+                    let lost = SinkError::TransactionLost {
+                        sink: sink.to_string(),
+                        step,
+                        transactional_id: id,
+                        topic,
+                        timeout_ms: timeout.as_millis(),
+                    };
+                    if !go_on {
+                        return Err(fail(lost));
+                    }
+                    tracing::error!(
+                        sink,
+                        step,
+                        "{lost} (going on: 'on.transaction.timeout' = 'continue')"
+                    );
+                }
                 Some(Settled::EndedBefore) | None => {}
             }
             Box::new(steps)

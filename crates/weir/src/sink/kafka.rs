@@ -34,6 +34,7 @@ pub(crate) const KAFKA_SINK_OPTIONS: &[OptionSpec] = &[
     LINGER_MS,
     TRANSACTIONAL_ID,
     TRANSACTION_TIMEOUT,
+    ON_TRANSACTION_TIMEOUT,
     ON_ERROR,
     DEAD_LETTER_PATH,
     AUTO_REGISTER,
@@ -123,6 +124,17 @@ const TRANSACTION_TIMEOUT: OptionSpec = OptionSpec::new(
 )
 .default_value("900000");
 
+const ON_TRANSACTION_TIMEOUT: OptionSpec = OptionSpec::new(
+    "on.transaction.timeout",
+    OptionKind::Choice(&["fail", "continue"]),
+    "kafka, exactly once: what a start does when the last step's transaction was aborted by its \
+     coordinator (weir stopped between the step's state commit and its transaction's commit, \
+     and started again after `transaction.timeout.ms`): the step's rows are not in the topic, \
+     and the state has moved past them. `fail` stops, naming the step; `continue` logs that \
+     and goes on without them",
+)
+.default_value("fail");
+
 const LINGER_MS: OptionSpec = OptionSpec::new(
     "linger.ms",
     OptionKind::Count,
@@ -198,6 +210,9 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) transaction_timeout_given: bool,
     /// `'on.error'`.
     pub(crate) row_errors: RowErrors,
+    /// `'on.transaction.timeout' = 'continue'`: a start goes on past a step whose transaction
+    /// its coordinator aborted.
+    pub(crate) continue_after_lost_transaction: bool,
     /// With `'schema.registry.url'`: the subject's schema the values are written in, and their
     /// framing (filled in when the sink is created).
     pub(crate) registry: Option<Arc<crate::registry::SinkSchema>>,
@@ -285,6 +300,8 @@ impl KafkaSinkSettings {
                 (Some("skip"), _) => RowErrors::Skip,
                 _ => RowErrors::Fail,
             },
+            continue_after_lost_transaction: options.choice(&ON_TRANSACTION_TIMEOUT)?
+                == Some("continue"),
             registry: None,
         })
     }

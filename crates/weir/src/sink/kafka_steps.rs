@@ -29,7 +29,9 @@
 //!
 //! The one gap is Kafka's own: a transaction left open longer than `transaction.timeout.ms` is
 //! aborted by the coordinator, so weir must be restarted within it after a stop between the two
-//! commits (15 minutes by default, the brokers' default ceiling).
+//! commits (15 minutes by default, the brokers' default ceiling). A start after it finds the
+//! abort (the coordinator fenced the recorded epoch with the next one) and stops, naming the
+//! step, unless `'on.transaction.timeout'` is `continue`.
 
 use std::time::{Duration, Instant};
 
@@ -240,7 +242,12 @@ impl KafkaSteps {
             cause,
             || settle_transaction(&config, sealed).map_err(kafka),
         )?;
-        let aborted = matches!(settled, Settled::EndedBefore);
+        // Whoever ended it (its coordinator for its timeout, or a producer of the id that
+        // fenced this one), it was not committed: its rows are written again.
+        let aborted = matches!(
+            settled,
+            Settled::EndedBefore | Settled::AbortedByCoordinator
+        );
         if aborted {
             tracing::warn!(
                 sink = %name,

@@ -128,6 +128,29 @@ pub enum SinkError {
         /// The step this writer was committing.
         step: u64,
     },
+    /// The transaction of the state's last step was aborted by its coordinator: the step's
+    /// rows are not in the topic, and the state has moved past them.
+    #[error(
+        "sink {sink}: the transaction of step {step} ('transactional.id' = '{transactional_id}') \
+         was aborted by its coordinator: weir stopped between the step's state commit and its \
+         transaction's commit, and started again after 'transaction.timeout.ms' \
+         ({timeout_ms} ms) had passed. The step's rows are not in topic '{topic}', and the \
+         state has moved past them. Set 'on.transaction.timeout' = 'continue' to go on without \
+         them, or write the topic again from a new state directory; start weir within the \
+         timeout (or raise it) to keep this from happening"
+    )]
+    TransactionLost {
+        /// The sink.
+        sink: String,
+        /// The step whose transaction was aborted.
+        step: u64,
+        /// The sink's transactional id.
+        transactional_id: String,
+        /// The topic.
+        topic: String,
+        /// `'transaction.timeout.ms'`.
+        timeout_ms: u128,
+    },
     /// A member of a consumer group lost a partition before its step reached the table.
     #[error(transparent)]
     PartitionFenced(Box<PartitionFenced>),

@@ -893,6 +893,112 @@ fn a_kafka_sink_fed_by_a_source_with_state_writes_one_transaction_a_step() {
     );
 }
 
+/// A start after a stop between a step's state commit and its transaction's commit, later than
+/// the transaction's timeout: the coordinator has aborted the transaction, so its rows are not
+/// in the topic although the state counts them. The start stops and names the step, rather
+/// than taking the transaction for committed; `'on.transaction.timeout' = 'continue'` goes on.
+#[test]
+fn a_transaction_its_coordinator_aborted_stops_the_next_start() {
+    let Some(broker) = bootstrap() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("q.jsonl");
+    let state = dir.path().join("state");
+    crate::common::write_quotes(
+        &data,
+        1_000,
+        5,
+        weir_testdata::QuoteFormat::Json,
+        weir_codec::Framing::Lines,
+    );
+    let topic = topic("weir-sink-lost-txn");
+    create_topic(std::slice::from_ref(&broker), &topic, 1, 1, &[], false).unwrap();
+    let id = format!("{topic}-writer");
+    let script = |extra: &str| {
+        format!(
+            "CREATE SOURCE f (ticker VARCHAR, sequence_number BIGINT) WITH \
+             ('connector' = 'file', 'path' = '{}', 'framing' = 'lines', 'encoding' = 'json', \
+             'fields.ticker' = 'base.ticker', 'fields.sequence_number' = 'base.sequence_number', \
+             'state.dir' = '{}', 'commit.interval' = '300 rows');\n\
+             CREATE SINK out FROM f WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+             'topic' = '{topic}', 'encoding' = 'json', 'transactional.id' = '{id}'{extra});",
+            data.display(),
+            state.display()
+        )
+    };
+    let run = |sql: String| {
+        let engine = Engine::new(EngineOptions::default());
+        rt.block_on(engine.query(&sql))?;
+        rt.block_on(engine.finish())
+    };
+    assert_eq!(run(script("")).unwrap()[0].rows, 1_000);
+
+    // What a stop between the two commits of one more step leaves: the state records that
+    // step's transaction (here one row, written by the test as the sink's id), and it stays
+    // open past its timeout, so its coordinator aborts it.
+    let producer = ProducerConfig {
+        brokers: vec![broker.clone()],
+        topic: topic.clone(),
+        transactional_id: Some(id.clone()),
+        transaction_timeout: Duration::from_secs(2),
+        ..ProducerConfig::default()
+    };
+    let mut p = Producer::connect(&producer).unwrap();
+    p.begin_transaction().unwrap();
+    p.send(None, None, br#"{"ticker": "LOST", "sequence_number": -1}"#)
+        .unwrap();
+    p.flush().unwrap();
+    let (pid, epoch) = p.producer_identity();
+    drop(p);
+    let mut store =
+        weir_dedup::StateStore::open(&state, weir_dedup::StateOptions::default()).unwrap();
+    let mut step = store.checkpoint().clone();
+    step.files = vec![format!("kafka-transaction:{id}:{pid}:{epoch}")];
+    store.commit(step).unwrap();
+    store.finish().unwrap();
+    let lost_step = store.checkpoint().step;
+    drop(store);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while weir_kafka::describe_transaction(&producer)
+        .unwrap()
+        .is_none_or(|s| s.state != "CompleteAbort")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the coordinator did not abort the open transaction within a minute"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let e = run(script("")).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("the transaction of step {lost_step} "))
+            && e.contains("aborted by its coordinator")
+            && e.contains(&format!("not in topic '{topic}'"))
+            && e.contains("'on.transaction.timeout' = 'continue'"),
+        "{e}"
+    );
+    // Going on without the step's rows is the user's choice.
+    let reports = run(script(", 'on.transaction.timeout' = 'continue'")).unwrap();
+    assert_eq!(reports[0].rows, 0);
+    let engine = Engine::new(EngineOptions::default());
+    let got = rt
+        .block_on(engine.query(&format!(
+            "CREATE SOURCE k (ticker VARCHAR, sequence_number BIGINT) WITH \
+             ('connector' = 'kafka', 'brokers' = '{broker}', 'topic' = '{topic}', \
+             'encoding' = 'json', 'isolation.level' = 'read_committed');\n\
+             SELECT count(*), count(DISTINCT (ticker, sequence_number)), \
+             count(*) FILTER (WHERE ticker = 'LOST') FROM k;"
+        )))
+        .unwrap();
+    let col = |c: usize| got[0].column(c).as_primitive::<Int64Type>().value(0);
+    assert_eq!((col(0), col(1), col(2)), (1_000, 1_000, 0));
+}
+
 /// `'headers.column'`: each row's map entries become its record's headers, which a kafka
 /// source reads back with `INCLUDE headers`.
 #[test]
