@@ -77,7 +77,10 @@ pub enum Settled {
     /// Its coordinator aborted it, with the epoch after it: the transaction stayed open longer
     /// than its `transaction.timeout.ms`. Its records are never visible to a `read_committed`
     /// consumer.
-    AbortedByCoordinator,
+    AbortedByCoordinator {
+        /// The timeout the transaction ran under, as the coordinator records it (ms).
+        timeout_ms: i32,
+    },
 }
 
 /// What a transaction coordinator says of a `transactional.id` (DescribeTransactions, KIP-664).
@@ -91,6 +94,8 @@ pub struct TransactionStatus {
     pub producer_id: i64,
     /// The id's producer epoch now.
     pub producer_epoch: i16,
+    /// The timeout of the id's transactions (ms), as its last InitProducerId set it.
+    pub transaction_timeout_ms: i32,
 }
 
 impl TransactionStatus {
@@ -287,15 +292,31 @@ impl Coordinator {
                 // with the next epoch (under both protocols), and a producer that renews its
                 // epoch only after a commit (as weir's sink does) never aborts at that epoch
                 // itself: an abort at exactly the next epoch is the coordinator's.
-                let aborted = self.describe()?.is_some_and(|s| {
-                    s.producer_id == producer.0
-                        && producer.1.checked_add(1) == Some(s.producer_epoch)
-                        && s.is_abort()
-                });
-                return Ok(if aborted {
-                    Settled::AbortedByCoordinator
-                } else {
-                    Settled::EndedBefore
+                let status = match self.describe() {
+                    Ok(status) => status,
+                    // A broker before Kafka 3.0 cannot say; the answer stays what it was.
+                    Err(Error::UnsupportedVersion { .. }) => {
+                        log::warn!(
+                            "transactional id '{}': the coordinator does not answer \
+                             DescribeTransactions (a broker before Kafka 3.0), so a transaction \
+                             it aborted for its timeout cannot be told from one committed",
+                            self.id
+                        );
+                        None
+                    }
+                    Err(e) => return Err(e),
+                };
+                return Ok(match status {
+                    Some(s)
+                        if s.producer_id == producer.0
+                            && producer.1.checked_add(1) == Some(s.producer_epoch)
+                            && s.is_abort() =>
+                    {
+                        Settled::AbortedByCoordinator {
+                            timeout_ms: s.transaction_timeout_ms,
+                        }
+                    }
+                    _ => Settled::EndedBefore,
                 });
             }
             if self.check("EndTxn", code, producer.1)? {
@@ -327,6 +348,7 @@ impl Coordinator {
                         state: t.transaction_state.to_string(),
                         producer_id: t.producer_id.0,
                         producer_epoch: t.producer_epoch,
+                        transaction_timeout_ms: t.transaction_timeout_ms,
                     }))
                 }
                 TRANSACTIONAL_ID_NOT_FOUND => return Ok(None),

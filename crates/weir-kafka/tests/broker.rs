@@ -946,6 +946,23 @@ fn a_transaction_left_open_is_settled_by_its_epoch() {
     left_open_and_settled(&b, TransactionProtocol::Kip890);
 }
 
+/// Waits (up to a minute) until the coordinator of `cfg`'s id has aborted its open transaction
+/// for its timeout; returns what it says then.
+fn aborted_by_coordinator(cfg: &ProducerConfig) -> weir_kafka::TransactionStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = describe_transaction(cfg).unwrap().unwrap();
+        if s.state == "CompleteAbort" {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not aborted after a minute: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
     let b = b.to_string();
     let t = topic("wtxs");
@@ -1009,23 +1026,22 @@ fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
     send(&mut fourth, "e", 5);
     let timed_out = fourth.producer_identity();
     drop(fourth);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        let s = describe_transaction(&short).unwrap().unwrap();
-        if s.state == "CompleteAbort" || Instant::now() > deadline {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert_eq!(status.state, "CompleteAbort", "{protocol:?}: {status:?}");
+    let status = aborted_by_coordinator(&short);
     assert_eq!(status.producer_id, timed_out.0, "{protocol:?}");
     assert_eq!(
         settle_transaction(&short, timed_out).unwrap(),
-        Settled::AbortedByCoordinator,
+        Settled::AbortedByCoordinator { timeout_ms: 2000 },
         "{protocol:?}: {status:?}, left open at epoch {}",
         timed_out.1
     );
-    // A transaction committed before that one still answers that it ended before.
+    // Asked again, it says the same: settling changes nothing at the coordinator.
+    assert_eq!(
+        settle_transaction(&short, timed_out).unwrap(),
+        Settled::AbortedByCoordinator { timeout_ms: 2000 }
+    );
+    // A transaction committed, its producer then stopped before the next one: never taken for
+    // aborted. Under KIP-890 its commit sent again with its epoch answers as a retry of the
+    // commit; under the classic protocol the epoch renewed after it answers that it ended.
     let mut fifth = Producer::connect(&short).unwrap();
     send(&mut fifth, "f", 2);
     let committed = fifth.producer_identity();
@@ -1034,11 +1050,29 @@ fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
     drop(fifth);
     assert_eq!(
         settle_transaction(&short, committed).unwrap(),
-        Settled::EndedBefore
+        match protocol {
+            TransactionProtocol::Kip890 => Settled::Committed,
+            TransactionProtocol::Classic => Settled::EndedBefore,
+        }
+    );
+    // Committed, then the next transaction left open past its timeout and aborted by the
+    // coordinator: the committed one is not taken for that abort.
+    let mut sixth = Producer::connect(&short).unwrap();
+    send(&mut sixth, "g", 2);
+    let committed = sixth.producer_identity();
+    sixth.commit_transaction().unwrap();
+    sixth.renew_epoch().unwrap();
+    send(&mut sixth, "h", 2);
+    drop(sixth);
+    aborted_by_coordinator(&short);
+    assert_eq!(
+        settle_transaction(&short, committed).unwrap(),
+        Settled::EndedBefore,
+        "{protocol:?}"
     );
 
     let got = committed_values(&b, &t);
-    let want: BTreeSet<String> = [("a", 10), ("b", 4), ("d", 3), ("f", 2)]
+    let want: BTreeSet<String> = [("a", 10), ("b", 4), ("d", 3), ("f", 2), ("g", 2)]
         .iter()
         .flat_map(|(tag, n)| (0..*n).map(move |i| format!("{tag}{i}")))
         .collect();

@@ -250,6 +250,9 @@ impl Engine {
             None
         };
         let kafka_transactional = kafka.as_ref().is_some_and(|k| k.transactional_id.is_some());
+        let kafka_on_timeout = kafka
+            .as_ref()
+            .is_some_and(|k| k.continue_after_lost_transaction.is_some());
         let metrics = Arc::new(crate::metrics::SinkMetrics::default());
         self.sink_metrics
             .lock()
@@ -320,6 +323,14 @@ impl Engine {
                             .exactly_once_sink(&name, ExactlyOnce::Query(q), line)
                             .await;
                     }
+                }
+                if kafka_on_timeout {
+                    return Err(fail(SinkError::Options(format!(
+                        "sink {name}: 'on.transaction.timeout' decides what a start does with a \
+                         step whose transaction was aborted, and only an exactly-once kafka \
+                         sink (one fed by a source with 'state.dir') writes transactions a \
+                         step; drop the option, or give the source 'state.dir'"
+                    ))));
                 }
                 if kafka_transactional {
                     return Err(fail(SinkError::Options(format!(
@@ -458,18 +469,34 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| format!("weir-{sink}"));
             kafka.producer.transactional_id = Some(id.clone());
-            let go_on = kafka.continue_after_lost_transaction;
-            let (topic, timeout) = (
-                kafka.producer.topic.clone(),
-                kafka.producer.transaction_timeout,
-            );
+            let go_on = kafka.continue_after_lost_transaction == Some(true);
             let encoder = create_encoder(sink, factory.as_ref(), Some(&kafka), &schema, &options)
                 .map_err(fail)?;
             let recorded = store.checkpoint().files.clone();
             let name = sink.to_string();
+            let step = store.checkpoint().step;
             // Connecting and settling wait on the brokers.
             let opened = tokio::task::spawn_blocking(move || {
                 let settled = KafkaSteps::settle(&name, &kafka.producer, &recorded)?;
+                if let Some(Settled::AbortedByCoordinator { timeout_ms }) = settled {
+                    let lost = SinkError::TransactionLost {
+                        sink: name.clone(),
+                        step,
+                        transactional_id: id,
+                        topic: kafka.producer.topic.clone(),
+                        timeout_ms,
+                    };
+                    // Decided before the producer connects: its new epoch would end the
+                    // coordinator's record of the abort, and the next start would not see it.
+                    if !go_on {
+                        return Err(lost);
+                    }
+                    tracing::error!(
+                        sink = %name,
+                        step,
+                        "{lost} (going on: 'on.transaction.timeout' = 'continue')"
+                    );
+                }
                 kafka_dead_letters::restore(&name, kafka.dead_letter_path(), &recorded)?;
                 let writer = KafkaSink::open(&name, &kafka, &schema, encoder)?;
                 Ok::<_, SinkError>((KafkaSteps::new(writer, metrics), settled))
@@ -480,31 +507,12 @@ impl Engine {
                 reason: e.to_string(),
             })?;
             let (steps, settled) = opened.map_err(fail)?;
-            let step = store.checkpoint().step;
-            match settled {
-                Some(Settled::Committed) => tracing::warn!(
+            if settled == Some(Settled::Committed) {
+                tracing::warn!(
                     sink,
                     step,
                     "the last run stopped between the state commit and the Kafka commit of step {step}; committed its transaction now"
-                ),
-                Some(Settled::AbortedByCoordinator) => {
-                    let lost = SinkError::TransactionLost {
-                        sink: sink.to_string(),
-                        step,
-                        transactional_id: id,
-                        topic,
-                        timeout_ms: timeout.as_millis(),
-                    };
-                    if !go_on {
-                        return Err(fail(lost));
-                    }
-                    tracing::error!(
-                        sink,
-                        step,
-                        "{lost} (going on: 'on.transaction.timeout' = 'continue')"
-                    );
-                }
-                Some(Settled::EndedBefore) | None => {}
+                );
             }
             Box::new(steps)
         } else {

@@ -210,9 +210,9 @@ pub(crate) struct KafkaSinkSettings {
     pub(crate) transaction_timeout_given: bool,
     /// `'on.error'`.
     pub(crate) row_errors: RowErrors,
-    /// `'on.transaction.timeout' = 'continue'`: a start goes on past a step whose transaction
-    /// its coordinator aborted.
-    pub(crate) continue_after_lost_transaction: bool,
+    /// `'on.transaction.timeout'` as given: `Some(true)` (`continue`) goes on past a step whose
+    /// transaction its coordinator aborted, `Some(false)` (`fail`) and the default stop.
+    pub(crate) continue_after_lost_transaction: Option<bool>,
     /// With `'schema.registry.url'`: the subject's schema the values are written in, and their
     /// framing (filled in when the sink is created).
     pub(crate) registry: Option<Arc<crate::registry::SinkSchema>>,
@@ -300,8 +300,10 @@ impl KafkaSinkSettings {
                 (Some("skip"), _) => RowErrors::Skip,
                 _ => RowErrors::Fail,
             },
-            continue_after_lost_transaction: options.choice(&ON_TRANSACTION_TIMEOUT)?
-                == Some("continue"),
+            continue_after_lost_transaction: match options.given(&ON_TRANSACTION_TIMEOUT) {
+                Some(_) => Some(options.choice(&ON_TRANSACTION_TIMEOUT)? == Some("continue")),
+                None => None,
+            },
             registry: None,
         })
     }

@@ -244,17 +244,27 @@ impl KafkaSteps {
         )?;
         // Whoever ended it (its coordinator for its timeout, or a producer of the id that
         // fenced this one), it was not committed: its rows are written again.
-        let aborted = matches!(
-            settled,
-            Settled::EndedBefore | Settled::AbortedByCoordinator
-        );
-        if aborted {
-            tracing::warn!(
-                sink = %name,
-                "the step's transaction was aborted by its coordinator while the brokers were \
-                 away; its rows are written again in a new one"
-            );
-        }
+        let aborted = match settled {
+            Settled::Committed => false,
+            Settled::AbortedByCoordinator { .. } => {
+                tracing::warn!(
+                    sink = %name,
+                    "the step's transaction was aborted by its coordinator while the brokers \
+                     were away (it stayed open past its timeout); its rows are written again in \
+                     a new one"
+                );
+                true
+            }
+            Settled::EndedBefore => {
+                tracing::warn!(
+                    sink = %name,
+                    "the step's transaction ended uncommitted while the brokers were away \
+                     (another producer of the 'transactional.id' may have started); its rows \
+                     are written again in a new one"
+                );
+                true
+            }
+        };
         let (sink, rows, offsets) = (&mut self.sink, &self.step_rows, &self.step_offsets);
         let mut attempt = || {
             sink.reconnect()?;

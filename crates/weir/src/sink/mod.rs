@@ -133,11 +133,11 @@ pub enum SinkError {
     #[error(
         "sink {sink}: the transaction of step {step} ('transactional.id' = '{transactional_id}') \
          was aborted by its coordinator: weir stopped between the step's state commit and its \
-         transaction's commit, and started again after 'transaction.timeout.ms' \
+         transaction's commit, and started again after the transaction's timeout \
          ({timeout_ms} ms) had passed. The step's rows are not in topic '{topic}', and the \
          state has moved past them. Set 'on.transaction.timeout' = 'continue' to go on without \
-         them, or write the topic again from a new state directory; start weir within the \
-         timeout (or raise it) to keep this from happening"
+         them, or recreate the topic (or use a new one) and start from a new state directory; \
+         start weir within 'transaction.timeout.ms' (or raise it) to keep this from happening"
     )]
     TransactionLost {
         /// The sink.
@@ -148,8 +148,8 @@ pub enum SinkError {
         transactional_id: String,
         /// The topic.
         topic: String,
-        /// `'transaction.timeout.ms'`.
-        timeout_ms: u128,
+        /// The timeout the aborted transaction ran under, as its coordinator knows it.
+        timeout_ms: i32,
     },
     /// A member of a consumer group lost a partition before its step reached the table.
     #[error(transparent)]

@@ -891,6 +891,17 @@ fn a_kafka_sink_fed_by_a_source_with_state_writes_one_transaction_a_step() {
         e.contains("'transactional.id'") && e.contains("'state.dir'"),
         "{e}"
     );
+    let e = run(format!(
+        "{}\nCREATE SINK out FROM f WITH ('connector' = 'kafka', 'brokers' = '{broker}', \
+         'topic' = '{topic}', 'encoding' = 'json', 'on.transaction.timeout' = 'continue');",
+        source(false)
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("'on.transaction.timeout'") && e.contains("'state.dir'"),
+        "{e}"
+    );
 }
 
 /// A start after a stop between a step's state commit and its transaction's commit, later than
@@ -974,14 +985,18 @@ fn a_transaction_its_coordinator_aborted_stops_the_next_start() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    let e = run(script("")).unwrap_err().to_string();
-    assert!(
-        e.contains(&format!("the transaction of step {lost_step} "))
-            && e.contains("aborted by its coordinator")
-            && e.contains(&format!("not in topic '{topic}'"))
-            && e.contains("'on.transaction.timeout' = 'continue'"),
-        "{e}"
-    );
+    // Every start stops until the user decides (a supervisor restarting weir included).
+    for _ in 0..2 {
+        let e = run(script("")).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("the transaction of step {lost_step} "))
+                && e.contains("aborted by its coordinator")
+                && e.contains("timeout (2000 ms)")
+                && e.contains(&format!("not in topic '{topic}'"))
+                && e.contains("'on.transaction.timeout' = 'continue'"),
+            "{e}"
+        );
+    }
     // Going on without the step's rows is the user's choice.
     let reports = run(script(", 'on.transaction.timeout' = 'continue'")).unwrap();
     assert_eq!(reports[0].rows, 0);
