@@ -214,6 +214,10 @@ group.consumer.session.timeout.ms=6000
 group.consumer.min.session.timeout.ms=6000
 auto.create.topics.enable=false
 log.segment.bytes=268435456
+# Tests write records stamped years back (fixed times, so reads by timestamp are exact). Time
+# retention would delete such a log whole at the broker's next retention check (30 s after its
+# start, then every 5 minutes), under a test reading it: keep every log.
+log.retention.ms=-1
 # Transactions left open past their timeout are aborted within a second (the broker's default
 # looks every 10 s), so the tests of a coordinator's abort wait seconds.
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000

@@ -283,6 +283,22 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// Batches in flight on a lost connection could not be sent again: the producer cannot
+    /// tell which of its records reached the topic, and refuses to go on. A new producer that
+    /// sends them again (an exactly-once sink's next attempt does) mends it.
+    #[error(
+        "kafka producer of {topic}: {batches} batch(es) in flight when a connection was lost \
+         could not be sent again ({reason}); this producer stops here, as records may be \
+         missing: send them again with a new one"
+    )]
+    BatchesLost {
+        /// The topic.
+        topic: String,
+        /// How many batches.
+        batches: usize,
+        /// The last failure.
+        reason: String,
+    },
 }
 
 /// Why a SASL authentication failed.
@@ -312,7 +328,8 @@ impl Error {
             | Self::Protocol { .. }
             | Self::TlsStream { .. }
             | Self::CoordinatorNotReady { .. }
-            | Self::TransactionAbortable { .. } => true,
+            | Self::TransactionAbortable { .. }
+            | Self::BatchesLost { .. } => true,
             _ => false,
         }
     }

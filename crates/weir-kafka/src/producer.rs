@@ -120,6 +120,10 @@ pub struct Producer {
     sequences: Vec<i32>,
     /// With a `transactional_id`: the coordinator and the open transaction.
     txn: Option<Txn>,
+    /// Set once batches sent on a lost connection could not be sent again: which records
+    /// reached the topic is unknown, so every later send and flush fails (see
+    /// [`Error::BatchesLost`]).
+    lost: Option<(usize, String)>,
 }
 
 /// A transactional producer's state.
@@ -285,6 +289,7 @@ impl Producer {
             compressed: Vec::new(),
             sticky: 0,
             sent: 0,
+            lost: None,
         })
     }
 
@@ -361,14 +366,46 @@ impl Producer {
 
     /// Sends every open batch and waits until the broker acknowledged all of them.
     pub fn flush(&mut self) -> Result<()> {
+        self.check_lost()?;
         for p in 0..self.open.len() {
             if self.open[p].count > 0 {
                 self.ship(p as i32)?;
             }
         }
-        for i in 0..self.links.len() {
+        // A resend may open a link: every link is looked at, however many there are by then.
+        let mut i = 0;
+        while i < self.links.len() {
             while !self.links[i].pending.is_empty() {
                 self.await_oldest(i)?;
+            }
+            i += 1;
+        }
+        // A batch of another partition lost while this one waited (and then sent on by
+        // `ship`) fails the flush here, rather than go missing.
+        self.check_lost()
+    }
+
+    /// [`Error::BatchesLost`] once batches were dropped.
+    fn check_lost(&self) -> Result<()> {
+        match &self.lost {
+            Some((batches, reason)) => Err(Error::BatchesLost {
+                topic: self.cfg.topic.clone(),
+                batches: *batches,
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends `batches` again, in order. If one cannot be sent, neither are those after it: the
+    /// producer is marked as having lost them, and the error returned.
+    fn resend_all(&mut self, batches: Vec<Pending>) -> Result<()> {
+        let total = batches.len();
+        for (k, f) in batches.into_iter().enumerate() {
+            if let Err(e) = self.resend(f) {
+                let before = self.lost.as_ref().map_or(0, |l| l.0);
+                self.lost = Some((before + total - k, e.to_string()));
+                return Err(e);
             }
         }
         Ok(())
@@ -598,6 +635,7 @@ impl Producer {
 
     /// Closes partition `p`'s batch and sends it.
     fn ship(&mut self, p: i32) -> Result<()> {
+        self.check_lost()?;
         let mut attributes = self.cfg.compression.id();
         if let Some(t) = &mut self.txn {
             if !t.open {
@@ -812,10 +850,7 @@ impl Producer {
                 // an idempotent producer's sequence numbers drop what was written already).
                 let mut lost = vec![pending];
                 lost.extend(self.lose_link(i, &e));
-                for f in lost {
-                    self.resend(f)?;
-                }
-                return Ok(());
+                return self.resend_all(lost);
             }
             Err(e) => return Err(e),
         };
@@ -848,10 +883,7 @@ impl Producer {
             }
             failed.push(next);
         }
-        for f in failed {
-            self.resend(f)?;
-        }
-        Ok(())
+        self.resend_all(failed)
     }
 
     /// Sends one failed batch again, synchronously, refreshing the layout between attempts,
@@ -912,9 +944,8 @@ impl Producer {
             Ok(a) => a,
             Err(e) if e.is_transient() => {
                 // Others in flight on the link are lost with it: they go again first.
-                for other in self.lose_link(i, &e) {
-                    self.resend(other)?;
-                }
+                let others = self.lose_link(i, &e);
+                self.resend_all(others)?;
                 return Err(e);
             }
             Err(e) => return Err(e),
