@@ -372,17 +372,19 @@ impl Producer {
                 self.ship(p as i32)?;
             }
         }
-        // A resend may open a link: every link is looked at, however many there are by then.
-        let mut i = 0;
-        while i < self.links.len() {
-            while !self.links[i].pending.is_empty() {
-                self.await_oldest(i)?;
-            }
-            i += 1;
-        }
+        self.await_all()?;
         // A batch of another partition lost while this one waited (and then sent on by
         // `ship`) fails the flush here, rather than go missing.
         self.check_lost()
+    }
+
+    /// Waits for every batch in flight. A resend may open a link or reuse a lost one's slot,
+    /// so the links are looked at again until none has a batch in flight.
+    fn await_all(&mut self) -> Result<()> {
+        while let Some(i) = self.links.iter().position(|l| !l.pending.is_empty()) {
+            self.await_oldest(i)?;
+        }
+        Ok(())
     }
 
     /// [`Error::BatchesLost`] once batches were dropped.
@@ -398,14 +400,21 @@ impl Producer {
     }
 
     /// Sends `batches` again, in order. If one cannot be sent, neither are those after it: the
-    /// producer is marked as having lost them, and the error returned.
+    /// producer is marked as having lost them, and [`Error::BatchesLost`] returned. (A fenced
+    /// producer, or a transaction that must be aborted, is the caller's to end: those pass.)
     fn resend_all(&mut self, batches: Vec<Pending>) -> Result<()> {
         let total = batches.len();
         for (k, f) in batches.into_iter().enumerate() {
-            if let Err(e) = self.resend(f) {
-                let before = self.lost.as_ref().map_or(0, |l| l.0);
-                self.lost = Some((before + total - k, e.to_string()));
-                return Err(e);
+            match self.resend(f) {
+                Ok(()) => {}
+                Err(e @ (Error::Fenced { .. } | Error::TransactionAbortable { .. })) => {
+                    return Err(e)
+                }
+                Err(e) => {
+                    let before = self.lost.as_ref().map_or(0, |l| l.0);
+                    self.lost = Some((before + total - k, e.to_string()));
+                    return self.check_lost();
+                }
             }
         }
         Ok(())
@@ -598,11 +607,7 @@ impl Producer {
         for w in &mut self.open {
             w.clear();
         }
-        for i in 0..self.links.len() {
-            while !self.links[i].pending.is_empty() {
-                self.await_oldest(i)?;
-            }
-        }
+        self.await_all()?;
         self.end_transaction(false)
     }
 
@@ -679,14 +684,16 @@ impl Producer {
         self.open[p as usize].clear();
         let batch = Bytes::from(batch);
         match self.submit(p, batch.clone()) {
+            // Batches before this one were lost while it waited: it is not sent after them.
+            Err(_) if self.lost.is_some() => self.check_lost(),
             // No connection to the leader now (a broker restarting): send it once one is back.
             // A transaction that must be aborted is the caller's to write again.
             Err(e) if e.is_transient() && !matches!(e, Error::TransactionAbortable { .. }) => self
-                .resend(Pending {
+                .resend_all(vec![Pending {
                     correlation: 0,
                     partition: p,
                     batch,
-                }),
+                }]),
             other => other,
         }
     }

@@ -18,13 +18,15 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest,
-    ListOffsetsResponse, MetadataResponse, RequestHeader, TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, InitProducerIdResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataResponse, ProduceRequest, ProduceResponse,
+    ProducerId, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use weir_kafka::batch::{finish_batch, BatchSpec, RecordsWriter};
-use weir_kafka::{Consumer, ConsumerConfig, Error, PollStatus};
+use weir_kafka::{Consumer, ConsumerConfig, Error, PollStatus, Producer, ProducerConfig};
 
 const TOPIC: &str = "fake";
 /// Records in partition 0, in batches of 10.
@@ -498,4 +500,182 @@ fn batch_corrupted_in_transit_is_an_error_naming_where() {
     }
     assert!(err.to_string().contains("fake/0"), "{err}");
     assert_eq!(c.position(0), Some(10));
+}
+
+/// A broker that drops the connection of the first Produce request it reads, unanswered, and
+/// then refuses every connection for `down` (closes it at once), then answers all.
+struct Flaky {
+    port: u16,
+    down: Duration,
+    /// When it stopped answering, once it has.
+    dropped_at: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Batches it acknowledged.
+    written: AtomicUsize,
+}
+
+impl Flaky {
+    fn is_down(&self) -> bool {
+        let at = *self.dropped_at.lock().unwrap();
+        at.is_some_and(|t| t.elapsed() < self.down)
+    }
+}
+
+fn serve_flaky(mut s: TcpStream, b: Arc<Flaky>) {
+    if b.is_down() {
+        return; // the connection closes before any answer
+    }
+    loop {
+        let mut size = [0u8; 4];
+        if s.read_exact(&mut size).is_err() {
+            return;
+        }
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        if s.read_exact(&mut frame).is_err() {
+            return;
+        }
+        let mut buf = Bytes::from(frame);
+        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).unwrap();
+        let version = i16::from_be_bytes([buf[2], buf[3]]);
+        let header = RequestHeader::decode(&mut buf, key.request_header_version(version)).unwrap();
+        let id = header.correlation_id;
+        let ok = match key {
+            ApiKey::ApiVersions => {
+                let v = |k: ApiKey, lo, hi| {
+                    ApiVersion::default()
+                        .with_api_key(k as i16)
+                        .with_min_version(lo)
+                        .with_max_version(hi)
+                };
+                respond(
+                    &mut s,
+                    key,
+                    version,
+                    id,
+                    &ApiVersionsResponse::default().with_api_keys(vec![
+                        v(ApiKey::Produce, 3, 9),
+                        v(ApiKey::Metadata, 4, 12),
+                        v(ApiKey::InitProducerId, 0, 4),
+                        v(ApiKey::ApiVersions, 0, 3),
+                    ]),
+                )
+            }
+            ApiKey::Metadata => {
+                let part = |p: i32| {
+                    MetadataResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_leader_id(BrokerId(1))
+                };
+                respond(
+                    &mut s,
+                    key,
+                    version,
+                    id,
+                    &MetadataResponse::default()
+                        .with_brokers(vec![MetadataResponseBroker::default()
+                            .with_node_id(BrokerId(1))
+                            .with_host(StrBytes::from_static_str("127.0.0.1"))
+                            .with_port(i32::from(b.port))])
+                        .with_topics(vec![MetadataResponseTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC))))
+                            .with_partitions(vec![part(0), part(1)])]),
+                )
+            }
+            ApiKey::InitProducerId => respond(
+                &mut s,
+                key,
+                version,
+                id,
+                &InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(1000))
+                    .with_producer_epoch(0),
+            ),
+            ApiKey::Produce => {
+                let req = ProduceRequest::decode(&mut buf, version).unwrap();
+                {
+                    let mut at = b.dropped_at.lock().unwrap();
+                    if at.is_none() {
+                        *at = Some(std::time::Instant::now());
+                        return; // dropped, unanswered
+                    }
+                }
+                let topics = req
+                    .topic_data
+                    .iter()
+                    .map(|t| {
+                        TopicProduceResponse::default()
+                            .with_name(t.name.clone())
+                            .with_partition_responses(
+                                t.partition_data
+                                    .iter()
+                                    .map(|p| {
+                                        b.written.fetch_add(1, Ordering::SeqCst);
+                                        PartitionProduceResponse::default()
+                                            .with_index(p.index)
+                                            .with_base_offset(0)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                respond(
+                    &mut s,
+                    key,
+                    version,
+                    id,
+                    &ProduceResponse::default().with_responses(topics),
+                )
+            }
+            other => panic!("the fake broker does not answer {other:?}"),
+        };
+        if !ok {
+            return;
+        }
+    }
+}
+
+/// Batches in flight on a connection that drops, which cannot be sent again before the request
+/// timeout (the broker away), are lost: the producer says so at once and at every later send
+/// and flush, also once the broker is back, rather than send on and report success.
+#[test]
+fn batches_that_cannot_be_sent_again_fail_every_later_flush() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let broker = Arc::new(Flaky {
+        port: listener.local_addr().unwrap().port(),
+        down: Duration::from_secs(3),
+        dropped_at: std::sync::Mutex::new(None),
+        written: AtomicUsize::new(0),
+    });
+    let served = Arc::clone(&broker);
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            let b = Arc::clone(&served);
+            std::thread::spawn(move || serve_flaky(s, b));
+        }
+    });
+    let mut p = Producer::connect(&ProducerConfig {
+        brokers: vec![format!("127.0.0.1:{}", broker.port)],
+        topic: TOPIC.into(),
+        // Every record is a batch of its own, sent at once.
+        batch_bytes: 1,
+        request_timeout: Duration::from_secs(1),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    // Two batches in flight (partitions 0 and 1); the broker drops the first unanswered.
+    p.send(Some(0), None, b"a").unwrap();
+    p.send(Some(1), None, b"b").unwrap();
+    // The next batch of partition 0 waits for the first, whose connection is gone: the two
+    // are sent again while the broker refuses connections, past the 1-s request timeout.
+    let lost = |e: Error| match e {
+        Error::BatchesLost { batches, .. } => batches,
+        other => panic!("expected BatchesLost, got {other}"),
+    };
+    assert_eq!(lost(p.send(Some(0), None, b"c").unwrap_err()), 2);
+    // The broker is back: the producer still refuses, since two batches never arrived.
+    while broker.is_down() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(lost(p.flush().unwrap_err()), 2);
+    assert_eq!(lost(p.send(Some(1), None, b"d").unwrap_err()), 2);
+    assert_eq!(broker.written.load(Ordering::SeqCst), 0);
 }
