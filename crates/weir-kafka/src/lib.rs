@@ -116,8 +116,8 @@ pub use consumer::{
 };
 pub use error::{AuthFailure, Error, Result};
 pub use group::{
-    committed_offsets, GroupConfig, GroupEvent, GroupMember, GroupMetadata, GroupProtocol,
-    TopicPartition,
+    committed_offsets, committed_offsets_stamped, CommittedOffset, GroupConfig, GroupEvent,
+    GroupMember, GroupMetadata, GroupProtocol, TopicPartition,
 };
 pub use producer::{
     describe_transaction, murmur2, settle_transaction, Producer, ProducerConfig, Settled,

@@ -465,12 +465,14 @@ pub(crate) fn commit_offsets(
     offsets: &[(TopicPartition, i64)],
 ) -> Result<()> {
     let mut by_topic: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
+    let stamp = crate::group::commit_stamp();
     for ((topic, partition), offset) in offsets {
         by_topic.entry(topic).or_default().push(
             TxnOffsetCommitRequestPartition::default()
                 .with_partition_index(*partition)
                 .with_committed_offset(*offset)
-                .with_committed_leader_epoch(-1),
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(stamp.clone())),
         );
     }
     let req = TxnOffsetCommitRequest::default()

@@ -778,6 +778,29 @@ fn offsets_inside_transactions(b: &str, protocol: TransactionProtocol, group: Gr
     assert!(e.contains("UNSTABLE_OFFSET_COMMIT"), "{e}");
     p.commit_transaction().unwrap();
     assert_eq!(read(&standalone.group_id).unwrap(), vec![(0, 5), (1, 7)]);
+    // Offsets committed in a transaction carry the time they were sent, too.
+    let stamped = weir_kafka::committed_offsets_stamped(
+        &brokers,
+        &security,
+        &standalone.group_id,
+        &src,
+        &[0, 1],
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let age = |ms: i64| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+            - ms
+    };
+    assert!(
+        stamped.iter().all(|c| c
+            .committed_ms
+            .is_some_and(|ms| (0..60_000).contains(&age(ms)))),
+        "{stamped:?}"
+    );
     // Only the partitions asked for.
     let one = committed_offsets(
         &brokers,

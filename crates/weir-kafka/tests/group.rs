@@ -202,11 +202,34 @@ fn members_share_a_topic_and_hand_partitions_over(protocol: GroupProtocol, test:
         .map(|(t, p)| ((t.clone(), *p), 100 + i64::from(*p)))
         .collect();
     let (tx, rx) = channel();
+    let before = now_ms();
     a.send(Ctl::Commit(offsets.clone(), tx)).unwrap();
     rx.recv().unwrap().unwrap();
+    let after = now_ms();
     let shown = described_offsets(&b, &group, &t);
     for ((_, p), o) in &offsets {
         assert!(shown.contains(&(*p, *o)), "{p} at {o} not in {shown:?}");
+    }
+    // Each offset carries the time it was committed, for the member that reads it next.
+    let parts: Vec<i32> = offsets.iter().map(|((_, p), _)| *p).collect();
+    let stamped = weir_kafka::committed_offsets_stamped(
+        std::slice::from_ref(&b),
+        &SecurityConfig::default(),
+        &group,
+        &t,
+        &parts,
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert_eq!(stamped.len(), offsets.len());
+    for c in &stamped {
+        let ms = c
+            .committed_ms
+            .unwrap_or_else(|| panic!("no commit time: {c:?}"));
+        assert!(
+            (before..=after).contains(&ms),
+            "{c:?} not in {before}..={after}"
+        );
     }
 
     let (c, c_thread) = member("c", &b, &group, &t, protocol, &seen);
@@ -326,4 +349,12 @@ fn a_member_of_the_classic_protocol_rides_out_a_broker_restart() {
         GroupProtocol::Classic,
         "a_member_of_the_classic_protocol_rides_out_a_broker_restart",
     );
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }

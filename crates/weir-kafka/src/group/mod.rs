@@ -15,7 +15,8 @@ mod classic;
 mod consumer;
 mod offsets;
 
-pub use offsets::{committed_offsets, GroupMetadata};
+pub(crate) use offsets::commit_stamp;
+pub use offsets::{committed_offsets, committed_offsets_stamped, CommittedOffset, GroupMetadata};
 
 use std::time::{Duration, Instant};
 
@@ -435,12 +436,14 @@ fn offset_commit_request(
     offsets: &[(TopicPartition, i64)],
 ) -> OffsetCommitRequest {
     let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+    let stamp = commit_stamp();
     for ((topic, partition), offset) in offsets {
         by_topic.entry(topic).or_default().push(
             OffsetCommitRequestPartition::default()
                 .with_partition_index(*partition)
                 .with_committed_offset(*offset)
-                .with_committed_leader_epoch(-1),
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(stamp.clone())),
         );
     }
     OffsetCommitRequest::default()

@@ -46,6 +46,31 @@ impl GroupMetadata {
     }
 }
 
+/// What the metadata of every offset weir-kafka commits starts with; the commit's time (ms since
+/// the Unix epoch, the committing machine's clock) follows. Kafka keeps an offset's metadata and
+/// returns it with the offset, so whoever reads the offset next learns when it was committed.
+const STAMP: &str = "committed_at_ms=";
+
+/// The metadata committed with offsets now: [`STAMP`] and the time.
+pub(crate) fn commit_stamp() -> StrBytes {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    StrBytes::from_string(format!("{STAMP}{ms}"))
+}
+
+/// An offset a group committed for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// The partition.
+    pub partition: i32,
+    /// The next offset to read.
+    pub offset: i64,
+    /// When it was committed (ms since the Unix epoch, by the committer's clock), for offsets
+    /// weir-kafka committed; `None` for others (another client's, whose metadata is its own).
+    pub committed_ms: Option<i64>,
+}
+
 /// The offsets group `group_id` has committed for `partitions` of `topic` (the next offset to
 /// read, by partition; partitions without one are left out), read once no open transaction
 /// holds offsets of them (OffsetFetch with `require_stable`, KIP-447): a writer that resumes
@@ -59,6 +84,23 @@ pub fn committed_offsets(
     partitions: &[i32],
     timeout: Duration,
 ) -> Result<Vec<(i32, i64)>> {
+    Ok(
+        committed_offsets_stamped(brokers, security, group_id, topic, partitions, timeout)?
+            .into_iter()
+            .map(|c| (c.partition, c.offset))
+            .collect(),
+    )
+}
+
+/// [`committed_offsets`], with when each was committed.
+pub fn committed_offsets_stamped(
+    brokers: &[String],
+    security: &SecurityConfig,
+    group_id: &str,
+    topic: &str,
+    partitions: &[i32],
+    timeout: Duration,
+) -> Result<Vec<CommittedOffset>> {
     let connector = Connector::new(security, timeout)?;
     let deadline = Instant::now() + timeout;
     // Asked by partition (a read of all the group's offsets reports only those committed, not
@@ -83,12 +125,20 @@ pub fn committed_offsets(
                 if p.error_code != 0 {
                     code = p.error_code;
                 } else if p.committed_offset >= 0 {
-                    out.push((p.partition_index, p.committed_offset));
+                    out.push(CommittedOffset {
+                        partition: p.partition_index,
+                        offset: p.committed_offset,
+                        committed_ms: p
+                            .metadata
+                            .as_ref()
+                            .and_then(|m| m.as_str().strip_prefix(STAMP))
+                            .and_then(|ms| ms.parse().ok()),
+                    });
                 }
             }
         }
         if code == 0 {
-            out.sort_unstable();
+            out.sort_unstable_by_key(|c| c.partition);
             return Ok(out);
         }
         let retry = matches!(

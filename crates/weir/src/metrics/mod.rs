@@ -86,6 +86,9 @@ pub(crate) struct GroupMetrics {
     pub(crate) state_windows: AtomicI64,
     /// Dedup keys found in two partitions this member holds (one key checked a batch).
     pub(crate) split_keys: AtomicU64,
+    /// By partition this member took up: seconds from the last commit of its offsets (by any
+    /// member) to this member reading it, as of its last take-up.
+    pub(crate) unowned: Mutex<std::collections::BTreeMap<i32, f64>>,
 }
 
 impl Default for SourceMetrics {
@@ -442,6 +445,12 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
         "weir_source_group_state_windows",
         "Kafka consumer group: open windows held for the partitions this member reads now",
     );
+    let mut unowned = Family::<ConstGauge<f64>>::new(
+        "weir_source_group_partition_unowned_seconds",
+        "Kafka consumer group: for each partition this member took up, how long it went without \
+         an owner then: from the last commit of its offsets, by any member (its clock), to this \
+         member reading it",
+    );
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
@@ -461,6 +470,12 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
             state_keys.add(name(), gauge(g.state_keys.load(Ordering::Relaxed)));
             state_windows.add(name(), gauge(g.state_windows.load(Ordering::Relaxed)));
             split_keys.add(name(), counter(g.split_keys.load(Ordering::Relaxed)));
+            for (p, secs) in g.unowned.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                unowned.add(
+                    vec![("source", s.name.clone()), ("partition", p.to_string())],
+                    gauge_f(*secs),
+                );
+            }
         }
         late.add(name(), counter(load(&s.late)));
         ready.add(name(), gauge(i64::from(m.is_ready())));
@@ -519,6 +534,7 @@ fn encode_sources(sources: &[Arc<SourceStats>], e: &mut DescriptorEncoder<'_>) -
     state_keys.encode(e, MetricType::Gauge)?;
     state_windows.encode(e, MetricType::Gauge)?;
     split_keys.encode(e, MetricType::Counter)?;
+    unowned.encode(e, MetricType::Gauge)?;
     ready.encode(e, MetricType::Gauge)
 }
 

@@ -377,6 +377,60 @@ impl MemberSteps<'_> {
     }
 }
 
+/// How long an OffsetFetch for the time without an owner may wait (on a transaction that holds
+/// the offsets; the sink's own read waited for it already).
+const UNOWNED_READ_WAIT: Duration = Duration::from_secs(5);
+
+/// Logs and records, for each partition in `taken` (newly taken up), how long it went without
+/// an owner: from the last commit of its offsets to the group (each step's, stamped with the
+/// committer's clock) to now. Best effort: a failed read is logged, the run goes on.
+fn report_unowned(
+    source: &str,
+    consumer: &weir_kafka::ConsumerConfig,
+    group_id: &str,
+    topic: &str,
+    taken: &[i32],
+    metrics: &GroupMetrics,
+) {
+    // Before the read: about when the member began reading them.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let committed = match weir_kafka::committed_offsets_stamped(
+        &consumer.brokers,
+        &consumer.security,
+        group_id,
+        topic,
+        taken,
+        UNOWNED_READ_WAIT,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(
+                source,
+                "reading when the partitions' offsets were last committed failed: {e}"
+            );
+            return;
+        }
+    };
+    let mut unowned = metrics.unowned.lock().unwrap_or_else(|e| e.into_inner());
+    for c in committed {
+        // A stamp after `now` is this member's own first commit (the read waited on it), or a
+        // clock ahead of this one: neither says how long the partition waited.
+        let Some(at) = c.committed_ms.filter(|&at| at <= now) else {
+            continue;
+        };
+        let secs = now.saturating_sub(at).max(0) as f64 / 1e3;
+        unowned.insert(c.partition, secs);
+        tracing::info!(
+            source,
+            partition = c.partition,
+            offset = c.offset,
+            "the partition went {secs:.1} s without an owner (from its offsets' last commit to this member reading it)"
+        );
+    }
+}
+
 /// Whether `e` is a step of `steps` refused because another member owns one of its partitions
 /// now.
 fn partition_fenced(e: &SourceError, steps: &dyn GroupSink) -> bool {
@@ -497,8 +551,11 @@ pub(crate) fn run(
         }
         (None, _) => None,
     };
-    let membership = Membership::start(&source.name, member, topic.clone(), metrics)?;
+    let membership = Membership::start(&source.name, member, topic.clone(), Arc::clone(&metrics))?;
     let mut current: Vec<i32> = Vec::new();
+    // The partitions taken up at the last assignment, so a new one's time without an owner is
+    // reported once.
+    let mut held: Vec<i32> = Vec::new();
     let mut again = false;
     let mut moved_on = 0u32;
     let mut step = 0u64;
@@ -548,6 +605,30 @@ pub(crate) fn run(
         }
         moved_on = 0;
         membership.finished(current.clone());
+        let taken: Vec<i32> = current
+            .iter()
+            .filter(|p| !held.contains(p))
+            .copied()
+            .collect();
+        held.clone_from(&current);
+        metrics
+            .unowned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p, _| current.contains(p));
+        if !taken.is_empty() {
+            // On a thread of its own: reading starts now, not after another round trip.
+            let (name, consumer, group_id, topic, metrics) = (
+                source.name.clone(),
+                settings.consumer.clone(),
+                group.group_id.clone(),
+                topic.clone(),
+                Arc::clone(&metrics),
+            );
+            std::thread::spawn(move || {
+                report_unowned(&name, &consumer, &group_id, &topic, &taken, &metrics);
+            });
+        }
         if current.is_empty() {
             continue;
         }

@@ -421,23 +421,37 @@ fn group_members_write_each_record_once(protocol: &str, output: Output, dedup: b
         crate::metrics::sum(s, "weir_source_group_partitions", &q) > 0.0
             && crate::metrics::sum(s, "weir_source_group_rebalances_total", &q) >= 1.0
             && crate::metrics::sum(s, "weir_source_group_epoch", &q) > 0.0
+            && s.iter()
+                .any(|x| x.name == "weir_source_group_partition_unowned_seconds")
     });
-    let held = crate::metrics::sum(
-        &crate::metrics::samples(&scrape),
-        "weir_source_group_partitions",
-        &[("source", "q")],
-    );
+    let samples = crate::metrics::samples(&scrape);
+    let held = crate::metrics::sum(&samples, "weir_source_group_partitions", &[("source", "q")]);
     assert!(held <= 12.0, "{scrape}");
+    // The partitions it took up had owners that committed their offsets (stamped with the
+    // time): each one's time without an owner is known.
+    let unowned: Vec<_> = samples
+        .iter()
+        .filter(|x| x.name == "weir_source_group_partition_unowned_seconds")
+        .collect();
+    assert!(
+        unowned.iter().all(|x| x.value >= 0.0
+            && x.labels
+                .iter()
+                .any(|(k, v)| k == "partition" && v.parse::<i32>().is_ok())),
+        "{scrape}"
+    );
     members.push(watched);
     let mut logs = stopped.concat();
     for m in members {
         logs.push_str(&m.stop(false));
     }
-    // The members did take partitions over from each other.
+    // The members did take partitions over from each other, and said how long each went
+    // without an owner.
     assert!(
         logs.matches("reading these partitions").count() >= 4,
         "the members logged too few assignments:\n{logs}"
     );
+    assert!(logs.contains("without an owner"), "{logs}");
     let seen = written();
     assert_eq!(seen.len(), sent, "missing after the stop");
     assert!(seen.values().all(|n| *n == 1), "doubled after the stop");

@@ -46,9 +46,9 @@ fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
 
 /// A sample of an exposition: name, labels, value.
 pub(crate) struct Sample {
-    name: String,
-    labels: Vec<(String, String)>,
-    value: f64,
+    pub(crate) name: String,
+    pub(crate) labels: Vec<(String, String)>,
+    pub(crate) value: f64,
 }
 
 pub(crate) fn samples(text: &str) -> Vec<Sample> {
