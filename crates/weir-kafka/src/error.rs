@@ -283,13 +283,14 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// Batches in flight on a lost connection could not be sent again: the producer cannot
-    /// tell which of its records reached the topic, and refuses to go on. A new producer that
-    /// sends them again (an exactly-once sink's next attempt does) mends it.
+    /// Batches were dropped (in flight on a lost connection and not sent again before the
+    /// request timeout, or refused by the broker for good): records may be missing, so the
+    /// producer refuses to go on. A new producer that sends them again (an exactly-once sink's
+    /// next attempt does) mends it.
     #[error(
-        "kafka producer of {topic}: {batches} batch(es) in flight when a connection was lost \
-         could not be sent again ({reason}); this producer stops here, as records may be \
-         missing: send them again with a new one"
+        "kafka producer of {topic}: {batches} batch(es) were not written (the last failure: \
+         {reason}); this producer stops here, as records may be missing: send them again with \
+         a new one"
     )]
     BatchesLost {
         /// The topic.

@@ -120,9 +120,9 @@ pub struct Producer {
     sequences: Vec<i32>,
     /// With a `transactional_id`: the coordinator and the open transaction.
     txn: Option<Txn>,
-    /// Set once batches sent on a lost connection could not be sent again: which records
-    /// reached the topic is unknown, so every later send and flush fails (see
-    /// [`Error::BatchesLost`]).
+    /// Set once batches were dropped (sent on a lost connection and not sent again in time, or
+    /// refused by the broker for good): how many, and the last reason. Records may be missing,
+    /// so every later send and flush fails (see [`Error::BatchesLost`]).
     lost: Option<(usize, String)>,
 }
 
@@ -318,6 +318,7 @@ impl Producer {
         headers: &[(&[u8], Option<&[u8]>)],
         timestamp: Option<i64>,
     ) -> Result<()> {
+        self.check_lost()?;
         if self.txn.as_ref().is_some_and(|t| !t.open) {
             return Err(Error::Transaction {
                 transactional_id: self.cfg.transactional_id.clone().unwrap_or_default(),
@@ -399,6 +400,14 @@ impl Producer {
         }
     }
 
+    /// Records that `batches` batches were dropped after `e` (a final answer), so that every
+    /// later send and flush fails; returns `e`, which the caller sees first.
+    fn dropped(&mut self, batches: usize, e: Error) -> Error {
+        let before = self.lost.as_ref().map_or(0, |l| l.0);
+        self.lost = Some((before + batches, e.to_string()));
+        e
+    }
+
     /// Sends `batches` again, in order. If one cannot be sent, neither are those after it: the
     /// producer is marked as having lost them, and [`Error::BatchesLost`] returned. (A fenced
     /// producer, or a transaction that must be aborted, is the caller's to end: those pass.)
@@ -411,8 +420,7 @@ impl Producer {
                     return Err(e)
                 }
                 Err(e) => {
-                    let before = self.lost.as_ref().map_or(0, |l| l.0);
-                    self.lost = Some((before + total - k, e.to_string()));
+                    self.dropped(total - k, e);
                     return self.check_lost();
                 }
             }
@@ -859,14 +867,15 @@ impl Producer {
                 lost.extend(self.lose_link(i, &e));
                 return self.resend_all(lost);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(self.dropped(1, e)),
         };
         // DUPLICATE_SEQUENCE_NUMBER: an earlier attempt of this very batch was written.
         if code == 0 || code == DUPLICATE_SEQUENCE {
             return Ok(());
         }
         if !self.retriable(code) {
-            return Err(self.answer_error(pending.partition, code, &message));
+            let e = self.answer_error(pending.partition, code, &message);
+            return Err(self.dropped(1, e));
         }
         // The leader moved (or is not ready yet). Every later batch on this link may fail the
         // same way, so collect the failures and resend them one by one after a refresh (they
@@ -880,13 +889,14 @@ impl Producer {
                     failed.extend(self.lose_link(i, &e));
                     break;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.dropped(failed.len() + 1, e)),
             };
             if code == 0 || code == DUPLICATE_SEQUENCE {
                 continue;
             }
             if !self.retriable(code) {
-                return Err(self.answer_error(next.partition, code, &message));
+                let e = self.answer_error(next.partition, code, &message);
+                return Err(self.dropped(failed.len() + 1, e));
             }
             failed.push(next);
         }

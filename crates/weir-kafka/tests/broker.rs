@@ -498,6 +498,44 @@ fn unknown_topic_and_partition_are_errors() {
     assert!(err.to_string().contains("lists 5"), "{err}");
 }
 
+/// A batch the broker refuses for good (larger than the topic's `max.message.bytes`) fails the
+/// flush with the broker's answer, naming the topic and partition; the producer then refuses
+/// every later send, since its records are missing from the topic.
+#[test]
+fn a_batch_refused_for_good_stops_the_producer() {
+    let _serial = serial();
+    let Some(b) = bootstrap("a_batch_refused_for_good_stops_the_producer") else {
+        return;
+    };
+    let t = topic("too-large");
+    create_topic(
+        std::slice::from_ref(&b),
+        &t,
+        1,
+        1,
+        &[("max.message.bytes", "2000")],
+        false,
+    )
+    .unwrap();
+    let mut p = Producer::connect(&ProducerConfig {
+        brokers: vec![b.clone()],
+        topic: t.clone(),
+        ..ProducerConfig::default()
+    })
+    .unwrap();
+    p.send(Some(0), None, &[b'x'; 5000]).unwrap();
+    let e = p.flush().unwrap_err().to_string();
+    assert!(
+        e.contains("MESSAGE_TOO_LARGE") && e.contains(&format!("{t}/0")),
+        "{e}"
+    );
+    match p.send(Some(0), None, b"small") {
+        Err(Error::BatchesLost { batches: 1, .. }) => {}
+        other => panic!("expected BatchesLost after the refusal, got {other:?}"),
+    }
+    assert!(matches!(p.flush(), Err(Error::BatchesLost { .. })));
+}
+
 /// A broker stopped and restarted in the middle of a bounded read: the consumer retries with
 /// backoff and resumes at the next offset, with no gap and no duplicate. The test runs its own
 /// broker so the restart does not disturb the other tests.
