@@ -408,6 +408,15 @@ impl Producer {
         e
     }
 
+    /// [`Producer::dropped`], except for a fenced producer or a transaction that must be
+    /// aborted: their caller ends the producer or the transaction, with what it sent.
+    fn dropped_unless_ended(&mut self, batches: usize, e: Error) -> Error {
+        match e {
+            Error::Fenced { .. } | Error::TransactionAbortable { .. } => e,
+            e => self.dropped(batches, e),
+        }
+    }
+
     /// Sends `batches` again, in order. If one cannot be sent, neither are those after it: the
     /// producer is marked as having lost them, and [`Error::BatchesLost`] returned. (A fenced
     /// producer, or a transaction that must be aborted, is the caller's to end: those pass.)
@@ -616,7 +625,10 @@ impl Producer {
             w.clear();
         }
         self.await_all()?;
-        self.end_transaction(false)
+        self.end_transaction(false)?;
+        // What the aborted transaction lost is aborted with it: the next one starts whole.
+        self.lost = None;
+        Ok(())
     }
 
     fn end_transaction(&mut self, commit: bool) -> Result<()> {
@@ -692,17 +704,23 @@ impl Producer {
         self.open[p as usize].clear();
         let batch = Bytes::from(batch);
         match self.submit(p, batch.clone()) {
+            Ok(()) => Ok(()),
+            // A fenced producer, or a transaction that must be aborted: the caller's to end
+            // (and, aborted, to write again).
+            Err(e @ (Error::Fenced { .. } | Error::TransactionAbortable { .. })) => Err(e),
             // Batches before this one were lost while it waited: it is not sent after them.
-            Err(_) if self.lost.is_some() => self.check_lost(),
+            Err(e) if self.lost.is_some() => {
+                self.dropped(1, e);
+                self.check_lost()
+            }
             // No connection to the leader now (a broker restarting): send it once one is back.
-            // A transaction that must be aborted is the caller's to write again.
-            Err(e) if e.is_transient() && !matches!(e, Error::TransactionAbortable { .. }) => self
-                .resend_all(vec![Pending {
-                    correlation: 0,
-                    partition: p,
-                    batch,
-                }]),
-            other => other,
+            Err(e) if e.is_transient() => self.resend_all(vec![Pending {
+                correlation: 0,
+                partition: p,
+                batch,
+            }]),
+            // Anything else (no leader, a refused handshake) leaves this batch unwritten.
+            Err(e) => Err(self.dropped(1, e)),
         }
     }
 
@@ -875,7 +893,7 @@ impl Producer {
         }
         if !self.retriable(code) {
             let e = self.answer_error(pending.partition, code, &message);
-            return Err(self.dropped(1, e));
+            return Err(self.dropped_unless_ended(1, e));
         }
         // The leader moved (or is not ready yet). Every later batch on this link may fail the
         // same way, so collect the failures and resend them one by one after a refresh (they
@@ -896,7 +914,7 @@ impl Producer {
             }
             if !self.retriable(code) {
                 let e = self.answer_error(next.partition, code, &message);
-                return Err(self.dropped(failed.len() + 1, e));
+                return Err(self.dropped_unless_ended(failed.len() + 1, e));
             }
             failed.push(next);
         }
@@ -922,6 +940,8 @@ impl Producer {
                 }
                 // A transaction that must be aborted is the caller's to write again.
                 Err(e @ Error::TransactionAbortable { .. }) => return Err(e),
+                // Others in flight were lost meanwhile: this one is not sent after them.
+                Err(e @ Error::BatchesLost { .. }) => return Err(e),
                 Err(e) if e.is_transient() => lost = Some(e),
                 Err(e) => return Err(e),
             }

@@ -641,7 +641,8 @@ fn batches_that_cannot_be_sent_again_fail_every_later_flush() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let broker = Arc::new(Flaky {
         port: listener.local_addr().unwrap().port(),
-        down: Duration::from_secs(3),
+        // Well past the 1-s request timeout of the resends, on a loaded machine too.
+        down: Duration::from_secs(5),
         dropped_at: std::sync::Mutex::new(None),
         written: AtomicUsize::new(0),
     });
@@ -665,17 +666,19 @@ fn batches_that_cannot_be_sent_again_fail_every_later_flush() {
     p.send(Some(0), None, b"a").unwrap();
     p.send(Some(1), None, b"b").unwrap();
     // The next batch of partition 0 waits for the first, whose connection is gone: the two
-    // are sent again while the broker refuses connections, past the 1-s request timeout.
+    // are sent again while the broker refuses connections (for 5 s), past the 1-s request
+    // timeout.
     let lost = |e: Error| match e {
         Error::BatchesLost { batches, .. } => batches,
         other => panic!("expected BatchesLost, got {other}"),
     };
-    assert_eq!(lost(p.send(Some(0), None, b"c").unwrap_err()), 2);
+    // The two, and this one, which is not sent after them.
+    assert_eq!(lost(p.send(Some(0), None, b"c").unwrap_err()), 3);
     // The broker is back: the producer still refuses, since two batches never arrived.
     while broker.is_down() {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(lost(p.flush().unwrap_err()), 2);
-    assert_eq!(lost(p.send(Some(1), None, b"d").unwrap_err()), 2);
+    assert_eq!(lost(p.flush().unwrap_err()), 3);
+    assert_eq!(lost(p.send(Some(1), None, b"d").unwrap_err()), 3);
     assert_eq!(broker.written.load(Ordering::SeqCst), 0);
 }
