@@ -84,42 +84,52 @@ fn respond<T: Encodable>(s: &mut TcpStream, key: ApiKey, version: i16, id: i32, 
     s.write_all(&b).is_ok()
 }
 
+/// Reads one request: its API, version, correlation id and body (after the header); `None`
+/// once the connection closes.
+fn read_request(s: &mut TcpStream) -> Option<(ApiKey, i16, i32, Bytes)> {
+    let mut size = [0u8; 4];
+    s.read_exact(&mut size).ok()?;
+    let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+    s.read_exact(&mut frame).ok()?;
+    let mut buf = Bytes::from(frame);
+    let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).unwrap();
+    let version = i16::from_be_bytes([buf[2], buf[3]]);
+    let header = RequestHeader::decode(&mut buf, key.request_header_version(version)).unwrap();
+    Some((key, version, header.correlation_id, buf))
+}
+
+/// An ApiVersions answer offering `apis` (each with its lowest and highest version).
+fn api_versions(apis: &[(ApiKey, i16, i16)]) -> ApiVersionsResponse {
+    ApiVersionsResponse::default().with_api_keys(
+        apis.iter()
+            .map(|&(k, lo, hi)| {
+                ApiVersion::default()
+                    .with_api_key(k as i16)
+                    .with_min_version(lo)
+                    .with_max_version(hi)
+            })
+            .collect(),
+    )
+}
+
 fn serve(mut s: TcpStream, port: u16, fault: Fault, fetches: Arc<AtomicUsize>) {
     loop {
-        let mut size = [0u8; 4];
-        if s.read_exact(&mut size).is_err() {
+        let Some((key, version, id, mut buf)) = read_request(&mut s) else {
             return;
-        }
-        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-        if s.read_exact(&mut frame).is_err() {
-            return;
-        }
-        let mut buf = Bytes::from(frame);
-        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).unwrap();
-        let version = i16::from_be_bytes([buf[2], buf[3]]);
-        let header = RequestHeader::decode(&mut buf, key.request_header_version(version)).unwrap();
-        let id = header.correlation_id;
+        };
         let ok = match key {
-            ApiKey::ApiVersions => {
-                let v = |k: ApiKey, lo, hi| {
-                    ApiVersion::default()
-                        .with_api_key(k as i16)
-                        .with_min_version(lo)
-                        .with_max_version(hi)
-                };
-                respond(
-                    &mut s,
-                    key,
-                    version,
-                    id,
-                    &ApiVersionsResponse::default().with_api_keys(vec![
-                        v(ApiKey::Fetch, 4, 12),
-                        v(ApiKey::Metadata, 4, 12),
-                        v(ApiKey::ListOffsets, 2, 7),
-                        v(ApiKey::ApiVersions, 0, 3),
-                    ]),
-                )
-            }
+            ApiKey::ApiVersions => respond(
+                &mut s,
+                key,
+                version,
+                id,
+                &api_versions(&[
+                    (ApiKey::Fetch, 4, 12),
+                    (ApiKey::Metadata, 4, 12),
+                    (ApiKey::ListOffsets, 2, 7),
+                    (ApiKey::ApiVersions, 0, 3),
+                ]),
+            ),
             ApiKey::Metadata => respond(
                 &mut s,
                 key,
@@ -264,40 +274,22 @@ impl Cluster {
 
 fn serve_node(mut s: TcpStream, node: i32, cl: Arc<Cluster>) {
     loop {
-        let mut size = [0u8; 4];
-        if s.read_exact(&mut size).is_err() {
+        let Some((key, version, id, mut buf)) = read_request(&mut s) else {
             return;
-        }
-        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-        if s.read_exact(&mut frame).is_err() {
-            return;
-        }
-        let mut buf = Bytes::from(frame);
-        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).unwrap();
-        let version = i16::from_be_bytes([buf[2], buf[3]]);
-        let header = RequestHeader::decode(&mut buf, key.request_header_version(version)).unwrap();
-        let id = header.correlation_id;
+        };
         let ok = match key {
-            ApiKey::ApiVersions => {
-                let v = |k: ApiKey, lo, hi| {
-                    ApiVersion::default()
-                        .with_api_key(k as i16)
-                        .with_min_version(lo)
-                        .with_max_version(hi)
-                };
-                respond(
-                    &mut s,
-                    key,
-                    version,
-                    id,
-                    &ApiVersionsResponse::default().with_api_keys(vec![
-                        v(ApiKey::Fetch, 4, 12),
-                        v(ApiKey::Metadata, 4, 12),
-                        v(ApiKey::ListOffsets, 2, 7),
-                        v(ApiKey::ApiVersions, 0, 3),
-                    ]),
-                )
-            }
+            ApiKey::ApiVersions => respond(
+                &mut s,
+                key,
+                version,
+                id,
+                &api_versions(&[
+                    (ApiKey::Fetch, 4, 12),
+                    (ApiKey::Metadata, 4, 12),
+                    (ApiKey::ListOffsets, 2, 7),
+                    (ApiKey::ApiVersions, 0, 3),
+                ]),
+            ),
             ApiKey::Metadata => {
                 let broker = |n: i32| {
                     MetadataResponseBroker::default()
@@ -525,40 +517,22 @@ fn serve_flaky(mut s: TcpStream, b: Arc<Flaky>) {
         return; // the connection closes before any answer
     }
     loop {
-        let mut size = [0u8; 4];
-        if s.read_exact(&mut size).is_err() {
+        let Some((key, version, id, mut buf)) = read_request(&mut s) else {
             return;
-        }
-        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-        if s.read_exact(&mut frame).is_err() {
-            return;
-        }
-        let mut buf = Bytes::from(frame);
-        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).unwrap();
-        let version = i16::from_be_bytes([buf[2], buf[3]]);
-        let header = RequestHeader::decode(&mut buf, key.request_header_version(version)).unwrap();
-        let id = header.correlation_id;
+        };
         let ok = match key {
-            ApiKey::ApiVersions => {
-                let v = |k: ApiKey, lo, hi| {
-                    ApiVersion::default()
-                        .with_api_key(k as i16)
-                        .with_min_version(lo)
-                        .with_max_version(hi)
-                };
-                respond(
-                    &mut s,
-                    key,
-                    version,
-                    id,
-                    &ApiVersionsResponse::default().with_api_keys(vec![
-                        v(ApiKey::Produce, 3, 9),
-                        v(ApiKey::Metadata, 4, 12),
-                        v(ApiKey::InitProducerId, 0, 4),
-                        v(ApiKey::ApiVersions, 0, 3),
-                    ]),
-                )
-            }
+            ApiKey::ApiVersions => respond(
+                &mut s,
+                key,
+                version,
+                id,
+                &api_versions(&[
+                    (ApiKey::Produce, 3, 9),
+                    (ApiKey::Metadata, 4, 12),
+                    (ApiKey::InitProducerId, 0, 4),
+                    (ApiKey::ApiVersions, 0, 3),
+                ]),
+            ),
             ApiKey::Metadata => {
                 let part = |p: i32| {
                     MetadataResponsePartition::default()

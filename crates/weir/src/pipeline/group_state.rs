@@ -436,16 +436,9 @@ impl GroupKeys {
     /// Writes the key files of the step that ends with the partitions at `positions`, and
     /// waits until they are stored: the step may commit to the sink after this.
     pub(crate) fn commit(&mut self, positions: &[(String, i64)]) -> Result<(), SourceError> {
-        let prefix = format!("kafka/{}/", self.topic);
         let mut files = Vec::new();
         let mut stale = Vec::new();
-        for (name, next) in positions {
-            let Some(p) = name
-                .strip_prefix(&prefix)
-                .and_then(|p| p.parse::<usize>().ok())
-            else {
-                continue;
-            };
+        for (p, next) in partition_positions(positions, &self.topic) {
             let path = self
                 .dir
                 .folder(&self.topic, p as i32)
@@ -466,7 +459,7 @@ impl GroupKeys {
                     held.files.push(path);
                 }
             }
-            held.at = Some(*next);
+            held.at = Some(next);
         }
         let n = files.len();
         self.dir
@@ -584,6 +577,19 @@ pub(crate) fn committed_offset(
 ) -> Option<i64> {
     let name = format!("kafka/{topic}/{partition}");
     positions.iter().find(|(n, _)| *n == name).map(|(_, o)| *o)
+}
+
+/// The partitions of `topic` in `positions` (`kafka/<topic>/<p>` -> next offset), with their
+/// next offsets; other names are left out.
+pub(crate) fn partition_positions<'a>(
+    positions: &'a [(String, i64)],
+    topic: &str,
+) -> impl Iterator<Item = (usize, i64)> + 'a {
+    let prefix = format!("kafka/{topic}/");
+    positions.iter().filter_map(move |(name, next)| {
+        let p = name.strip_prefix(&prefix)?.parse::<usize>().ok()?;
+        Some((p, *next))
+    })
 }
 
 /// Empties the slots (by partition id) of `held` that are not of `partitions`, and makes room

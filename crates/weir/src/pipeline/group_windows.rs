@@ -26,7 +26,9 @@ use futures::TryStreamExt as _;
 use object_store::path::Path;
 use object_store::ObjectStoreExt as _;
 
-use super::group_state::{committed_offset, file_offset, hold_only, GroupStateDir};
+use super::group_state::{
+    committed_offset, file_offset, hold_only, partition_positions, GroupStateDir,
+};
 use super::transform::StepTransform;
 use super::window::query::{ContinuousQuery, Emit, Merge, Worker};
 use super::window::time::NONE;
@@ -381,21 +383,14 @@ impl StepTransform for GroupWindows {
     /// Writes the windows of each partition the step moved, and deletes this member's files
     /// of offsets before the last committed one; returns nothing for the sink's checkpoint.
     fn state(&mut self, positions: &[(String, i64)]) -> Result<Vec<u8>, SourceError> {
-        let prefix = format!("kafka/{}/", self.topic);
         let mut files = Vec::new();
         let mut stale = Vec::new();
-        for (name, next) in positions {
-            let Some(p) = name
-                .strip_prefix(&prefix)
-                .and_then(|p| p.parse::<usize>().ok())
-            else {
-                continue;
-            };
-            let path = self.file(p as i32, *next);
+        for (p, next) in partition_positions(positions, &self.topic) {
+            let path = self.file(p as i32, next);
             let Some(Some(h)) = self.held.get_mut(p) else {
                 continue;
             };
-            if h.at == Some(*next) {
+            if h.at == Some(next) {
                 continue;
             }
             // Every partial window goes to the merge, whose windows are the state.
@@ -419,8 +414,8 @@ impl StepTransform for GroupWindows {
                     keep
                 });
             }
-            h.written.push((*next, path.clone()));
-            h.at = Some(*next);
+            h.written.push((next, path.clone()));
+            h.at = Some(next);
             files.push((path, snapshot));
         }
         let n = files.len();
