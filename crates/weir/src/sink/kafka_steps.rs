@@ -57,9 +57,10 @@ pub(crate) struct KafkaSteps {
     /// The last sealed step until it is published, with or without a transaction: rows of
     /// later steps are held meanwhile.
     awaiting_publish: Option<u64>,
-    /// Rows of the next step that came while the last step's transaction waited for its state
-    /// commit to be durable (one producer has one transaction at a time): written into the
-    /// next transaction once that one is committed, so the pipeline reads on meanwhile.
+    /// Rows of the next step that came while the last sealed step waited for its state commit
+    /// to be durable (one producer has one transaction at a time, and a transaction opened for
+    /// them then would be committed by that step's publish): written into the next transaction
+    /// once that step is published, so the pipeline reads on meanwhile.
     held: Vec<(u64, RecordBatch)>,
     /// The open step's rows (their columns shared, not copied), kept until its transaction
     /// commits: written again into a new transaction after a lost broker connection.
@@ -390,11 +391,11 @@ impl super::StepSink for KafkaSteps {
 
     fn write(&mut self, step: u64, batch: &RecordBatch) -> Result<(), SinkError> {
         if self.open != Some(step) {
-            if let Some(open) = self.open {
-                if step < open {
+            if let Some(open) = self.open.or(self.awaiting_publish) {
+                if step < open || (self.open.is_none() && step == open) {
                     return Err(SinkError::Options(format!(
-                        "sink {}: rows of step {step} came after step {open} began; this is a \
-                         bug in weir",
+                        "sink {}: rows of step {step} came after step {open} began or was \
+                         sealed; this is a bug in weir",
                         self.sink.name()
                     )));
                 }
