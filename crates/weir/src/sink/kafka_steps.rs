@@ -568,13 +568,13 @@ mod tests {
     use crate::sink::kafka::{KafkaSink, KafkaSinkSettings};
     use crate::sink::StepSink;
 
-    /// The values a `read_committed` consumer reads from `topic`, in offset order.
-    fn committed(broker: &str, topic: &str) -> Vec<String> {
+    /// The values a consumer at `isolation` reads from `topic` now, in offset order.
+    fn read(broker: &str, topic: &str, isolation: Isolation) -> Vec<String> {
         let mut consumer = Consumer::connect(&ConsumerConfig {
             brokers: vec![broker.to_string()],
             topic: topic.to_string(),
             bounded: true,
-            isolation: Isolation::ReadCommitted,
+            isolation,
             ..ConsumerConfig::default()
         })
         .expect("connect a consumer");
@@ -591,6 +591,19 @@ mod tests {
             }
         }
         panic!("reading {topic} did not reach its end in a minute");
+    }
+
+    /// What a `read_committed` consumer reads from `topic` once it holds `expected`, waiting
+    /// up to 30 s: the commit's markers reach the partition after the commit returns.
+    fn committed_eventually(broker: &str, topic: &str, expected: &[&str]) -> Vec<String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = read(broker, topic, Isolation::ReadCommitted);
+            if got == expected || std::time::Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     fn rows(values: &[&str]) -> RecordBatch {
@@ -644,7 +657,11 @@ mod tests {
         assert_eq!(steps.seal(1).expect("seal step 1"), Vec::<String>::new());
         steps.write(2, &rows(&["a", "b"])).expect("write step 2");
         steps.publish(&checkpoint(1)).expect("publish step 1");
-        assert_eq!(committed(&broker, &topic), Vec::<String>::new());
+        // Not even sent: an open transaction holding them would have been committed here.
+        assert_eq!(
+            read(&broker, &topic, Isolation::ReadUncommitted),
+            Vec::<String>::new()
+        );
 
         steps.write(2, &rows(&["c"])).expect("write step 2");
         let recorded = steps.seal(2).expect("seal step 2");
@@ -652,8 +669,19 @@ mod tests {
             recorded.iter().any(|r| r.starts_with(super::RECORD_PREFIX)),
             "{recorded:?}"
         );
-        assert_eq!(committed(&broker, &topic), Vec::<String>::new());
+        // Sent, in the open transaction: a `read_committed` reader stops before them.
+        assert_eq!(
+            read(&broker, &topic, Isolation::ReadUncommitted),
+            ["a", "b", "c"]
+        );
+        assert_eq!(
+            read(&broker, &topic, Isolation::ReadCommitted),
+            Vec::<String>::new()
+        );
         steps.publish(&checkpoint(2)).expect("publish step 2");
-        assert_eq!(committed(&broker, &topic), ["a", "b", "c"]);
+        assert_eq!(
+            committed_eventually(&broker, &topic, &["a", "b", "c"]),
+            ["a", "b", "c"]
+        );
     }
 }
