@@ -98,6 +98,14 @@ fn read_request(s: &mut TcpStream) -> Option<(ApiKey, i16, i32, Bytes)> {
     Some((key, version, header.correlation_id, buf))
 }
 
+/// The APIs the fake brokers a consumer reads from offer.
+const CONSUMER_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Metadata, 4, 12),
+    (ApiKey::ListOffsets, 2, 7),
+    (ApiKey::ApiVersions, 0, 3),
+];
+
 /// An ApiVersions answer offering `apis` (each with its lowest and highest version).
 fn api_versions(apis: &[(ApiKey, i16, i16)]) -> ApiVersionsResponse {
     ApiVersionsResponse::default().with_api_keys(
@@ -118,18 +126,7 @@ fn serve(mut s: TcpStream, port: u16, fault: Fault, fetches: Arc<AtomicUsize>) {
             return;
         };
         let ok = match key {
-            ApiKey::ApiVersions => respond(
-                &mut s,
-                key,
-                version,
-                id,
-                &api_versions(&[
-                    (ApiKey::Fetch, 4, 12),
-                    (ApiKey::Metadata, 4, 12),
-                    (ApiKey::ListOffsets, 2, 7),
-                    (ApiKey::ApiVersions, 0, 3),
-                ]),
-            ),
+            ApiKey::ApiVersions => respond(&mut s, key, version, id, &api_versions(CONSUMER_APIS)),
             ApiKey::Metadata => respond(
                 &mut s,
                 key,
@@ -278,18 +275,7 @@ fn serve_node(mut s: TcpStream, node: i32, cl: Arc<Cluster>) {
             return;
         };
         let ok = match key {
-            ApiKey::ApiVersions => respond(
-                &mut s,
-                key,
-                version,
-                id,
-                &api_versions(&[
-                    (ApiKey::Fetch, 4, 12),
-                    (ApiKey::Metadata, 4, 12),
-                    (ApiKey::ListOffsets, 2, 7),
-                    (ApiKey::ApiVersions, 0, 3),
-                ]),
-            ),
+            ApiKey::ApiVersions => respond(&mut s, key, version, id, &api_versions(CONSUMER_APIS)),
             ApiKey::Metadata => {
                 let broker = |n: i32| {
                     MetadataResponseBroker::default()

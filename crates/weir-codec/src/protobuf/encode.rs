@@ -1572,9 +1572,7 @@ mod tests {
     /// left there: such values are never written, and zeros of fields with presence are.
     #[test]
     fn the_values_under_nulls_are_never_written() {
-        use arrow_array::{
-            Float32Array, Float64Array, Int32Array, Int64Array, UInt32Array, UInt64Array,
-        };
+        use arrow_array::PrimitiveArray;
         use arrow_buffer::ScalarBuffer;
         let schema = ProtoSchema::from_sources(
             &[(
@@ -1602,77 +1600,27 @@ mod tests {
                 }
             };
             let nulls = Some(nulls.clone());
+            fn column<T: arrow_array::ArrowPrimitiveType>(
+                values: impl Iterator<Item = T::Native>,
+                nulls: &Option<NullBuffer>,
+            ) -> ArrayRef {
+                Arc::new(PrimitiveArray::<T>::new(
+                    ScalarBuffer::from_iter(values),
+                    nulls.clone(),
+                ))
+            }
+            let rows = || (0..n).map(value);
             let columns: Vec<(&str, ArrayRef)> = vec![
-                (
-                    "a",
-                    Arc::new(Int32Array::new(
-                        ScalarBuffer::from_iter((0..n).map(|i| value(i) as i32)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "b",
-                    Arc::new(Int32Array::new(
-                        ScalarBuffer::from_iter((0..n).map(|i| value(i) as i32)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "c",
-                    Arc::new(UInt32Array::new(
-                        ScalarBuffer::from_iter((0..n).map(|i| value(i) as u32)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "d",
-                    Arc::new(Int64Array::new(
-                        ScalarBuffer::from_iter((0..n).map(value)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "e",
-                    Arc::new(Int64Array::new(
-                        ScalarBuffer::from_iter((0..n).map(value)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "f",
-                    Arc::new(UInt64Array::new(
-                        ScalarBuffer::from_iter((0..n).map(|i| value(i) as u64)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "g",
-                    Arc::new(Float64Array::new(
-                        ScalarBuffer::from_iter((0..n).map(|i| value(i) as f64)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "h",
-                    Arc::new(Float32Array::new(
-                        ScalarBuffer::from_iter((0..n).map(|i| value(i) as f32)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "i",
-                    Arc::new(Int32Array::new(
-                        ScalarBuffer::from_iter((0..n).map(|i| value(i) as i32)),
-                        nulls.clone(),
-                    )),
-                ),
-                (
-                    "j",
-                    Arc::new(UInt64Array::new(
-                        ScalarBuffer::from_iter((0..n).map(|i| value(i) as u64)),
-                        nulls,
-                    )),
-                ),
+                ("a", column::<Int32Type>(rows().map(|v| v as i32), &nulls)),
+                ("b", column::<Int32Type>(rows().map(|v| v as i32), &nulls)),
+                ("c", column::<UInt32Type>(rows().map(|v| v as u32), &nulls)),
+                ("d", column::<Int64Type>(rows(), &nulls)),
+                ("e", column::<Int64Type>(rows(), &nulls)),
+                ("f", column::<UInt64Type>(rows().map(|v| v as u64), &nulls)),
+                ("g", column::<Float64Type>(rows().map(|v| v as f64), &nulls)),
+                ("h", column::<Float32Type>(rows().map(|v| v as f32), &nulls)),
+                ("i", column::<Int32Type>(rows().map(|v| v as i32), &nulls)),
+                ("j", column::<UInt64Type>(rows().map(|v| v as u64), &nulls)),
             ];
             let fields: Vec<Field> = columns
                 .iter()
