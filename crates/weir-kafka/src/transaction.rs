@@ -103,7 +103,29 @@ impl TransactionStatus {
     pub fn is_abort(&self) -> bool {
         matches!(self.state.as_str(), "PrepareAbort" | "CompleteAbort")
     }
+
+    /// Whether this is the coordinator's abort of the transaction `producer` (a producer id
+    /// and epoch) wrote, for its timeout, given that the id's producer never aborts a
+    /// transaction with writes at its own epoch (weir's exactly-once sink renews its epoch
+    /// only after a commit). The coordinator fences a timed-out transaction with the next
+    /// epoch, under both protocols. At an exhausted epoch (`Short.MAX_VALUE - 1` and up, as
+    /// Kafka counts) a coordinator may instead rotate to a new producer id at epoch 0 once the
+    /// abort completes (Kafka's KAFKA-20090), which no other history of the id shows right
+    /// after that epoch: a commit there rotates too, but the next transaction's own abort
+    /// would leave epoch 1.
+    pub fn is_coordinators_abort_of(&self, producer: (i64, i16)) -> bool {
+        let fenced_next = self.producer_id == producer.0
+            && producer.1.checked_add(1) == Some(self.producer_epoch);
+        let rotated = producer.1 >= EXHAUSTED_EPOCH
+            && self.producer_id != producer.0
+            && self.producer_epoch == 0;
+        self.is_abort() && (fenced_next || rotated)
+    }
 }
+
+/// The first producer epoch Kafka's coordinator counts as exhausted (`Short.MAX_VALUE - 1`):
+/// a transaction ended at it moves the id to a new producer id.
+const EXHAUSTED_EPOCH: i16 = i16::MAX - 1;
 
 /// The connection to the coordinator of one `transactional.id`.
 pub(crate) struct Coordinator {
@@ -288,10 +310,9 @@ impl Coordinator {
                 INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | INVALID_PRODUCER_ID_MAPPING
             ) || (self.v2 && code == INVALID_TXN_STATE)
             {
-                // A coordinator that aborts a transaction for its timeout fences its producer
-                // with the next epoch (under both protocols), and a producer that renews its
-                // epoch only after a commit (as weir's sink does) never aborts at that epoch
-                // itself: an abort at exactly the next epoch is the coordinator's.
+                // Ended without this commit: by the coordinator for its timeout (which
+                // `is_coordinators_abort_of` tells from what the coordinator shows now), or
+                // before the stop.
                 let status = match self.describe() {
                     Ok(status) => status,
                     // A broker before Kafka 3.0 cannot say; the answer stays what it was.
@@ -307,11 +328,7 @@ impl Coordinator {
                     Err(e) => return Err(e),
                 };
                 return Ok(match status {
-                    Some(s)
-                        if s.producer_id == producer.0
-                            && producer.1.checked_add(1) == Some(s.producer_epoch)
-                            && s.is_abort() =>
-                    {
+                    Some(s) if s.is_coordinators_abort_of(producer) => {
                         Settled::AbortedByCoordinator {
                             timeout_ms: s.transaction_timeout_ms,
                         }
@@ -581,5 +598,44 @@ pub(crate) fn commit_offsets(
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TransactionStatus;
+
+    fn status(state: &str, producer_id: i64, producer_epoch: i16) -> TransactionStatus {
+        TransactionStatus {
+            state: state.into(),
+            producer_id,
+            producer_epoch,
+            transaction_timeout_ms: 2000,
+        }
+    }
+
+    /// The shapes of a coordinator's abort for a timeout, and the histories that must not be
+    /// taken for one (their transaction committed, or was never recorded).
+    #[test]
+    fn a_coordinators_abort_is_told_by_the_epoch_after_the_recorded_one() {
+        // The next epoch, same producer id: either protocol, any epoch before the last.
+        assert!(status("CompleteAbort", 7, 4).is_coordinators_abort_of((7, 3)));
+        assert!(status("PrepareAbort", 7, 4).is_coordinators_abort_of((7, 3)));
+        assert!(status("CompleteAbort", 7, i16::MAX).is_coordinators_abort_of((7, i16::MAX - 1)));
+        // A new producer id at epoch 0 after an exhausted epoch: the abort rotated the id.
+        assert!(status("CompleteAbort", 9, 0).is_coordinators_abort_of((7, i16::MAX - 1)));
+        assert!(status("CompleteAbort", 9, 0).is_coordinators_abort_of((7, i16::MAX)));
+
+        // Committed, then a later transaction aborted: two epochs on, or epoch 1 of a new id.
+        assert!(!status("CompleteAbort", 7, 5).is_coordinators_abort_of((7, 3)));
+        assert!(!status("CompleteAbort", 9, 1).is_coordinators_abort_of((7, i16::MAX - 1)));
+        // A new id at epoch 0 after an epoch with room left: not a rotation of this one.
+        assert!(!status("CompleteAbort", 9, 0).is_coordinators_abort_of((7, 3)));
+        // Not an abort: a commit (which rotates at an exhausted epoch too), or a new epoch.
+        assert!(!status("CompleteCommit", 9, 0).is_coordinators_abort_of((7, i16::MAX - 1)));
+        assert!(!status("CompleteCommit", 7, 4).is_coordinators_abort_of((7, 3)));
+        assert!(!status("Empty", 7, 4).is_coordinators_abort_of((7, 3)));
+        // Another producer id altogether at the next epoch.
+        assert!(!status("CompleteAbort", 8, 4).is_coordinators_abort_of((7, 3)));
     }
 }

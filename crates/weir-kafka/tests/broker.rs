@@ -737,6 +737,7 @@ fn transactions_under_the_classic_protocol() {
     let (_broker, b) = PrivateBroker::start_with_features("transaction.version=1");
     commit_abort_and_fence(&b, TransactionProtocol::Classic);
     left_open_and_settled(&b, TransactionProtocol::Classic);
+    ended_at_the_last_epoch(&b, TransactionProtocol::Classic);
     offsets_inside_transactions(&b, TransactionProtocol::Classic, GroupProtocol::Classic);
 }
 
@@ -1005,6 +1006,7 @@ fn a_transaction_left_open_is_settled_by_its_epoch() {
         return;
     };
     left_open_and_settled(&b, TransactionProtocol::Kip890);
+    ended_at_the_last_epoch(&b, TransactionProtocol::Kip890);
 }
 
 /// Waits (up to a minute) until the coordinator of `cfg`'s id has aborted its open transaction
@@ -1138,4 +1140,127 @@ fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
         .flat_map(|(tag, n)| (0..*n).map(move |i| format!("{tag}{i}")))
         .collect();
     assert_eq!(got, want);
+}
+
+/// Begins epochs of the `transactional.id` `id` until its epoch is `epoch`, as producers
+/// starting one after another would: each InitProducerId of an id between transactions begins
+/// the next. Raw requests to `broker` (the test's one broker, so the coordinator of every
+/// id), since weir's producer asks once a connection and tens of thousands of connections
+/// take long.
+fn epochs_begun(broker: &str, id: &str, timeout_ms: i32, epoch: i16) -> (i64, i16) {
+    use kafka_protocol::messages::{
+        ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId, RequestHeader,
+        ResponseHeader, TransactionalId,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+    use std::io::{Read, Write};
+    const VERSION: i16 = 4;
+    let mut conn = std::net::TcpStream::connect(broker).unwrap();
+    conn.set_nodelay(true).unwrap();
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.to_string()))))
+        .with_transaction_timeout_ms(timeout_ms)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let mut frame = bytes::BytesMut::new();
+    for correlation in 0.. {
+        frame.clear();
+        frame.extend_from_slice(&[0; 4]);
+        RequestHeader::default()
+            .with_request_api_key(ApiKey::InitProducerId as i16)
+            .with_request_api_version(VERSION)
+            .with_correlation_id(correlation)
+            .with_client_id(Some(StrBytes::from_static_str("weir-epochs")))
+            .encode(&mut frame, InitProducerIdRequest::header_version(VERSION))
+            .unwrap();
+        request.encode(&mut frame, VERSION).unwrap();
+        let len = i32::try_from(frame.len() - 4).unwrap();
+        frame[..4].copy_from_slice(&len.to_be_bytes());
+        conn.write_all(&frame).unwrap();
+        let mut size = [0; 4];
+        conn.read_exact(&mut size).unwrap();
+        let mut body = vec![0; usize::try_from(i32::from_be_bytes(size)).unwrap()];
+        conn.read_exact(&mut body).unwrap();
+        let mut body = bytes::Bytes::from(body);
+        ResponseHeader::decode(&mut body, InitProducerIdResponse::header_version(VERSION)).unwrap();
+        let resp = InitProducerIdResponse::decode(&mut body, VERSION).unwrap();
+        match resp.error_code {
+            0 if resp.producer_epoch >= epoch => return (resp.producer_id.0, resp.producer_epoch),
+            // Begun, or the coordinator still loading or ending the last epoch's transaction.
+            0 | 14 | 51 => {}
+            code => panic!("InitProducerId of '{id}' failed with error code {code}"),
+        }
+    }
+    unreachable!("the correlation ids ran out")
+}
+
+/// At the last epoch before a `transactional.id`'s epochs run out (Kafka counts
+/// `Short.MAX_VALUE - 1` as exhausted), where ending a transaction may move the id to a new
+/// producer id: a transaction left open there and aborted by its coordinator for its timeout
+/// is still told apart, and one committed there is still found committed (or ended).
+fn ended_at_the_last_epoch(b: &str, protocol: TransactionProtocol) {
+    let t = topic("wtxe");
+    create_topic(&[b.to_string()], &t, 2, 1, &[], false).unwrap();
+    let cfg = ProducerConfig {
+        brokers: vec![b.to_string()],
+        topic: t.clone(),
+        transaction_timeout: Duration::from_secs(2),
+        ..ProducerConfig::default()
+    };
+    let last = i16::MAX - 1;
+    // A producer of `id` at the last epoch (its coordinator loaded by a first producer).
+    let at_last_epoch = |id: &str| {
+        let cfg = ProducerConfig {
+            transactional_id: Some(id.to_string()),
+            ..cfg.clone()
+        };
+        drop(Producer::connect(&cfg).unwrap());
+        epochs_begun(b, id, 2000, last - 1);
+        let p = Producer::connect(&cfg).unwrap();
+        assert_eq!(p.producer_identity().1, last, "{protocol:?}");
+        (p, cfg)
+    };
+    let send = |p: &mut Producer, tag: &str, n: usize| {
+        p.begin_transaction().unwrap();
+        for i in 0..n {
+            p.send(None, Some(b"k"), format!("{tag}{i}").as_bytes())
+                .unwrap();
+        }
+        p.flush().unwrap();
+    };
+
+    // Left open at the last epoch, past its timeout.
+    let (mut p, aborting) = at_last_epoch(&format!("{t}-aborted"));
+    send(&mut p, "a", 3);
+    let left = p.producer_identity();
+    drop(p);
+    let status = aborted_by_coordinator(&aborting);
+    assert_eq!(
+        settle_transaction(&aborting, left).unwrap(),
+        Settled::AbortedByCoordinator { timeout_ms: 2000 },
+        "{protocol:?}: left open at {left:?}, the coordinator says {status:?}"
+    );
+    // The next producer of the id (a new producer id) writes on.
+    let mut next = Producer::connect(&aborting).unwrap();
+    assert_ne!(next.producer_identity().0, left.0, "{protocol:?}");
+    send(&mut next, "b", 2);
+    next.commit_transaction().unwrap();
+    drop(next);
+
+    // Committed at the last epoch, then stopped before the next transaction.
+    let (mut p, committing) = at_last_epoch(&format!("{t}-committed"));
+    send(&mut p, "c", 2);
+    let committed = p.producer_identity();
+    p.commit_transaction().unwrap();
+    p.renew_epoch().unwrap();
+    assert_ne!(p.producer_identity().0, committed.0, "{protocol:?}");
+    drop(p);
+    let settled = settle_transaction(&committing, committed).unwrap();
+    assert!(
+        matches!(settled, Settled::Committed | Settled::EndedBefore),
+        "{protocol:?}: {settled:?}"
+    );
+
+    let want: BTreeSet<String> = ["b0", "b1", "c0", "c1"].map(String::from).into();
+    assert_eq!(committed_values(b, &t), want, "{protocol:?}");
 }
