@@ -581,7 +581,8 @@ impl Connection {
         req.encode(&mut buf, version).map_err(|e| e.to_string())?;
         let size = (buf.len() - 4) as i32;
         buf[..4].copy_from_slice(&size.to_be_bytes());
-        Ok(buf.to_vec())
+        // The buffer's own allocation, not a copy of it (a Produce frame holds whole batches).
+        Ok(Vec::from(buf))
     }
 
     /// Sends an already framed request after writing a fresh correlation id into it (bytes

@@ -19,7 +19,7 @@ use crate::cluster::{self, TopicLayout};
 use crate::compression::compress;
 use crate::connection::{decode_response, Connection, Connector};
 use crate::error::{error_name, is_retriable, Error, Result};
-use crate::record_batch::{finish_batch, BatchSpec, Compression, RecordsWriter};
+use crate::record_batch::{finish_batch, BatchSpec, Compression, RecordsWriter, BATCH_HEADER_LEN};
 use crate::security::SecurityConfig;
 pub use crate::transaction::{Settled, TransactionStatus};
 
@@ -686,9 +686,15 @@ impl Producer {
         }
         let w = &self.open[p as usize];
         let c = self.cfg.compression;
-        compress(c, &w.buf, &mut self.compressed)
-            .map_err(|e| self.produce_error(p, format!("compression failed: {e}")))?;
-        let mut batch = Vec::with_capacity(self.compressed.len() + 64);
+        // Uncompressed records go into the batch as they are, without a copy on the way.
+        let body = if c == Compression::None {
+            &w.buf
+        } else {
+            compress(c, &w.buf, &mut self.compressed)
+                .map_err(|e| self.produce_error(p, format!("compression failed: {e}")))?;
+            &self.compressed
+        };
+        let mut batch = Vec::with_capacity(body.len() + BATCH_HEADER_LEN);
         let seq = &mut self.sequences[p as usize];
         let spec = BatchSpec {
             attributes,
@@ -699,7 +705,7 @@ impl Producer {
         };
         // Sequence numbers wrap at i32::MAX, as the Java client's do.
         *seq = seq.wrapping_add(w.count) & i32::MAX;
-        finish_batch(&mut batch, &spec, w, &self.compressed);
+        finish_batch(&mut batch, &spec, w, body);
         self.sent += w.count as u64;
         self.open[p as usize].clear();
         let batch = Bytes::from(batch);
