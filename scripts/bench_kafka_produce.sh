@@ -22,6 +22,7 @@ cd "$(dirname "$0")/.."
 COUNT="${1:-2000000}"
 RUNS="${WEIR_BENCH_RUNS:-3}"
 command -v kcat >/dev/null || { echo "bench_kafka_produce.sh: kcat not found (apt-get install kcat)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "bench_kafka_produce.sh: python3 not found" >&2; exit 1; }
 # shellcheck source=scripts/release_weir.sh
 source scripts/release_weir.sh
 # shellcheck source=scripts/bench_runs.sh

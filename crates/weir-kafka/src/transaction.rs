@@ -74,8 +74,9 @@ pub enum Settled {
     Committed,
     /// The id has moved on to a later epoch: the transaction had ended before.
     EndedBefore,
-    /// Its coordinator aborted it, with the epoch after it: the transaction stayed open longer
-    /// than its `transaction.timeout.ms`. Its records are never visible to a `read_committed`
+    /// Its coordinator aborted it, with the epoch after it (or, at the id's last epoch, a new
+    /// producer id at epoch 0): the transaction stayed open longer than its
+    /// `transaction.timeout.ms`. Its records are never visible to a `read_committed`
     /// consumer.
     AbortedByCoordinator {
         /// The timeout the transaction ran under, as the coordinator records it (ms).
@@ -124,7 +125,8 @@ impl TransactionStatus {
 }
 
 /// The first producer epoch Kafka's coordinator counts as exhausted (`Short.MAX_VALUE - 1`):
-/// a transaction ended at it moves the id to a new producer id.
+/// the id moves to a new producer id after it (under the new protocol when the transaction at
+/// it ends; under the classic one at the next InitProducerId).
 const EXHAUSTED_EPOCH: i16 = i16::MAX - 1;
 
 /// The connection to the coordinator of one `transactional.id`.
@@ -629,8 +631,13 @@ mod tests {
         // Committed, then a later transaction aborted: two epochs on, or epoch 1 of a new id.
         assert!(!status("CompleteAbort", 7, 5).is_coordinators_abort_of((7, 3)));
         assert!(!status("CompleteAbort", 9, 1).is_coordinators_abort_of((7, i16::MAX - 1)));
-        // A new id at epoch 0 after an epoch with room left: not a rotation of this one.
+        // A new id at epoch 0 after an epoch with room left: not a rotation of this one, also
+        // one before the last (its transaction committed, the next one rotated when aborted).
         assert!(!status("CompleteAbort", 9, 0).is_coordinators_abort_of((7, 3)));
+        assert!(!status("CompleteAbort", 9, 0).is_coordinators_abort_of((7, i16::MAX - 2)));
+        // While the abort at the last epoch is still being written: the same id, the last
+        // epoch there is.
+        assert!(status("PrepareAbort", 7, i16::MAX).is_coordinators_abort_of((7, i16::MAX - 1)));
         // Not an abort: a commit (which rotates at an exhausted epoch too), or a new epoch.
         assert!(!status("CompleteCommit", 9, 0).is_coordinators_abort_of((7, i16::MAX - 1)));
         assert!(!status("CompleteCommit", 7, 4).is_coordinators_abort_of((7, 3)));

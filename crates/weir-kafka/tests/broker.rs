@@ -1146,7 +1146,7 @@ fn left_open_and_settled(b: &str, protocol: TransactionProtocol) {
 /// starting one after another would: each InitProducerId of an id between transactions begins
 /// the next. Raw requests to `broker` (the test's one broker, so the coordinator of every
 /// id), since weir's producer asks once a connection and tens of thousands of connections
-/// take long.
+/// take long (these take a few seconds on a local broker).
 fn epochs_begun(broker: &str, id: &str, timeout_ms: i32, epoch: i16) -> (i64, i16) {
     use kafka_protocol::messages::{
         ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId, RequestHeader,
@@ -1186,8 +1186,9 @@ fn epochs_begun(broker: &str, id: &str, timeout_ms: i32, epoch: i16) -> (i64, i1
         let resp = InitProducerIdResponse::decode(&mut body, VERSION).unwrap();
         match resp.error_code {
             0 if resp.producer_epoch >= epoch => return (resp.producer_id.0, resp.producer_epoch),
-            // Begun, or the coordinator still loading or ending the last epoch's transaction.
-            0 | 14 | 51 => {}
+            0 => {}
+            // The coordinator still loading, or ending the last epoch's transaction.
+            14 | 51 => std::thread::sleep(Duration::from_millis(20)),
             code => panic!("InitProducerId of '{id}' failed with error code {code}"),
         }
     }
@@ -1254,11 +1255,20 @@ fn ended_at_the_last_epoch(b: &str, protocol: TransactionProtocol) {
     p.commit_transaction().unwrap();
     p.renew_epoch().unwrap();
     assert_ne!(p.producer_identity().0, committed.0, "{protocol:?}");
-    drop(p);
     let settled = settle_transaction(&committing, committed).unwrap();
     assert!(
         matches!(settled, Settled::Committed | Settled::EndedBefore),
         "{protocol:?}: {settled:?}"
+    );
+    // The next transaction, on the new producer id, left open past its timeout: its abort (at
+    // that id's epoch 1) is not taken for one of the committed transaction.
+    send(&mut p, "d", 2);
+    drop(p);
+    let status = aborted_by_coordinator(&committing);
+    assert_eq!(
+        settle_transaction(&committing, committed).unwrap(),
+        Settled::EndedBefore,
+        "{protocol:?}: committed at {committed:?}, the coordinator says {status:?}"
     );
 
     let want: BTreeSet<String> = ["b0", "b1", "c0", "c1"].map(String::from).into();
