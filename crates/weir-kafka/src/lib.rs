@@ -120,7 +120,7 @@ pub use group::{
     GroupMember, GroupMetadata, GroupProtocol, TopicPartition,
 };
 pub use producer::{
-    describe_transaction, murmur2, settle_transaction, Producer, ProducerConfig, Settled,
+    describe_transaction, murmur2, now_ms, settle_transaction, Producer, ProducerConfig, Settled,
     TransactionProtocol, TransactionStatus,
 };
 pub use record_batch::{Compression, Headers};

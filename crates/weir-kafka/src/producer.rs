@@ -224,7 +224,8 @@ fn init_producer_id(conn: &mut Connection, cfg: &ProducerConfig) -> Result<(i64,
     }
 }
 
-fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch: the timestamp a record sent without one gets.
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

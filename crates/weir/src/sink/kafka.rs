@@ -804,9 +804,7 @@ impl KafkaSink {
         // Rows without a timestamp of their own are stamped with the batch's send time, read
         // once: the batch's rows are handed over together, and reading the clock a record
         // cost a tenth of a protobuf sink's CPU.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now = weir_kafka::now_ms();
         // Headers: the map's keys and its values as bytes, one cast for the batch.
         let header_values = match self.headers {
             None => None,
