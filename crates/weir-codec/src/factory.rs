@@ -15,7 +15,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{CodecError, DecodeError, PlanError};
-use crate::json::{JsonDecoder, JsonDecoderOptions};
+use crate::json::{JsonDecoder, JsonDecoderOptions, JsonEncoder};
 use crate::options::{OptionError, OptionKind, OptionSpec, Options};
 use crate::protobuf::{default_columns, ColumnSpec, ProtoDecoder, ProtoDecoderOptions};
 use crate::schema::ProtoSchema;
@@ -379,7 +379,8 @@ pub(crate) fn pick(
         .collect()
 }
 
-/// The built-in `json` encoding: a [`JsonDecoder`] for the declared columns.
+/// The built-in `json` encoding: a [`JsonDecoder`] for the declared columns, and a
+/// [`JsonEncoder`] for a sink's rows (one object per row, nulls left out).
 ///
 /// Options: `'json.on.mismatch'` = `'error'` (default) or `'null'` (a value of the wrong type
 /// or out of range becomes a null instead of rejecting the message), `'json.max.depth'` (128),
@@ -463,6 +464,12 @@ impl DecoderFactory for JsonFactory {
             options,
             decoder,
         }))
+    }
+}
+
+impl EncoderFactory for JsonFactory {
+    fn create_encoder(&self, request: &EncoderRequest<'_>) -> Result<Box<dyn Encoder>, CodecError> {
+        JsonEncoder::new(request.schema.fields()).map(|e| Box::new(e) as Box<dyn Encoder>)
     }
 }
 

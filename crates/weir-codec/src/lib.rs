@@ -28,6 +28,7 @@ mod protobuf;
 pub mod registry;
 mod schema;
 mod strings;
+mod write;
 
 pub use arrow_array::RecordBatch;
 pub use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -47,7 +48,7 @@ pub use factory::{
     JSON_OPTIONS, PROTOBUF_OPTIONS, RAW_ENCODER_OPTIONS,
 };
 pub use framing::{block_head, BlockHead, Frame, FrameError, Framing};
-pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonMismatch};
+pub use json::{EpochUnit, JsonDecoder, JsonDecoderOptions, JsonEncoder, JsonMismatch};
 pub use options::{
     markdown_table, parse_bytes, parse_duration, resolve_references, unknown_keys, OptionError,
     OptionKind, OptionSpec, Options,

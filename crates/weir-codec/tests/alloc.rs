@@ -1,5 +1,6 @@
 //! Decoding allocates per batch, not per message: counted with a global allocator, for the
-//! protobuf, JSON and Avro decoders. A binary of its own, since it installs the allocator; the count
+//! protobuf, JSON and Avro decoders; and the JSON and protobuf encoders allocate nothing once
+//! their buffers are sized. A binary of its own, since it installs the allocator; the count
 //! is kept per thread, so the two tests may run at once.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -9,8 +10,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampNanosecondType, UInt32Type};
 use weir_codec::{
     AvroDecoder, AvroDecoderOptions, AvroPlan, AvroPlanSource, AvroSchema, ColumnSpec, DataType,
-    Decoder, FramedAvroDecoder, JsonDecoder, JsonDecoderOptions, ProtoDecoder, ProtoDecoderOptions,
-    ProtoSchema, RecordBatch, SchemaIdError, TimeUnit,
+    Decoder, Encoder, FramedAvroDecoder, JsonDecoder, JsonDecoderOptions, JsonEncoder,
+    ProtoDecoder, ProtoDecoderOptions, ProtoEncoder, ProtoSchema, RecordBatch, SchemaIdError,
+    TimeUnit,
 };
 
 struct Counting;
@@ -350,4 +352,80 @@ fn a_million_registry_framed_avro_messages_allocate_per_batch() {
     per_batch_only(&mut dec, &msgs, |batch| {
         assert_eq!(batch.num_columns(), 7);
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// encoders
+// ---------------------------------------------------------------------------------------------
+
+/// Encodes one batch of 8192 quotes 123 times (a million rows) into reused buffers and asserts
+/// that, once the first batch has sized its buffers, the encoder allocates nothing at all:
+/// neither per row nor per batch (flat columns without nulls; a column with nulls may take a
+/// few per batch).
+fn encodes_without_allocating(encoder: &mut dyn Encoder, batch: &RecordBatch) {
+    const BATCHES: usize = 123;
+    let (mut out, mut ends) = (Vec::new(), Vec::new());
+    // The first batch sizes the buffers.
+    encoder.encode_batch(batch, &mut out, &mut ends).unwrap();
+    let written = out.len();
+    let before = allocs();
+    for _ in 0..BATCHES {
+        out.clear();
+        ends.clear();
+        encoder.encode_batch(batch, &mut out, &mut ends).unwrap();
+    }
+    let allocs = allocs() - before;
+    assert_eq!((out.len(), ends.len()), (written, batch.num_rows()));
+    let rows = BATCHES * batch.num_rows();
+    eprintln!("{allocs} allocations encoding {rows} rows in {BATCHES} batches");
+    assert_eq!(allocs, 0, "{allocs} allocations for {rows} rows");
+}
+
+/// One batch of 8192 quotes: ticker, a nanosecond timestamp, the sequence number, the bid's
+/// price and size, the ask's price and the conditions.
+fn quote_batch() -> RecordBatch {
+    let stocks = [("stocks.proto", weir_testdata::STOCKS_PROTO)];
+    let schema = ProtoSchema::from_sources(&stocks, "stocks.proto").unwrap();
+    let cols = vec![
+        ColumnSpec::new("ticker", DataType::Utf8).with_path("base.ticker"),
+        ColumnSpec::new("timestamp", DataType::Timestamp(TimeUnit::Nanosecond, None))
+            .with_path("base.timestamp"),
+        ColumnSpec::new("sequence_number", DataType::Int64),
+        ColumnSpec::new("bid_price", DataType::Float64),
+        ColumnSpec::new("bid_size", DataType::UInt32),
+        ColumnSpec::new("ask_price", DataType::Float64),
+        ColumnSpec::new("conditions", DataType::Int32),
+    ];
+    let mut dec = ProtoDecoder::new(
+        &schema,
+        "stocks.QuoteNBBO",
+        &cols,
+        ProtoDecoderOptions::default(),
+    )
+    .unwrap();
+    let mut msg = Vec::new();
+    for i in 0..8192u64 {
+        msg.clear();
+        proto_quote(i, &mut msg);
+        dec.decode(&msg).unwrap();
+    }
+    dec.take_full_batch().unwrap()
+}
+
+#[test]
+fn encoders_allocate_nothing_once_their_buffers_are_sized() {
+    let batch = quote_batch();
+    let mut json = JsonEncoder::new(batch.schema().fields()).unwrap();
+    encodes_without_allocating(&mut json, &batch);
+
+    let stocks = [("stocks.proto", weir_testdata::STOCKS_PROTO)];
+    let schema = ProtoSchema::from_sources(&stocks, "stocks.proto").unwrap();
+    let message = schema
+        .pool()
+        .get_message_by_name("stocks.QuoteNBBO")
+        .unwrap();
+    // The protobuf encoder binds by field name: the flat columns the encoder can place.
+    let flat = batch.project(&[3, 4, 5, 6]).unwrap();
+    let mut proto = ProtoEncoder::new(&message, flat.schema().fields()).unwrap();
+    encodes_without_allocating(&mut proto, &flat);
 }

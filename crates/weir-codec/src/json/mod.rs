@@ -7,13 +7,19 @@
 //! - `convert.rs`: one JSON value into one column type (numbers, timestamps, decimals);
 //! - `scan/`: scanning JSON text (`lanes.rs`: the SIMD lanes; `skip.rs`: the validating
 //!   skipper; `strings.rs`: strings and escapes);
-//! - `shape.rs`: predicting each object's key order, to skip runs of unrequested keys.
+//! - `shape.rs`: predicting each object's key order, to skip runs of unrequested keys;
+//! - `encode.rs`: the encoder, Arrow rows to JSON objects a column at a time, and `text.rs`
+//!   the text of its values.
 
 mod convert;
 mod decode;
+mod encode;
 mod plan;
 mod scan;
 mod shape;
+mod text;
+
+pub use encode::JsonEncoder;
 
 use std::str::FromStr;
 use std::sync::Arc;

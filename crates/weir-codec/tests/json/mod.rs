@@ -1,5 +1,6 @@
 //! The JSON decoder.
 
 mod decode;
+mod encode;
 mod key_order;
 mod roundtrip;
