@@ -25,7 +25,6 @@
 //! options), `sql` (weir's statements), `output` (where `SELECT` rows go).
 
 mod continuous;
-mod encode;
 mod engine;
 mod error;
 mod kafka_security;

@@ -8,7 +8,6 @@ use weir_codec::{
     AvroFactory, DecoderFactory, EncoderFactory, JsonFactory, ProtobufFactory, RawFactory,
 };
 
-use crate::encode::JsonEncoderFactory;
 use crate::error::EngineError;
 
 /// One encoding: a decoder factory, an encoder factory, or both.
@@ -37,7 +36,7 @@ impl Encodings {
             "json".to_string(),
             Encoding {
                 decoder: Some(Arc::new(JsonFactory)),
-                encoder: Some(Arc::new(JsonEncoderFactory)),
+                encoder: Some(Arc::new(JsonFactory)),
             },
         );
         map.insert(

@@ -506,16 +506,7 @@ impl KafkaSink {
         if self.refused.file.is_none() {
             return Ok(());
         }
-        let mut rendered = Vec::new();
-        {
-            let mut w = super::json::json_writer(&mut rendered);
-            w.write(row)
-                .and_then(|()| w.finish())
-                .map_err(|source| SinkError::Arrow {
-                    path: "the dead-letter row".into(),
-                    source,
-                })?;
-        }
+        let rendered = super::json_lines(row).map_err(SinkError::Encode)?;
         let text = |s: &str| serde_json::Value::from(s).to_string();
         let line = format!(
             "{{\"sink\":{},\"topic\":{},\"error\":{},\"row\":{}}}\n",

@@ -12,7 +12,7 @@ mod options;
 pub(crate) mod storage;
 
 pub(crate) use self::delta::DELTA_OPTIONS;
-pub(crate) use self::json::json_writer;
+pub(crate) use self::json::json_lines;
 pub(crate) use self::kafka::KAFKA_SINK_OPTIONS;
 pub(crate) use self::options::{
     SinkSettings, FILE_SINK_OPTIONS, IPC_OPTIONS, PARQUET_OPTIONS, SINK_CONNECTOR_OPTIONS,
@@ -27,8 +27,6 @@ use std::str::FromStr;
 
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::writer::{FileWriter, StreamWriter};
-use arrow::json::writer::LineDelimited;
-use arrow::json::Writer as JsonWriter;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 use weir_codec::Framing;
@@ -417,11 +415,7 @@ pub(crate) fn open_writer(
             writer: Some(StreamWriter::try_new(out, schema).map_err(|e| arrow_err(&target, e))?),
             target,
         }),
-        SinkFormat::JsonLines => Box::new(JsonSink {
-            writer: Some(json_writer(out)),
-            target,
-            streaming,
-        }),
+        SinkFormat::JsonLines => Box::new(json::JsonSink::new(schema, out, target, streaming)?),
         SinkFormat::Table => Box::new(TableSink {
             out,
             batches: Vec::new(),
@@ -488,35 +482,6 @@ impl BatchWriter for IpcStreamSink {
                 w.write(batch).map_err(|e| arrow_err(&self.target, e))?;
                 // A stream is read while it is written: make each batch visible.
                 w.get_mut().flush().map_err(|e| io(&self.target, e))
-            }
-            None => Err(finished(&self.target)),
-        }
-    }
-
-    fn finish(&mut self) -> Result<(), SinkError> {
-        if let Some(mut w) = self.writer.take() {
-            w.finish().map_err(|e| arrow_err(&self.target, e))?;
-            w.get_mut().flush().map_err(|e| io(&self.target, e))?;
-        }
-        Ok(())
-    }
-}
-
-struct JsonSink {
-    writer: Option<JsonWriter<Box<dyn Write + Send>, LineDelimited>>,
-    target: Target,
-    streaming: bool,
-}
-
-impl BatchWriter for JsonSink {
-    fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
-        match &mut self.writer {
-            Some(w) => {
-                w.write(batch).map_err(|e| arrow_err(&self.target, e))?;
-                if self.streaming {
-                    w.get_mut().flush().map_err(|e| io(&self.target, e))?;
-                }
-                Ok(())
             }
             None => Err(finished(&self.target)),
         }

@@ -184,6 +184,9 @@ impl Worker {
             return Ok(());
         };
         let mut lines = Vec::new();
+        let mut encoder = weir_codec::JsonEncoder::new(batch.schema().fields())
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let mut json = Vec::new();
         for i in (0..batch.num_rows()).filter(|&i| !keep.value(i)) {
             let mut position = serde_json::Map::new();
             for (kind, column) in self.query.hidden.iter().zip(hidden) {
@@ -207,12 +210,10 @@ impl Worker {
                 };
                 position.insert(key.into(), value);
             }
-            let mut json = Vec::new();
-            {
-                let mut w = crate::sink::json_writer(&mut json);
-                w.write(&batch.slice(i, 1))?;
-                w.finish()?;
-            }
+            json.clear();
+            encoder
+                .encode_lines(&batch.slice(i, 1), &mut json)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
             let row: serde_json::Value =
                 serde_json::from_slice(&json).unwrap_or(serde_json::Value::Null);
             lines.push((
