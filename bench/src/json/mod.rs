@@ -13,6 +13,7 @@
 //! objects; (2) a ~2 KB order event with nested objects and arrays; (3) a 50-key object, all 50
 //! keys against 5.
 
+pub mod before;
 pub mod derive;
 pub mod peers;
 
