@@ -346,7 +346,7 @@ impl Producer {
             self.opened[p] = Some(Instant::now());
         }
         self.open[p].push(timestamp.unwrap_or_else(now_ms), key, value, headers);
-        if self.open[p].buf.len() >= self.cfg.batch_bytes {
+        if self.open[p].records().len() >= self.cfg.batch_bytes {
             if partition.is_none() && key.is_none() {
                 self.sticky = self.sticky.wrapping_add(1);
             }
@@ -685,17 +685,7 @@ impl Producer {
             }
             attributes |= TRANSACTIONAL;
         }
-        let w = &self.open[p as usize];
         let c = self.cfg.compression;
-        // Uncompressed records go into the batch as they are, without a copy on the way.
-        let body = if c == Compression::None {
-            &w.buf
-        } else {
-            compress(c, &w.buf, &mut self.compressed)
-                .map_err(|e| self.produce_error(p, format!("compression failed: {e}")))?;
-            &self.compressed
-        };
-        let mut batch = Vec::with_capacity(body.len() + BATCH_HEADER_LEN);
         let seq = &mut self.sequences[p as usize];
         let spec = BatchSpec {
             attributes,
@@ -704,11 +694,22 @@ impl Producer {
             base_sequence: if self.producer_id >= 0 { *seq } else { -1 },
             ..BatchSpec::default()
         };
+        let w = &mut self.open[p as usize];
         // Sequence numbers wrap at i32::MAX, as the Java client's do.
         *seq = seq.wrapping_add(w.count) & i32::MAX;
-        finish_batch(&mut batch, &spec, w, body);
         self.sent += w.count as u64;
-        self.open[p as usize].clear();
+        let batch = if c == Compression::None {
+            // Uncompressed records become the batch where they were written: no copy.
+            w.take_batch(&spec)
+        } else {
+            compress(c, w.records(), &mut self.compressed)
+                .map_err(|e| self.produce_error(p, format!("compression failed: {e}")))?;
+            let w = &mut self.open[p as usize];
+            let mut batch = Vec::with_capacity(self.compressed.len() + BATCH_HEADER_LEN);
+            finish_batch(&mut batch, &spec, w, &self.compressed);
+            w.clear();
+            batch
+        };
         let batch = Bytes::from(batch);
         match self.submit(p, batch.clone()) {
             Ok(()) => Ok(()),
@@ -815,11 +816,11 @@ impl Producer {
                 .with_name(TopicName(StrBytes::from_string(self.cfg.topic.clone())))
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(p)
-                    .with_records(Some(batch.clone()))])]);
-        let mut frame = Connection::encode_frame(ApiKey::Produce, self.version, 0, &req)
+                    .with_records(Some(Bytes::new()))])]);
+        let (mut head, tail) = produce_frame_around(self.version, &req, batch.len())
             .map_err(|e| self.produce_error(p, e))?;
         let link = &mut self.links[i];
-        let correlation = match link.conn.send_frame(&mut frame) {
+        let correlation = match link.conn.send_frame_parts(&mut head, &[&batch, tail]) {
             Ok(c) => c,
             // The batch joins those in flight; waiting for its answer finds the link lost and
             // sends them all again.
@@ -1077,9 +1078,89 @@ pub fn describe_transaction(cfg: &ProducerConfig) -> Result<Option<TransactionSt
     .describe()
 }
 
+/// A Produce request of one topic and one partition, framed around its batch instead of
+/// holding it: the frame's head (size prefix counting the batch) and the bytes after the batch.
+/// `req` carries an empty batch; its encoding ends with the records field (an `i32` length,
+/// or from version 9 a compact length, then three empty tag buffers: partition, topic,
+/// request), which is cut off and written again with the real length, so the batch goes out
+/// from where it was built and is never copied into the frame.
+fn produce_frame_around(
+    version: i16,
+    req: &ProduceRequest,
+    batch_len: usize,
+) -> std::result::Result<(Vec<u8>, &'static [u8]), String> {
+    const FLEXIBLE_END: [u8; 4] = [1, 0, 0, 0];
+    const TAGS: &[u8] = &[0, 0, 0];
+    let mut head = Connection::encode_frame(ApiKey::Produce, version, 0, req)?;
+    let flexible = version >= 9;
+    let end: &[u8] = if flexible { &FLEXIBLE_END } else { &[0; 4] };
+    if !head.ends_with(end) {
+        return Err(format!(
+            "a Produce request of version {version} does not end with its records field"
+        ));
+    }
+    head.truncate(head.len() - end.len());
+    let tail = if flexible {
+        let mut n = batch_len as u64 + 1;
+        while n >= 0x80 {
+            head.push(n as u8 | 0x80);
+            n >>= 7;
+        }
+        head.push(n as u8);
+        TAGS
+    } else {
+        let len = i32::try_from(batch_len).map_err(|_| format!("a batch of {batch_len} bytes"))?;
+        head.extend_from_slice(&len.to_be_bytes());
+        &[]
+    };
+    let size = i32::try_from(head.len() - 4 + batch_len + tail.len())
+        .map_err(|_| format!("a Produce request of {batch_len} bytes of records"))?;
+    head[..4].copy_from_slice(&size.to_be_bytes());
+    Ok((head, tail))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::murmur2;
+    use super::*;
+
+    /// A Produce request for partition 3 of `t`, holding `records`.
+    fn request(transactional: bool, records: Bytes) -> ProduceRequest {
+        ProduceRequest::default()
+            .with_transactional_id(
+                transactional.then(|| TransactionalId(StrBytes::from_static_str("tx-1"))),
+            )
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(3)
+                    .with_records(Some(records))])])
+    }
+
+    #[test]
+    fn a_frame_around_its_batch_is_the_frame_that_holds_it() {
+        // Lengths on both sides of a compact length's one- and two-byte forms, and long ones.
+        for len in [0usize, 1, 126, 127, 128, 16_383, 16_384, 1 << 20] {
+            let batch: Bytes = (0..len).map(|i| (i * 7) as u8).collect::<Vec<u8>>().into();
+            for version in 3..=12 {
+                for transactional in [false, true] {
+                    let whole = Connection::encode_frame(
+                        ApiKey::Produce,
+                        version,
+                        0,
+                        &request(transactional, batch.clone()),
+                    )
+                    .unwrap();
+                    let (head, tail) =
+                        produce_frame_around(version, &request(transactional, Bytes::new()), len)
+                            .unwrap();
+                    let parts = [&head[..], &batch[..], tail].concat();
+                    assert!(parts == whole, "version {version}, {len} bytes");
+                }
+            }
+        }
+    }
 
     #[test]
     fn murmur2_matches_the_java_client() {

@@ -701,11 +701,13 @@ pub(crate) fn varint_len(v: i64) -> usize {
 }
 
 /// Builds the uncompressed records section of a v2 batch, one record at a time. The producer
-/// and the tests use it; [`finish_batch`] wraps the section in a header.
-#[derive(Debug, Default, Clone)]
+/// and the tests use it; [`RecordsWriter::take_batch`] writes the header in front of the
+/// records in place, [`finish_batch`] wraps them (or their compressed form) in a copy.
+#[derive(Debug, Clone)]
 pub struct RecordsWriter {
-    /// The encoded records.
-    pub buf: Vec<u8>,
+    /// Room for a batch header, then the encoded records: an uncompressed batch is finished
+    /// where it was written, without copying its records behind a header.
+    buf: Vec<u8>,
     /// How many.
     pub count: i32,
     /// Timestamp of the first record.
@@ -714,13 +716,44 @@ pub struct RecordsWriter {
     pub max_timestamp: i64,
 }
 
+impl Default for RecordsWriter {
+    fn default() -> Self {
+        Self {
+            buf: vec![0; BATCH_HEADER_LEN],
+            count: 0,
+            base_timestamp: 0,
+            max_timestamp: 0,
+        }
+    }
+}
+
 impl RecordsWriter {
+    /// The encoded records so far.
+    pub fn records(&self) -> &[u8] {
+        &self.buf[BATCH_HEADER_LEN..]
+    }
+
     /// Forgets every record, keeping the buffer.
     pub fn clear(&mut self) {
-        self.buf.clear();
+        self.buf.truncate(BATCH_HEADER_LEN);
         self.count = 0;
         self.base_timestamp = 0;
         self.max_timestamp = 0;
+    }
+
+    /// The records as a complete uncompressed v2 batch (header and CRC32C written in front of
+    /// them, where room was kept); the writer starts again empty, with a buffer as large.
+    pub fn take_batch(&mut self, spec: &BatchSpec) -> Vec<u8> {
+        let body_len = self.buf.len() - BATCH_HEADER_LEN;
+        let stamps = (self.count, self.base_timestamp, self.max_timestamp);
+        write_header(&mut self.buf[..BATCH_HEADER_LEN], spec, stamps, body_len);
+        let crc = crc32c::crc32c(&self.buf[CRC_START..]);
+        self.buf[CRC_START - 4..CRC_START].copy_from_slice(&crc.to_be_bytes());
+        let mut next = Vec::with_capacity(self.buf.capacity());
+        next.resize(BATCH_HEADER_LEN, 0);
+        let batch = std::mem::replace(&mut self.buf, next);
+        self.clear();
+        batch
     }
 
     /// Appends a record at offset delta `count`.
@@ -800,23 +833,39 @@ impl Default for BatchSpec {
 /// already compressed when `spec.attributes` names a codec).
 pub fn finish_batch(out: &mut Vec<u8>, spec: &BatchSpec, records: &RecordsWriter, body: &[u8]) {
     let start = out.len();
-    let batch_length = (BATCH_HEADER_LEN - LOG_OVERHEAD + body.len()) as i32;
-    out.extend_from_slice(&spec.base_offset.to_be_bytes());
-    out.extend_from_slice(&batch_length.to_be_bytes());
-    out.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch: set by the broker
-    out.push(2);
-    out.extend_from_slice(&[0; 4]); // CRC, filled below
-    out.extend_from_slice(&spec.attributes.to_be_bytes());
-    out.extend_from_slice(&(records.count - 1).max(0).to_be_bytes());
-    out.extend_from_slice(&records.base_timestamp.to_be_bytes());
-    out.extend_from_slice(&records.max_timestamp.to_be_bytes());
-    out.extend_from_slice(&spec.producer_id.to_be_bytes());
-    out.extend_from_slice(&spec.producer_epoch.to_be_bytes());
-    out.extend_from_slice(&spec.base_sequence.to_be_bytes());
-    out.extend_from_slice(&records.count.to_be_bytes());
+    out.resize(start + BATCH_HEADER_LEN, 0);
+    let stamps = (records.count, records.base_timestamp, records.max_timestamp);
+    write_header(&mut out[start..], spec, stamps, body.len());
     out.extend_from_slice(body);
     let crc = crc32c::crc32c(&out[start + CRC_START..]);
-    out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+    out[start + CRC_START - 4..start + CRC_START].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Writes a v2 batch header into `out` (its first [`BATCH_HEADER_LEN`] bytes), the CRC left
+/// zero: the CRC covers the records after it, so it is written once they are in place.
+/// `stamps`: the record count, the first and the largest timestamp.
+fn write_header(out: &mut [u8], spec: &BatchSpec, stamps: (i32, i64, i64), body_len: usize) {
+    let (count, base_timestamp, max_timestamp) = stamps;
+    let batch_length = (BATCH_HEADER_LEN - LOG_OVERHEAD + body_len) as i32;
+    let mut at = 0;
+    let mut put = |b: &[u8]| {
+        out[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    };
+    put(&spec.base_offset.to_be_bytes());
+    put(&batch_length.to_be_bytes());
+    put(&(-1i32).to_be_bytes()); // partition leader epoch: set by the broker
+    put(&[2]);
+    put(&[0; 4]); // CRC
+    put(&spec.attributes.to_be_bytes());
+    put(&(count - 1).max(0).to_be_bytes());
+    put(&base_timestamp.to_be_bytes());
+    put(&max_timestamp.to_be_bytes());
+    put(&spec.producer_id.to_be_bytes());
+    put(&spec.producer_epoch.to_be_bytes());
+    put(&spec.base_sequence.to_be_bytes());
+    put(&count.to_be_bytes());
+    debug_assert_eq!(at, BATCH_HEADER_LEN);
 }
 
 #[cfg(test)]
@@ -845,9 +894,42 @@ mod tests {
                 ..BatchSpec::default()
             },
             &w,
-            &w.buf.clone(),
+            w.records(),
         );
         out
+    }
+
+    #[test]
+    fn a_batch_taken_in_place_is_the_batch_finish_batch_builds() {
+        let spec = BatchSpec {
+            base_offset: 0,
+            attributes: 0x10,
+            producer_id: 7,
+            producer_epoch: 3,
+            base_sequence: 41,
+        };
+        let mut w = RecordsWriter::default();
+        // Twice over one writer: the second batch starts empty, its header room kept.
+        for round in 0..2i64 {
+            for i in 0..(5 + round) {
+                let v = format!("value-{round}-{i}");
+                w.push(
+                    2_000 + i * 3,
+                    Some(b"k"),
+                    Some(v.as_bytes()),
+                    &[(b"h", None)],
+                );
+            }
+            let mut expected = Vec::new();
+            finish_batch(&mut expected, &spec, &w, w.records());
+            let taken = w.take_batch(&spec);
+            assert_eq!(taken, expected, "round {round}");
+            assert_eq!((w.count, w.records().len()), (0, 0));
+            let batch = BatchIter::new(&taken).next().unwrap().unwrap();
+            batch.verify_crc().unwrap();
+            assert_eq!(batch.header.producer_id, 7);
+            assert_eq!(batch.records_in(batch.body()).count(), 5 + round as usize);
+        }
     }
 
     #[test]

@@ -56,7 +56,7 @@ fn batches(from: i64) -> Bytes {
             let v = format!("m{}", base + i);
             w.push(1_000 + base + i, None, Some(v.as_bytes()), &[]);
         }
-        let body = w.buf.clone();
+        let body = w.records().to_vec();
         finish_batch(
             &mut out,
             &BatchSpec {

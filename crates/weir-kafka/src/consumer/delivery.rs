@@ -159,7 +159,7 @@ mod tests {
                 base_sequence: 0,
             },
             &w,
-            &w.buf.clone(),
+            w.records(),
         );
         out
     }
@@ -180,7 +180,7 @@ mod tests {
                 base_sequence: -1,
             },
             &w,
-            &w.buf.clone(),
+            w.records(),
         );
         out
     }
