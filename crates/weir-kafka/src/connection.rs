@@ -191,7 +191,12 @@ impl Write for Stream {
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
         match self {
             Self::Plain(s) => s.write_vectored(bufs),
-            Self::Tls(s) => s.write_vectored(bufs),
+            // StreamOwned writes only the first slice of a vectored write; rustls's borrowed
+            // Stream writes them all into its records.
+            Self::Tls(s) => {
+                let s = &mut **s;
+                rustls::Stream::new(&mut s.conn, &mut s.sock).write_vectored(bufs)
+            }
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -606,20 +611,18 @@ impl Connection {
         Ok(id)
     }
 
-    /// Sends a request frame given in pieces, `head` first (its size prefix already counting
-    /// `rest`), as [`Connection::send_frame`] does: a Produce request's batches go out from
-    /// where they were built instead of being copied into one frame. Plain TCP sends the
-    /// pieces with one vectored write.
-    pub fn send_frame_parts(&mut self, head: &mut [u8], rest: &[&[u8]]) -> Result<i32> {
+    /// Sends a request frame in three pieces, `head` (its size prefix already counting the
+    /// other two), `body` and `tail`, as [`Connection::send_frame`] does: a Produce request's
+    /// batch goes out from where it was built instead of being copied into one frame. Plain
+    /// TCP sends the pieces with one vectored write, TLS as one run of records.
+    pub fn send_frame_parts(&mut self, head: &mut [u8], body: &[u8], tail: &[u8]) -> Result<i32> {
         self.maybe_reauthenticate()?;
         let id = self.next_correlation();
         if head.len() < 12 {
             return Err(self.protocol("request", "frame shorter than a header"));
         }
         head[8..12].copy_from_slice(&id.to_be_bytes());
-        let mut slices = Vec::with_capacity(1 + rest.len());
-        slices.push(IoSlice::new(head));
-        slices.extend(rest.iter().map(|r| IoSlice::new(r)));
+        let mut slices = [IoSlice::new(head), IoSlice::new(body), IoSlice::new(tail)];
         let mut left: &mut [IoSlice<'_>] = &mut slices;
         while !left.is_empty() {
             match self.stream.write_vectored(left) {

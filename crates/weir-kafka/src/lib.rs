@@ -98,7 +98,8 @@ mod wire;
 
 /// The record-batch (magic v2) parser and writer, usable on any bytes: `BatchIter` walks the
 /// batches of a fetch response or a log segment, `RecordIter` the records of one batch, and
-/// `finish_batch` with `RecordsWriter` builds batches. The batch codec and the record headers
+/// `RecordsWriter` builds batches (`take_batch` in place, `finish_batch` around a compressed
+/// or copied body). The batch codec and the record headers
 /// are [`Compression`] and [`Headers`] at the crate root.
 pub mod batch {
     pub use crate::record_batch::{

@@ -686,6 +686,12 @@ impl Producer {
             attributes |= TRANSACTIONAL;
         }
         let c = self.cfg.compression;
+        // Compressed first: a failure leaves the records, their sequence numbers and the count
+        // sent as they were.
+        if c != Compression::None {
+            compress(c, self.open[p as usize].records(), &mut self.compressed)
+                .map_err(|e| self.produce_error(p, format!("compression failed: {e}")))?;
+        }
         let seq = &mut self.sequences[p as usize];
         let spec = BatchSpec {
             attributes,
@@ -699,12 +705,13 @@ impl Producer {
         *seq = seq.wrapping_add(w.count) & i32::MAX;
         self.sent += w.count as u64;
         let batch = if c == Compression::None {
-            // Uncompressed records become the batch where they were written: no copy.
-            w.take_batch(&spec)
+            // Uncompressed records become the batch where they were written: no copy. The next
+            // buffer is as large as a full batch, not as one grown once by a huge record.
+            w.take_batch(
+                &spec,
+                self.cfg.batch_bytes + BATCH_HEADER_LEN + NEXT_BATCH_SLACK,
+            )
         } else {
-            compress(c, w.records(), &mut self.compressed)
-                .map_err(|e| self.produce_error(p, format!("compression failed: {e}")))?;
-            let w = &mut self.open[p as usize];
             let mut batch = Vec::with_capacity(self.compressed.len() + BATCH_HEADER_LEN);
             finish_batch(&mut batch, &spec, w, &self.compressed);
             w.clear();
@@ -820,7 +827,7 @@ impl Producer {
         let (mut head, tail) = produce_frame_around(self.version, &req, batch.len())
             .map_err(|e| self.produce_error(p, e))?;
         let link = &mut self.links[i];
-        let correlation = match link.conn.send_frame_parts(&mut head, &[&batch, tail]) {
+        let correlation = match link.conn.send_frame_parts(&mut head, &batch, tail) {
             Ok(c) => c,
             // The batch joins those in flight; waiting for its answer finds the link lost and
             // sends them all again.
@@ -1077,6 +1084,10 @@ pub fn describe_transaction(cfg: &ProducerConfig) -> Result<Option<TransactionSt
     )?
     .describe()
 }
+
+/// Room past `batch.size` in a partition's next records buffer: a batch closes after the record
+/// that reaches `batch.size`, so that record usually fits without the buffer growing.
+const NEXT_BATCH_SLACK: usize = 64 << 10;
 
 /// A Produce request of one topic and one partition, framed around its batch instead of
 /// holding it: the frame's head (size prefix counting the batch) and the bytes after the batch.

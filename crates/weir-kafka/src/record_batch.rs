@@ -742,14 +742,15 @@ impl RecordsWriter {
     }
 
     /// The records as a complete uncompressed v2 batch (header and CRC32C written in front of
-    /// them, where room was kept); the writer starts again empty, with a buffer as large.
-    pub fn take_batch(&mut self, spec: &BatchSpec) -> Vec<u8> {
+    /// them, where room was kept); the writer starts again empty, with a buffer of the same
+    /// capacity, or of `max_capacity` bytes if that is less.
+    pub fn take_batch(&mut self, spec: &BatchSpec, max_capacity: usize) -> Vec<u8> {
         let body_len = self.buf.len() - BATCH_HEADER_LEN;
         let stamps = (self.count, self.base_timestamp, self.max_timestamp);
         write_header(&mut self.buf[..BATCH_HEADER_LEN], spec, stamps, body_len);
         let crc = crc32c::crc32c(&self.buf[CRC_START..]);
         self.buf[CRC_START - 4..CRC_START].copy_from_slice(&crc.to_be_bytes());
-        let mut next = Vec::with_capacity(self.buf.capacity());
+        let mut next = Vec::with_capacity(self.buf.capacity().min(max_capacity));
         next.resize(BATCH_HEADER_LEN, 0);
         let batch = std::mem::replace(&mut self.buf, next);
         self.clear();
@@ -922,7 +923,7 @@ mod tests {
             }
             let mut expected = Vec::new();
             finish_batch(&mut expected, &spec, &w, w.records());
-            let taken = w.take_batch(&spec);
+            let taken = w.take_batch(&spec, 1 << 20);
             assert_eq!(taken, expected, "round {round}");
             assert_eq!((w.count, w.records().len()), (0, 0));
             let batch = BatchIter::new(&taken).next().unwrap().unwrap();
