@@ -22,30 +22,9 @@ DIR="${WEIR_PEERS_DIR:-/tmp/weir-peers}"
 PY="${WEIR_PEERS_PYTHON:-python3}"
 # shellcheck source=scripts/release_weir.sh
 source scripts/release_weir.sh
-mkdir -p "$DIR"
-PB="$DIR/quotes-$COUNT.pb"
-JSON="$DIR/quotes-$COUNT.jsonl"
-if [ ! -s "$PB" ]; then
-  "$WEIR_BIN" gen quotes --count "$COUNT" --out "$PB.tmp" --schema-dir "$DIR/schema" >&2
-  mv "$PB.tmp" "$PB"
-fi
-if [ ! -s "$JSON" ]; then
-  "$WEIR_BIN" gen quotes --count "$COUNT" --format json --out "$JSON.tmp" >&2
-  mv "$JSON.tmp" "$JSON"
-fi
-QUERY="SELECT ticker, count(*), min(bid_price), max(ask_price), avg(bid_size) FROM quotes GROUP BY ticker;"
-cat > "$DIR/protobuf.sql" <<SQL
-CREATE SOURCE quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE, bid_size INT UNSIGNED)
-WITH ('connector' = 'file', 'path' = '$PB', 'encoding' = 'protobuf',
-      'message' = 'stocks.QuoteNBBO', 'location' = '$DIR/schema/stocks.pb');
-$QUERY
-SQL
-cat > "$DIR/json.sql" <<SQL
-CREATE SOURCE quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE, bid_size BIGINT)
-WITH ('connector' = 'file', 'path' = '$JSON', 'encoding' = 'json', 'framing' = 'lines',
-      'fields.ticker' = 'base.ticker');
-$QUERY
-SQL
+# shellcheck source=scripts/quotes_workload.sh
+source scripts/quotes_workload.sh
+quotes_workload "$DIR" "$COUNT" "$COUNT"
 cat > "$DIR/chdb_query.py" <<'PY'
 import sys, chdb
 path, proto, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -77,7 +56,7 @@ for r in $(seq "$RUNS"); do
     case $c in
       weir-protobuf) cmd=("$WEIR_BIN" run --quiet "$DIR/protobuf.sql") ;;
       before-protobuf) cmd=("$WEIR_BIN_BEFORE" run --quiet "$DIR/protobuf.sql") ;;
-      chdb-protobuf) cmd=("$PY" "$DIR/chdb_query.py" "$PB" "$DIR/schema/stocks.proto" "$COUNT") ;;
+      chdb-protobuf) cmd=("$PY" "$DIR/chdb_query.py" "$PB" "$DIR/descriptors/stocks.proto" "$COUNT") ;;
       weir-json) cmd=("$WEIR_BIN" run --quiet "$DIR/json.sql") ;;
       before-json) cmd=("$WEIR_BIN_BEFORE" run --quiet "$DIR/json.sql") ;;
       duckdb-json) cmd=("$PY" "$DIR/duckdb_query.py" "$JSON" "$COUNT") ;;

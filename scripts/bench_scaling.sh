@@ -20,30 +20,9 @@ PARTS="${WEIR_SCALING_PARTS:-1 2 4 8 12 16}"
 RUNS="${WEIR_SCALING_RUNS:-2}"
 # shellcheck source=scripts/release_weir.sh
 source scripts/release_weir.sh
-mkdir -p "$DIR"
-PB="$DIR/quotes-$PB_COUNT.pb"
-JSON="$DIR/quotes-$JSON_COUNT.jsonl"
-if [ ! -s "$PB" ]; then
-  "$WEIR_BIN" gen quotes --count "$PB_COUNT" --out "$PB.tmp" --schema-dir "$DIR/descriptors" >&2
-  mv "$PB.tmp" "$PB"
-fi
-if [ ! -s "$JSON" ]; then
-  "$WEIR_BIN" gen quotes --count "$JSON_COUNT" --format json --out "$JSON.tmp" >&2
-  mv "$JSON.tmp" "$JSON"
-fi
-QUERY="SELECT ticker, count(*), min(bid_price), max(ask_price), avg(bid_size) FROM quotes GROUP BY ticker;"
-cat > "$DIR/protobuf.sql" <<SQL
-CREATE SOURCE quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE, bid_size INT UNSIGNED)
-WITH ('connector' = 'file', 'path' = '$PB', 'encoding' = 'protobuf',
-      'message' = 'stocks.QuoteNBBO', 'location' = '$DIR/descriptors/stocks.pb');
-$QUERY
-SQL
-cat > "$DIR/json.sql" <<SQL
-CREATE SOURCE quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE, bid_size BIGINT)
-WITH ('connector' = 'file', 'path' = '$JSON', 'encoding' = 'json', 'framing' = 'lines',
-      'fields.ticker' = 'base.ticker');
-$QUERY
-SQL
+# shellcheck source=scripts/quotes_workload.sh
+source scripts/quotes_workload.sh
+quotes_workload "$DIR" "$PB_COUNT" "$JSON_COUNT"
 cat > "$DIR/duckdb_query.py" <<'PY'
 import sys, duckdb
 con = duckdb.connect()
