@@ -599,16 +599,7 @@ impl Connection {
     /// Sends an already framed request after writing a fresh correlation id into it (bytes
     /// 8..12 of every request frame); returns the id to expect back.
     pub fn send_frame(&mut self, frame: &mut [u8]) -> Result<i32> {
-        self.maybe_reauthenticate()?;
-        let id = self.next_correlation();
-        if frame.len() < 12 {
-            return Err(self.protocol("request", "frame shorter than a header"));
-        }
-        frame[8..12].copy_from_slice(&id.to_be_bytes());
-        self.stream.write_all(frame).map_err(|e| self.io(e))?;
-        self.stream.flush().map_err(|e| self.io(e))?;
-        self.in_flight += 1;
-        Ok(id)
+        self.send_frame_parts(frame, &[], &[])
     }
 
     /// Sends a request frame in three pieces, `head` (its size prefix already counting the

@@ -748,8 +748,7 @@ impl RecordsWriter {
         let body_len = self.buf.len() - BATCH_HEADER_LEN;
         let stamps = (self.count, self.base_timestamp, self.max_timestamp);
         write_header(&mut self.buf[..BATCH_HEADER_LEN], spec, stamps, body_len);
-        let crc = crc32c::crc32c(&self.buf[CRC_START..]);
-        self.buf[CRC_START - 4..CRC_START].copy_from_slice(&crc.to_be_bytes());
+        write_crc(&mut self.buf);
         let mut next = Vec::with_capacity(self.buf.capacity().min(max_capacity));
         next.resize(BATCH_HEADER_LEN, 0);
         let batch = std::mem::replace(&mut self.buf, next);
@@ -838,8 +837,13 @@ pub fn finish_batch(out: &mut Vec<u8>, spec: &BatchSpec, records: &RecordsWriter
     let stamps = (records.count, records.base_timestamp, records.max_timestamp);
     write_header(&mut out[start..], spec, stamps, body.len());
     out.extend_from_slice(body);
-    let crc = crc32c::crc32c(&out[start + CRC_START..]);
-    out[start + CRC_START - 4..start + CRC_START].copy_from_slice(&crc.to_be_bytes());
+    write_crc(&mut out[start..]);
+}
+
+/// Writes the CRC32C of a whole batch (`attributes` to its end) into its header.
+fn write_crc(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(&batch[CRC_START..]);
+    batch[CRC_START - 4..CRC_START].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Writes a v2 batch header into `out` (its first [`BATCH_HEADER_LEN`] bytes), the CRC left
