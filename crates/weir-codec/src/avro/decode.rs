@@ -596,12 +596,14 @@ fn fast_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
         *pos = p + 1;
         return Some(u64::from(b));
     }
+    // Two bytes (64 to 8191: sizes, counts, small ids) without the packing, also within a
+    // message's last 8 bytes, where its last fields are.
+    let &b1 = buf.get(p + 1)?;
+    if b1 < 0x80 {
+        *pos = p + 2;
+        return Some(u64::from(b & 0x7f) | u64::from(b1) << 7);
+    }
     if let Some(w) = buf.get(p..).and_then(<[u8]>::first_chunk::<8>) {
-        // Two bytes (64 to 8191: sizes, counts, small ids) without the packing.
-        if w[1] < 0x80 {
-            *pos = p + 2;
-            return Some(u64::from(b & 0x7f) | u64::from(w[1]) << 7);
-        }
         let word = u64::from_le_bytes(*w);
         let stops = !word & 0x8080_8080_8080_8080;
         if stops != 0 {
