@@ -497,7 +497,7 @@ fn run_steps<const NULLS: bool, const SKIPS: bool>(
     // a register.
     let mut p = *pos;
     let steps = &plan.steps[from..from + len];
-    for (i, step) in steps.iter().enumerate() {
+    for step in steps {
         let at = p;
         let pos = &mut p;
         // The common reads say only whether they succeeded; a failed one is read again by
@@ -547,6 +547,10 @@ fn run_steps<const NULLS: bool, const SKIPS: bool>(
                 }
             };
         if read.is_none() {
+            // The step's index from its address: a counter kept for errors alone would take a
+            // register and an instruction a field.
+            let i = (std::ptr::from_ref(step) as usize - steps.as_ptr() as usize)
+                / size_of::<Step>();
             return Err(step_fault(plan, from + i, buf, at));
         }
     }

@@ -24,6 +24,7 @@ pub(crate) use bits::Bits;
 
 /// The values of one column.
 #[derive(Debug)]
+#[repr(u8)]
 pub(crate) enum Values {
     Bool(Bits),
     I8(Vec<i8>),
