@@ -549,8 +549,8 @@ fn run_steps<const NULLS: bool, const SKIPS: bool>(
         if read.is_none() {
             // The step's index from its address: a counter kept for errors alone would take a
             // register and an instruction a field.
-            let i = (std::ptr::from_ref(step) as usize - steps.as_ptr() as usize)
-                / size_of::<Step>();
+            let i =
+                (std::ptr::from_ref(step) as usize - steps.as_ptr() as usize) / size_of::<Step>();
             return Err(step_fault(plan, from + i, buf, at));
         }
     }

@@ -24,6 +24,8 @@ pub(crate) use bits::Bits;
 
 /// The values of one column.
 #[derive(Debug)]
+// A one-byte tag, apart from the vectors: a typed push tests it with one compare of a byte
+// (in a Vec capacity's niche it took a 64-bit constant built by two instructions).
 #[repr(u8)]
 pub(crate) enum Values {
     Bool(Bits),
