@@ -188,17 +188,10 @@ impl Decoder for FramedAvroDecoder {
     }
 
     fn flush(&mut self) -> Option<RecordBatch> {
-        let rows = self.state.rows;
-        if rows == 0 {
+        if self.state.rows == 0 {
             return None;
         }
-        self.state.rows = 0;
         let top = &self.plans[self.current].plan.top;
-        Some(crate::columns::take_batch(
-            &mut self.state.cols,
-            top,
-            &self.schema,
-            rows,
-        ))
+        Some(self.state.take_batch(top, &self.schema))
     }
 }

@@ -236,18 +236,10 @@ impl Decoder for AvroDecoder {
     }
 
     fn flush(&mut self) -> Option<RecordBatch> {
-        let rows = self.state.rows;
-        if rows == 0 {
+        if self.state.rows == 0 {
             return None;
         }
-        self.state.rows = 0;
-        let (cols, plan) = (&mut self.state.cols, &self.plan);
-        Some(crate::columns::take_batch(
-            cols,
-            &plan.top,
-            &plan.schema,
-            rows,
-        ))
+        Some(self.state.take_batch(&self.plan.top, &self.plan.schema))
     }
 }
 

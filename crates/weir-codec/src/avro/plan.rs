@@ -5,6 +5,7 @@
 //! operation after them.
 
 use std::collections::{HashMap, HashSet};
+use std::mem::{discriminant, Discriminant};
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Fields, IntervalUnit, Schema, SchemaRef, TimeUnit};
@@ -12,7 +13,7 @@ use arrow_schema::{DataType, Field, Fields, IntervalUnit, Schema, SchemaRef, Tim
 use serde_json::Value;
 
 use super::schema::{timestamp, AvroSchema, Logical, Node, NodeId, RecordField};
-use crate::columns::{Column, Values};
+use crate::columns::{Bits, Column, Values};
 use crate::error::PlanError;
 use crate::ColumnSpec;
 
@@ -271,6 +272,10 @@ pub(crate) struct Plan {
     pub(crate) root: u32,
     /// Empty column buffers, cloned for each decoder.
     pub(crate) templates: Vec<Column>,
+    /// The variant of each template's values. Columns that fit a plan have these variants
+    /// (`decode::State::fits`), and every record step writes a column of its own variant
+    /// ([`Plan::check_steps`]): together they let the steps write without checking either.
+    pub(crate) layout: Arc<[Discriminant<Values>]>,
     /// Top-level column ids in schema order.
     pub(crate) top: Vec<usize>,
     pub(crate) schema: SchemaRef,
@@ -363,6 +368,7 @@ pub(crate) fn compile(
             refusals: Vec::new(),
             root: 0,
             templates: Vec::new(),
+            layout: Arc::from(Vec::new()),
             top: Vec::new(),
             schema: Arc::new(Schema::empty()),
             max_depth: u32::try_from(max_depth).unwrap_or(u32::MAX),
@@ -413,7 +419,57 @@ pub(crate) fn compile(
     let reader_root = reader.map(AvroSchema::root);
     c.plan.root = c.record(writer.root(), wants, NONE, "", reader_root)?;
     c.mark_nulls();
+    c.plan.layout = c
+        .plan
+        .templates
+        .iter()
+        .map(|t| discriminant(&t.values))
+        .collect();
+    c.plan.check_steps()?;
     Ok(c.plan)
+}
+
+impl Plan {
+    /// Checks that each record step writes a column, and one of the variant it writes:
+    /// `decode::run_steps` writes without checking, relying on this.
+    fn check_steps(&self) -> Result<(), PlanError> {
+        let bytes = discriminant(&Values::Bytes {
+            offsets: Vec::new(),
+            data: Vec::new(),
+        });
+        for (i, step) in self.steps.iter().enumerate() {
+            let (col, want) = match *step {
+                Step::Long { col } => (col, discriminant(&Values::I64(Vec::new()))),
+                Step::Int { col } => (col, discriminant(&Values::I32(Vec::new()))),
+                Step::Float { col } => (col, discriminant(&Values::F32(Vec::new()))),
+                Step::Double { col } => (col, discriminant(&Values::F64(Vec::new()))),
+                Step::Str { col } | Step::Bin { col } => (col, bytes),
+                Step::Bool { col } => (col, discriminant(&Values::Bool(Bits::with_capacity(0)))),
+                Step::StructRow { col } => (
+                    col,
+                    discriminant(&Values::Struct {
+                        children: Vec::new(),
+                        len: 0,
+                    }),
+                ),
+                Step::Skip { .. } | Step::Op { .. } => continue,
+            };
+            if self.layout.get(col as usize) != Some(&want) {
+                let path = self
+                    .step_paths
+                    .get(i)
+                    .and_then(|&p| self.paths.get(p as usize));
+                return Err(PlanError::Unsupported {
+                    column: path.cloned().unwrap_or_default(),
+                    what: format!(
+                        "a plan whose step {i} writes column {col} of another type (a bug in \
+                         weir: please report it with the schema)"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 struct Compiler<'a> {
