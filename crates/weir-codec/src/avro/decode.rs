@@ -8,7 +8,7 @@
 //! ([`State::fits`], checked where a message enters); [`run_steps`] relies on it to write a
 //! record's values without checking each column.
 
-use super::plan::{Const, Num, Op, Plan, Skip, SkipCode, Step, NONE};
+use super::plan::{Const, Num, Op, Plan, Skip, Step, NONE};
 use crate::columns::{self, push_offset, Column, Native, Values};
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::strings::{append_bytes, is_ascii_prefix, short_chunk, utf8_error_at};
@@ -601,19 +601,13 @@ fn run_steps<const NULLS: bool, const SKIPS: bool>(
                 push_struct_row(cols, col);
                 Some(())
             }
-            Step::Skip { run, code, end } => {
-                let code = &plan.skip_code[code as usize..end as usize];
-                let mut q = at;
-                let passed = if SKIPS {
-                    skip_run(code, buf, &mut q)
-                } else {
-                    skip_run_apart(code, buf, &mut q)
-                };
-                if !passed {
-                    return Err(skip_fault(plan, run, buf, at));
-                }
-                *pos = q;
-                Some(())
+            Step::SkipVarints { n, .. } if SKIPS => skip_varints(buf, pos, n).then_some(()),
+            Step::SkipBytes { .. } if SKIPS => skip_bytes(buf, pos).then_some(()),
+            Step::SkipFixed { n, .. } if SKIPS => skip_fixed(buf, pos, n),
+            // The loop of a record that reads every field has no skip steps: there they are a
+            // call of their own, which keeps its registers for the reads.
+            Step::SkipVarints { .. } | Step::SkipBytes { .. } | Step::SkipFixed { .. } => {
+                skip_apart(step, buf, at).map(|q| *pos = q)
             }
             Step::Op { op, level } => {
                 let mut q = at;
@@ -664,6 +658,9 @@ fn step_fault(plan: &Plan, index: usize, buf: &[u8], at: usize) -> Fault {
             Ok(_) => Some(Problem::TooLarge),
         },
         Some(Step::Bin { .. }) => Some(read_bytes(buf, pos).err().unwrap_or(Problem::TooLarge)),
+        Some(
+            Step::SkipVarints { run, .. } | Step::SkipBytes { run } | Step::SkipFixed { run, .. },
+        ) => return skip_fault(plan, *run, buf, at),
         _ => None,
     };
     Fault {
@@ -861,35 +858,29 @@ fn valid<const NULLS: bool>(c: &mut Column) {
     }
 }
 
-/// [`skip_run`], a call of its own, for the loop of a record that reads every field: that
-/// loop keeps its registers for the reads.
+/// Passes over the values of skip step `step` from `at`, a call of its own: where they end.
+/// (It takes and returns the position, so that the loop's stays in a register.)
 #[inline(never)]
-fn skip_run_apart(code: &[SkipCode], buf: &[u8], pos: &mut usize) -> bool {
-    skip_run(code, buf, pos)
+fn skip_apart(step: &Step, buf: &[u8], at: usize) -> Option<usize> {
+    let mut q = at;
+    let pos = &mut q;
+    match *step {
+        Step::SkipVarints { n, .. } => skip_varints(buf, pos, n).then_some(()),
+        Step::SkipBytes { .. } => skip_bytes(buf, pos).then_some(()),
+        Step::SkipFixed { n, .. } => skip_fixed(buf, pos, n),
+        _ => None,
+    }?;
+    Some(q)
 }
 
-/// Passes over the values of a skip run ([`super::plan::SkipRun`]), false where one fails.
+/// Passes over `n` bytes.
 #[inline(always)]
-fn skip_run(code: &[SkipCode], buf: &[u8], pos: &mut usize) -> bool {
-    let mut p = *pos;
-    for code in code {
-        let passed = match *code {
-            SkipCode::Varints(n) => skip_varints(buf, &mut p, n),
-            SkipCode::Bytes => skip_bytes(buf, &mut p),
-            SkipCode::Fixed(n) => match p.checked_add(n as usize) {
-                Some(end) if end <= buf.len() => {
-                    p = end;
-                    true
-                }
-                _ => false,
-            },
-        };
-        if !passed {
-            return false;
-        }
-    }
-    *pos = p;
-    true
+fn skip_fixed(buf: &[u8], pos: &mut usize, n: u32) -> Option<()> {
+    let end = pos
+        .checked_add(n as usize)
+        .filter(|&end| end <= buf.len())?;
+    *pos = end;
+    Some(())
 }
 
 /// Passes over a length and that many bytes; a length under 64 (one byte) without a call.

@@ -191,12 +191,19 @@ pub(crate) enum Step {
     StructRow {
         col: u32,
     },
-    /// Skip run `run` of [`Plan::runs`], whose code is `code..end` of [`Plan::skip_code`]
-    /// (repeated here to save a lookup).
-    Skip {
+    /// Pass over `n` varints in a row (skip run `run` of [`Plan::runs`], which names them).
+    SkipVarints {
+        n: u32,
         run: u32,
-        code: u32,
-        end: u32,
+    },
+    /// Pass over a length and that many bytes (skip run `run`).
+    SkipBytes {
+        run: u32,
+    },
+    /// Pass over `n` bytes, the fixed sizes of skip run `run` added up.
+    SkipFixed {
+        n: u32,
+        run: u32,
     },
     /// Operation `op`, run `level` records below the record that holds the step.
     Op {
@@ -214,24 +221,13 @@ pub(crate) enum Skip {
     Fixed(u32),
 }
 
-/// Skipped values in a row, passed over as [`SkipCode`]s: consecutive varints are counted
-/// together a word at a time and consecutive fixed sizes added up. Where that fails, the
-/// skips are passed over again one by one (`skips`) to name the field and offset.
+/// The skipped values one skip step passes over at once (consecutive varints are counted
+/// together a word at a time, consecutive fixed sizes added up). Where that fails, they are
+/// passed over again one by one (`skips`) to name the field and offset.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SkipRun {
     /// Into [`Plan::skips`] and [`Plan::skip_paths`].
     pub(crate) skips: (u32, u32),
-}
-
-/// One instruction of a skip run.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum SkipCode {
-    /// This many varints.
-    Varints(u32),
-    /// A length, then that many bytes.
-    Bytes,
-    /// This many bytes.
-    Fixed(u32),
 }
 
 /// A reader's default for a field the writer lacks, as a column value.
@@ -255,12 +251,11 @@ pub(crate) struct Plan {
     /// Every record's steps ([`Op::Record`]), and the field path of each (for errors).
     pub(crate) steps: Vec<Step>,
     pub(crate) step_paths: Vec<u32>,
-    /// The skip runs of every [`Step::Skip`]: each skip with its field path, and the code
-    /// that passes over them.
+    /// The skip runs of the skip steps ([`Step::SkipVarints`], ...), and each skip with its
+    /// field path.
     pub(crate) runs: Vec<SkipRun>,
     pub(crate) skips: Vec<Skip>,
     pub(crate) skip_paths: Vec<u32>,
-    pub(crate) skip_code: Vec<SkipCode>,
     /// Per enum table: the bytes of the symbol read for each of the writer's indexes (`None`:
     /// the reader's enum has no such symbol and no default).
     pub(crate) enums: Vec<Vec<Option<Box<[u8]>>>>,
@@ -361,7 +356,6 @@ pub(crate) fn compile(
             runs: Vec::new(),
             skips: Vec::new(),
             skip_paths: Vec::new(),
-            skip_code: Vec::new(),
             enums: Vec::new(),
             consts: Vec::new(),
             paths: Vec::new(),
@@ -452,7 +446,10 @@ impl Plan {
                         len: 0,
                     }),
                 ),
-                Step::Skip { .. } | Step::Op { .. } => continue,
+                Step::SkipVarints { .. }
+                | Step::SkipBytes { .. }
+                | Step::SkipFixed { .. }
+                | Step::Op { .. } => continue,
             };
             if self.layout.get(col as usize) != Some(&want) {
                 let path = self
@@ -781,10 +778,7 @@ impl Compiler<'_> {
         out.end_skips(&mut self.plan);
         let steps = self.plan.steps.len() as u32;
         let len = out.steps.len() as u32;
-        let skips = out
-            .steps
-            .iter()
-            .any(|(s, _)| matches!(s, Step::Skip { .. }));
+        let skips = out.steps.iter().any(|(s, _)| s.is_skip());
         for (step, path) in out.steps {
             self.plan.steps.push(step);
             self.plan.step_paths.push(path);
@@ -835,7 +829,10 @@ impl Compiler<'_> {
             | Step::Bin { col }
             | Step::Bool { col }
             | Step::StructRow { col } => nullable.get(col as usize).copied().unwrap_or(true),
-            Step::Skip { .. } | Step::Op { .. } => false,
+            Step::SkipVarints { .. }
+            | Step::SkipBytes { .. }
+            | Step::SkipFixed { .. }
+            | Step::Op { .. } => false,
         };
         for op in &mut plan.ops {
             if let Op::Record {
@@ -1381,41 +1378,63 @@ struct Steps {
 }
 
 impl Steps {
-    /// Closes the skips gathered so far into one step.
+    /// Closes the skips gathered so far into skip steps: one for each run of varints, each
+    /// run of fixed sizes and each length-prefixed value.
     fn end_skips(&mut self, plan: &mut Plan) {
-        if self.skips.is_empty() {
-            return;
-        }
-        let skips = plan.skips.len() as u32;
-        let code = plan.skip_code.len();
-        for (skip, path) in self.skips.drain(..) {
+        let mut pending: Option<(Skip, u32, u32)> = None;
+        for (skip, path) in std::mem::take(&mut self.skips) {
+            let at = plan.skips.len() as u32;
             plan.skips.push(skip);
             plan.skip_paths.push(path);
-            let last = plan.skip_code.len().checked_sub(1).filter(|&l| l >= code);
-            let merged = match (last.map(|l| plan.skip_code[l]), skip) {
-                (Some(SkipCode::Varints(n)), Skip::Varint) => Some(SkipCode::Varints(n + 1)),
-                (Some(SkipCode::Fixed(a)), Skip::Fixed(b)) => a.checked_add(b).map(SkipCode::Fixed),
-                _ => None,
+            pending = match (pending, skip) {
+                (Some((Skip::Varint, n, first)), Skip::Varint) => {
+                    Some((Skip::Varint, n + 1, first))
+                }
+                (Some((Skip::Fixed(_), a, first)), Skip::Fixed(b))
+                    if a.checked_add(b).is_some() =>
+                {
+                    Some((Skip::Fixed(0), a + b, first))
+                }
+                (done, _) => {
+                    if let Some(done) = done {
+                        self.close_skip(plan, done, at);
+                    }
+                    let n = match skip {
+                        Skip::Varint | Skip::Bytes => 1,
+                        Skip::Fixed(n) => n,
+                    };
+                    Some((skip, n, at))
+                }
             };
-            match (merged, last) {
-                (Some(merged), Some(l)) => plan.skip_code[l] = merged,
-                _ => plan.skip_code.push(match skip {
-                    Skip::Varint => SkipCode::Varints(1),
-                    Skip::Bytes => SkipCode::Bytes,
-                    Skip::Fixed(n) => SkipCode::Fixed(n),
-                }),
-            }
         }
+        if let Some(done) = pending {
+            self.close_skip(plan, done, plan.skips.len() as u32);
+        }
+    }
+
+    /// One skip step over skips `first..end` of [`Plan::skips`], of kind `kind`: `n` varints,
+    /// a length-prefixed value, or `n` bytes.
+    fn close_skip(&mut self, plan: &mut Plan, (kind, n, first): (Skip, u32, u32), end: u32) {
         plan.runs.push(SkipRun {
-            skips: (skips, plan.skips.len() as u32),
+            skips: (first, end),
         });
         let run = (plan.runs.len() - 1) as u32;
-        let step = Step::Skip {
-            run,
-            code: code as u32,
-            end: plan.skip_code.len() as u32,
+        let step = match kind {
+            Skip::Varint => Step::SkipVarints { n, run },
+            Skip::Bytes => Step::SkipBytes { run },
+            Skip::Fixed(_) => Step::SkipFixed { n, run },
         };
         self.steps.push((step, NONE));
+    }
+}
+
+impl Step {
+    /// Whether the step passes over skipped values.
+    fn is_skip(&self) -> bool {
+        matches!(
+            self,
+            Step::SkipVarints { .. } | Step::SkipBytes { .. } | Step::SkipFixed { .. }
+        )
     }
 }
 
