@@ -934,15 +934,16 @@ fn skip_fault(plan: &Plan, run: u32, buf: &[u8], start: usize) -> Fault {
 /// Passes over `n` varints, counting their last bytes (high bit clear) a word at a time. Each
 /// word is taken at the start of a varint, so one that ends within it is at most 8 bytes; a
 /// longer one is checked by its ninth and tenth bytes. In a message's last 8 bytes they are
-/// read one by one ([`read_long`]). False where one fails.
+/// found byte by byte. False where one fails.
 #[inline(always)]
 fn skip_varints(buf: &[u8], pos: &mut usize, mut n: u32) -> bool {
     let mut p = *pos;
     while n > 0 {
         let Some(w) = buf.get(p..).and_then(<[u8]>::first_chunk::<8>) else {
-            if read_long(buf, &mut p).is_err() {
+            let Some(end) = short_varint_end(buf, p) else {
                 return false;
-            }
+            };
+            p = end;
             n -= 1;
             continue;
         };
@@ -978,6 +979,14 @@ fn skip_varints(buf: &[u8], pos: &mut usize, mut n: u32) -> bool {
     }
     *pos = p;
     true
+}
+
+/// Where the varint at `p` ends, fewer than 8 bytes before the end of `buf`: at the first byte
+/// with the high bit clear (so it is at most 7 bytes), or `None`, cut short.
+#[inline(never)]
+fn short_varint_end(buf: &[u8], p: usize) -> Option<usize> {
+    let rest = buf.get(p..)?;
+    Some(p + rest.iter().position(|&b| b < 0x80)? + 1)
 }
 
 /// For each byte of varint ends (bit k: byte k of a word ends a varint), the bytes from the
