@@ -90,7 +90,8 @@ impl State {
     }
 
     /// Whether these columns fit `plan`: they have the variants its steps write. Two pointer
-    /// compares a message; the layouts themselves are compared once per plan met.
+    /// compares a message; the layouts themselves are compared when a plan differs from the
+    /// last other plan met.
     #[inline(always)]
     fn fits(&mut self, plan: &Plan) -> bool {
         Arc::ptr_eq(&self.layout, &plan.layout)
@@ -544,8 +545,8 @@ fn record(
 /// Runs the `steps.1` steps from `steps.0` of a record at `depth`. `NULLS`: some step writes a
 /// column that can hold nulls, so each keeps its validity; otherwise no column written here
 /// ever has a validity bitmap (`Compiler::mark_nulls`), and the steps do not look for one.
-/// `SKIPS`: some step is a skip run, passed over in line (a loop that reads every field keeps
-/// its registers for the reads instead).
+/// `SKIPS`: some steps are skips, passed over in line (a loop that reads every field keeps its
+/// registers for the reads instead).
 /// A function of its own, apart from the rarer operations of [`run`], so that the loop keeps
 /// its values in registers.
 #[inline(never)]
@@ -747,7 +748,7 @@ unsafe fn fast_bool<const NULLS: bool, const CHECKED: bool>(
     let c = unsafe { step_column::<CHECKED>(cols, col) };
     let Values::Bool(bits) = &mut c.values else {
         if CHECKED {
-            // Cannot happen (`Plan::check_steps`); the value is dropped, as it was before.
+            // Cannot happen (`Plan::check_steps`); the value is not written.
             return Some(());
         }
         // SAFETY: the variant the step writes, as this function's caller promises.
@@ -806,7 +807,8 @@ unsafe fn fast_string<const NULLS: bool, const CHECKED: bool>(
     let c = unsafe { step_column::<CHECKED>(cols, col) };
     let Values::Bytes { offsets, data } = &mut c.values else {
         if CHECKED {
-            // Cannot happen (`Plan::check_steps`); the value is dropped, as it was before.
+            // Cannot happen (`Plan::check_steps`); the value is passed over, not written.
+            *pos = end;
             return Some(());
         }
         // SAFETY: the variant the step writes, as this function's caller promises.
@@ -835,7 +837,7 @@ unsafe fn put<T: Native, const NULLS: bool, const CHECKED: bool>(
     let c = unsafe { step_column::<CHECKED>(cols, col) };
     let Some(values) = T::vec(&mut c.values) else {
         if CHECKED {
-            // Cannot happen (`Plan::check_steps`); the value is dropped, as it was before.
+            // Cannot happen (`Plan::check_steps`); the value is not written.
             return;
         }
         // SAFETY: the variant the step writes, as this function's caller promises.

@@ -191,7 +191,9 @@ impl Decoder for FramedAvroDecoder {
         if self.state.rows == 0 {
             return None;
         }
-        let top = &self.plans[self.current].plan.top;
+        // The reference plan's: the columns were made from it (a plan met later that does not
+        // fit them is refused, yet stays `current`).
+        let top = &self.plans[0].plan.top;
         Some(self.state.take_batch(top, &self.schema))
     }
 }

@@ -119,7 +119,7 @@ pub(crate) enum Op {
         nest: u32,
         /// Whether a step writes a column that can hold nulls (so keeps their validity).
         nulls: bool,
-        /// Whether a step is a skip run.
+        /// Whether a step is a skip step.
         skips: bool,
     },
     /// Blocks of items, each read by operation `item`, then a row of list column `col`.
@@ -158,8 +158,8 @@ pub(crate) enum Op {
 
 /// One step of a record's straight-line program. The common leaf reads are steps of their own,
 /// each knowing its column's type, so that the record's loop dispatches once per value and a
-/// skipped field costs a skip, without a call or a second match; runs of skipped fields are one
-/// step. Anything else runs as its operation.
+/// skipped field costs a skip, without a call or a second match; consecutive skipped varints,
+/// or fixed sizes, are one step. Anything else runs as its operation.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Step {
     /// A `long` into an Int64 (or same-unit time) column.
