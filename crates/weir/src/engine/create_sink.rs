@@ -454,6 +454,7 @@ impl Engine {
                     data_files,
                     tokio::runtime::Handle::current(),
                     metrics,
+                    self.partitions(),
                 )
                 .map_err(fail)?,
             )
@@ -671,6 +672,7 @@ impl Engine {
                     data_files,
                     tokio::runtime::Handle::current(),
                     metrics,
+                    self.partitions(),
                 )
                 .map_err(fail)?,
             )

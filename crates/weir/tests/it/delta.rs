@@ -534,6 +534,22 @@ async fn a_path_that_is_not_a_table_and_a_query_without_state_are_refused() {
     );
     let err = small_engine().query(&script).await.unwrap_err().to_string();
     assert!(err.contains("s3.bogus"), "{err}");
+    // No thread to write the files is no sink.
+    let script = format!(
+        "{}\nCREATE SINK lake FROM s WITH ('connector' = 'delta', 'path' = '{}', \
+         'sink.parallelism' = '0');",
+        source(&data, &dir.path().join("state-4")),
+        dir.path().join("t4").display()
+    );
+    let e = small_engine();
+    let err = match e.query(&script).await {
+        Err(err) => err.to_string(),
+        Ok(_) => e.finish().await.unwrap_err().to_string(),
+    };
+    assert!(
+        err.contains("sink.parallelism") && err.contains("positive"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,11 +5,17 @@
 //! wait stopped the reading: on an S3-compatible store the table sink reached 0.86x the
 //! throughput of step files, which upload beside the reading. Here one thread drives the
 //! writer, fed through a short queue, and the pipeline decodes the next rows while the parts go
-//! up. [`DataFileThread::seal`] waits for the queue to drain and the files to complete, so a
+//! up. [`DataFileWriters::seal`] waits for the queues to drain and the files to complete, so a
 //! step's order (files, state commit, table commit) is unchanged.
+//!
+//! One thread encodes Parquet at one core's pace, which the readers outrun on a machine of many
+//! cores. [`DataFileWriters`] starts another thread, with a writer of its own, whenever every
+//! running one has a full queue, up to `'sink.parallelism'`: a table fed slowly keeps one file a
+//! step, one fed fast gets a file a thread. A Delta table's rows have no order, so which thread
+//! writes a batch does not matter; the step's commit adds every thread's files at once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -82,16 +88,18 @@ pub(crate) struct DataFileThread {
 
 impl DataFileThread {
     /// Starts the thread that writes `files`, waiting for delta-rs's futures on `runtime`.
-    pub(crate) fn start(
+    /// `index` is the thread's place among its sink's writers (in its name).
+    fn start(
         files: DataFiles,
         runtime: tokio::runtime::Handle,
+        index: usize,
     ) -> Result<Self, SinkError> {
         let sink = files.sink.clone();
         let (requests, queue) = sync_channel(QUEUED_BATCHES);
         let cancel = Arc::new(AtomicBool::new(false));
         let cancelled = Arc::clone(&cancel);
         let thread = std::thread::Builder::new()
-            .name(format!("delta-{sink}"))
+            .name(format!("delta-{sink}-{index}"))
             .spawn(move || serve(files, &queue, &runtime, &cancelled))
             .map_err(|source| SinkError::Io {
                 path: format!("the Delta writer thread of sink {sink}"),
@@ -106,7 +114,7 @@ impl DataFileThread {
     }
 
     /// Queues `batch` for the step's data files; waits only while the queue is full. An error
-    /// of an earlier batch is returned here (or by [`DataFileThread::seal`]).
+    /// of an earlier batch is returned here (or by [`DataFileWriters::seal`]).
     pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
         let sent = self
             .requests
@@ -118,14 +126,35 @@ impl DataFileThread {
         }
     }
 
-    /// Waits until every queued batch is written and the step's files are complete; returns
-    /// their `add` actions.
-    pub(crate) fn seal(&mut self) -> Result<Vec<Add>, SinkError> {
+    /// Queues `batch` if the queue has room; gives it back if the queue is full.
+    fn offer(&mut self, batch: RecordBatch) -> Result<Option<RecordBatch>, SinkError> {
+        let sent = self
+            .requests
+            .as_ref()
+            .map(|r| r.try_send(Request::Write(batch)));
+        match sent {
+            Some(Ok(())) => Ok(None),
+            Some(Err(TrySendError::Full(Request::Write(batch)))) => Ok(Some(batch)),
+            _ => Err(self.stopped()),
+        }
+    }
+
+    /// Asks the thread to complete the step's files once its queue is written; the answer
+    /// comes through [`DataFileThread::sealed`].
+    fn begin_seal(&mut self) -> Result<Receiver<Result<Vec<Add>, SinkError>>, SinkError> {
         let (reply, answer) = sync_channel(1);
         let sent = self.requests.as_ref().map(|r| r.send(Request::Seal(reply)));
         if !matches!(sent, Some(Ok(()))) {
             return Err(self.stopped());
         }
+        Ok(answer)
+    }
+
+    /// The answer to [`DataFileThread::begin_seal`].
+    fn sealed(
+        &mut self,
+        answer: &Receiver<Result<Vec<Add>, SinkError>>,
+    ) -> Result<Vec<Add>, SinkError> {
         answer.recv().unwrap_or_else(|_| Err(self.stopped()))
     }
 
@@ -154,6 +183,92 @@ impl Drop for DataFileThread {
     fn drop(&mut self) {
         self.cancel.store(true, Ordering::Relaxed);
         self.requests = None;
+    }
+}
+
+/// A sink's data files written by one thread or, while the rows come faster than one can
+/// encode them, by up to `max` threads, each with its writer and files.
+pub(crate) struct DataFileWriters {
+    running: Vec<DataFileThread>,
+    /// Writers for threads not started yet, all of the table as the sink opened it.
+    spare: Vec<DataFiles>,
+    runtime: tokio::runtime::Handle,
+    /// The thread a batch waits for when every queue is full and no thread is left to start
+    /// (taken in turn, so none is left idle).
+    next: usize,
+}
+
+impl DataFileWriters {
+    /// Starts the thread of `first`; `spare` are the writers of the threads that may follow.
+    pub(crate) fn start(
+        first: DataFiles,
+        spare: Vec<DataFiles>,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Self, SinkError> {
+        Ok(Self {
+            running: vec![DataFileThread::start(first, runtime.clone(), 0)?],
+            // Started from the end: the first spare is the second thread.
+            spare: spare.into_iter().rev().collect(),
+            runtime,
+            next: 0,
+        })
+    }
+
+    /// Queues `batch` on the first thread with room, else on a new thread while writers are
+    /// spare, else waits for the threads' turn.
+    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
+        let mut batch = batch.clone();
+        for thread in &mut self.running {
+            match thread.offer(batch)? {
+                None => return Ok(()),
+                Some(back) => batch = back,
+            }
+        }
+        if let Some(files) = self.spare.pop() {
+            let index = self.running.len();
+            tracing::info!(
+                sink = %files.sink,
+                writers = index + 1,
+                "the data files fall behind the rows: another thread writes them"
+            );
+            let mut thread = DataFileThread::start(files, self.runtime.clone(), index)?;
+            thread.write(&batch)?;
+            self.running.push(thread);
+            return Ok(());
+        }
+        let at = self.next % self.running.len();
+        self.next = at + 1;
+        self.running[at].write(&batch)
+    }
+
+    /// Completes every thread's files of the step (all at once) and returns their `add`
+    /// actions; the first error if any thread failed.
+    pub(crate) fn seal(&mut self) -> Result<Vec<Add>, SinkError> {
+        let answers: Vec<_> = self
+            .running
+            .iter_mut()
+            .map(DataFileThread::begin_seal)
+            .collect();
+        let mut adds = Vec::new();
+        let mut failed = None;
+        for (thread, answer) in self.running.iter_mut().zip(answers) {
+            match answer.and_then(|a| thread.sealed(&a)) {
+                Ok(mut a) => adds.append(&mut a),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(adds),
+        }
+    }
+
+    /// The threads started so far.
+    #[cfg(test)]
+    fn threads(&self) -> usize {
+        self.running.len()
     }
 }
 
@@ -234,7 +349,8 @@ mod tests {
         let (_table, files) = runtime
             .block_on(DeltaSink::open("t", settings, &options, &schema))
             .expect("a new table");
-        let mut thread = DataFileThread::start(files, runtime.handle().clone()).expect("a thread");
+        let mut thread =
+            DataFileWriters::start(files, Vec::new(), runtime.handle().clone()).expect("a thread");
 
         // More batches than the queue holds, over two steps: each step's files hold its rows.
         for step in 0..2 {
@@ -281,6 +397,85 @@ mod tests {
         );
         // And stays failed.
         assert!(thread.seal().is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn row_counts(adds: &[Add]) -> Vec<i64> {
+        adds.iter()
+            .map(|a| {
+                let stats: serde_json::Value =
+                    serde_json::from_str(a.stats.as_deref().expect("stats")).expect("json");
+                stats["numRecords"].as_i64().expect("a row count")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_writer_that_falls_behind_gets_help_up_to_the_limit_and_the_step_holds_every_row() {
+        let dir = std::env::temp_dir().join(format!("weir-data-writers-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let options = Options::new([("path".to_string(), dir.display().to_string())]);
+        let settings = DeltaSettings::parse("t", &options).expect("the options");
+        let (table, first) = runtime
+            .block_on(DeltaSink::open("t", settings, &options, &schema))
+            .expect("a new table");
+        let spare = vec![table.data_files().expect("a second writer")];
+
+        // The first thread is held back before it serves anything, as one busy encoding a large
+        // batch would be: its queue fills, and the next batch starts the second thread.
+        let (requests, queue) = sync_channel(QUEUED_BATCHES);
+        let (go, held) = sync_channel::<()>(1);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::clone(&cancel);
+        let handle = runtime.handle().clone();
+        let slow = DataFileThread {
+            sink: "t".into(),
+            requests: Some(requests),
+            thread: Some(std::thread::spawn(move || {
+                let _ = held.recv();
+                serve(first, &queue, &handle, &cancelled)
+            })),
+            cancel,
+        };
+        let mut writers = DataFileWriters {
+            running: vec![slow],
+            spare,
+            runtime: runtime.handle().clone(),
+            next: 0,
+        };
+        for b in 0..QUEUED_BATCHES as i64 {
+            writers.write(&rows(&schema, b * 10, 10)).expect("queued");
+        }
+        assert_eq!(writers.threads(), 1, "the first queue had room");
+        // Past the first queue: a second thread.
+        let b = QUEUED_BATCHES as i64;
+        writers.write(&rows(&schema, b * 10, 10)).expect("queued");
+        assert_eq!(writers.threads(), 2, "a second thread took the batch");
+        // Then no third (the limit is two writers): once both queues are full, batches wait
+        // their turn.
+        go.send(()).expect("the first thread waits");
+        for b in b + 1..40 {
+            writers.write(&rows(&schema, b * 10, 10)).expect("queued");
+            assert_eq!(writers.threads(), 2);
+        }
+        let adds = writers.seal().expect("the step's files");
+        let counts = row_counts(&adds);
+        assert!(counts.len() >= 2, "a file from each thread: {counts:?}");
+        assert_eq!(counts.iter().sum::<i64>(), 400, "{counts:?}");
+
+        // The next step: both threads stay, and a file holds each row once.
+        for b in 0..5 {
+            writers
+                .write(&rows(&schema, 1000 + b * 10, 10))
+                .expect("queued");
+        }
+        let counts = row_counts(&writers.seal().expect("the next step"));
+        assert_eq!(counts.iter().sum::<i64>(), 50, "{counts:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

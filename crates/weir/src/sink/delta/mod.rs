@@ -33,7 +33,7 @@ pub use self::compact::{compact_delta_table, Compaction};
 pub(crate) use self::data_files::DataFiles;
 pub(crate) use self::options::{DeltaSettings, DELTA_OPTIONS};
 
-use self::data_files::DataFileThread;
+use self::data_files::DataFileWriters;
 
 use std::sync::{Arc, Once};
 
@@ -186,30 +186,34 @@ impl DeltaSink {
         let props = WriterProperties::builder()
             .set_compression(settings.compression)
             .build();
-        let writer = RecordBatchWriter::for_table(&table)
-            .map_err(&err)?
-            .with_writer_properties(props.clone())
-            .with_target_file_size(settings.target_file_size);
-        let files = DataFiles {
-            sink: sink.to_string(),
-            url: url.clone(),
-            schema: writer.arrow_schema(),
-            writer,
-        };
         let last_version = table.version().unwrap_or(0);
         drop(err);
-        Ok((
-            Self {
-                sink: sink.to_string(),
-                url,
-                settings,
-                table,
-                props,
-                last_version,
-                fence: Fence::Step,
-            },
-            files,
-        ))
+        let sink = Self {
+            sink: sink.to_string(),
+            url,
+            settings,
+            table,
+            props,
+            last_version,
+            fence: Fence::Step,
+        };
+        let files = sink.data_files()?;
+        Ok((sink, files))
+    }
+
+    /// A writer of data files for the table as it stands (its schema and partition columns),
+    /// with the sink's compression and file size.
+    pub(crate) fn data_files(&self) -> Result<DataFiles, SinkError> {
+        let writer = RecordBatchWriter::for_table(&self.table)
+            .map_err(delta_error(&self.sink, &self.url))?
+            .with_writer_properties(self.props.clone())
+            .with_target_file_size(self.settings.target_file_size);
+        Ok(DataFiles {
+            sink: self.sink.clone(),
+            url: self.url.clone(),
+            schema: writer.arrow_schema(),
+            writer,
+        })
     }
 
     /// After the commit that made table version `version`: every `'compaction.interval'`
@@ -690,7 +694,7 @@ impl LogStoreFactory for ConditionalPutLogStore {
 /// the engine's runtime.
 pub(crate) struct DeltaSteps {
     table: DeltaSink,
-    files: DataFileThread,
+    files: DataFileWriters,
     runtime: tokio::runtime::Handle,
     metrics: Arc<crate::metrics::SinkMetrics>,
     /// The `add` actions of the step last sealed, kept for its publication.
@@ -699,16 +703,22 @@ pub(crate) struct DeltaSteps {
 
 impl DeltaSteps {
     /// Drives `table` from a blocking thread, waiting on `runtime`, and starts the thread that
-    /// writes its data `files`.
+    /// writes its data `files`; up to `'sink.parallelism'` threads (`cores` when not given)
+    /// write them once one falls behind.
     pub(crate) fn new(
         table: DeltaSink,
         files: DataFiles,
         runtime: tokio::runtime::Handle,
         metrics: Arc<crate::metrics::SinkMetrics>,
+        cores: usize,
     ) -> Result<Self, SinkError> {
+        let writers = table.settings.parallelism.unwrap_or(cores).max(1);
+        let spare = (1..writers)
+            .map(|_| table.data_files())
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
+            files: DataFileWriters::start(files, spare, runtime.clone())?,
             table,
-            files: DataFileThread::start(files, runtime.clone())?,
             runtime,
             metrics,
             sealed: None,

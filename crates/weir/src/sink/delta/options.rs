@@ -14,6 +14,7 @@ pub(crate) const DELTA_OPTIONS: &[OptionSpec] = &[
     SCHEMA_EVOLUTION,
     APP_ID,
     COMPRESSION,
+    PARALLELISM,
 ];
 
 /// The table's place.
@@ -70,6 +71,14 @@ const COMPRESSION: OptionSpec = OptionSpec::new(
 )
 .default_value("snappy");
 
+const PARALLELISM: OptionSpec = OptionSpec::new(
+    "sink.parallelism",
+    OptionKind::Count,
+    "the most threads that encode and upload a step's data files: one does while it keeps up \
+     with the rows, another starts (with files of its own) whenever every one has a full queue; \
+     one per core (`--partitions`) when absent",
+);
+
 /// What a `delta` sink was declared with.
 #[derive(Debug, Clone)]
 pub(crate) struct DeltaSettings {
@@ -89,6 +98,8 @@ pub(crate) struct DeltaSettings {
     pub(crate) app_id: String,
     /// The data files' compression.
     pub(crate) compression: parquet::basic::Compression,
+    /// The most threads writing data files (`None`: one per core).
+    pub(crate) parallelism: Option<usize>,
 }
 
 impl DeltaSettings {
@@ -124,6 +135,18 @@ impl DeltaSettings {
                 .unwrap_or(sink)
                 .to_string(),
             compression,
+            parallelism: match options.count(&PARALLELISM)? {
+                Some(0) => {
+                    return Err(OptionError::invalid(
+                        &PARALLELISM,
+                        PARALLELISM.key,
+                        "0",
+                        "a positive number",
+                    )
+                    .into())
+                }
+                n => n.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            },
         })
     }
 }
