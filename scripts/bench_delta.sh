@@ -4,6 +4,8 @@
 # 'state.dir' and 'dedup.key' into
 #   parquet     Parquet step files on the local disk (the reference),
 #   delta       a Delta table on the local disk (the filesystem through object_store),
+#   delta-one   the same with one thread writing its data files ('sink.parallelism' = '1'), and
+#   delta-two   with up to two ('sink.parallelism' = '2'), when WEIR_BENCH_KINDS names them,
 #   delta-s3    a Delta table on the S3-compatible store on loopback,
 #   parquet-s3  Parquet step files uploaded to that store,
 # the last two when WEIR_S3_ENDPOINT is set (scripts/objectstore.sh start prints it; keys in
@@ -59,6 +61,8 @@ SQL
   case "$1" in
     parquet) echo "CREATE SINK out FROM quotes WITH ('connector' = 'parquet', 'path' = '$WORK/out-$1-$2');" ;;
     delta) echo "CREATE SINK out FROM quotes WITH ('connector' = 'delta', 'path' = '$WORK/out-$1-$2', 'compression' = 'zstd');" ;;
+    delta-one) echo "CREATE SINK out FROM quotes WITH ('connector' = 'delta', 'path' = '$WORK/out-$1-$2', 'compression' = 'zstd', 'sink.parallelism' = '1');" ;;
+    delta-two) echo "CREATE SINK out FROM quotes WITH ('connector' = 'delta', 'path' = '$WORK/out-$1-$2', 'compression' = 'zstd', 'sink.parallelism' = '2');" ;;
     delta-s3) echo "CREATE SINK out FROM quotes WITH ('connector' = 'delta', 'path' = 's3://$BUCKET/bench-$$-$1-$2', 'compression' = 'zstd', $S3);" ;;
     parquet-s3) echo "CREATE SINK out FROM quotes WITH ('connector' = 'parquet', 'path' = 's3://$BUCKET/bench-$$-$1-$2', $S3);" ;;
   esac
@@ -96,7 +100,7 @@ for k, rows in res.items():
           f"CPU (least) {best(rows, 1) / best(p, 1):.3f}x, "
           f"peak RSS (largest) {max(r[2] for r in rows) / max(r[2] for r in p):.3f}x")
 for kind in [k for k in res if k.startswith("delta")]:
-    plain, with_checkpoint = [], []
+    plain, with_checkpoint, writers = [], [], [1]
     for f in glob.glob(f"{work}/log-{kind}-[0-9]*"):
         for line in open(f):
             try:
@@ -104,9 +108,12 @@ for kind in [k for k in res if k.startswith("delta")]:
             except ValueError:
                 continue
             fields = e.get("fields", {})
+            if "another thread writes them" in str(e.get("message", "")):
+                writers.append(int(str(fields.get("writers", 1))))
             if e.get("message") == "Delta commit":
                 us, version = int(str(fields["micros"])), int(str(fields["version"]))
                 (with_checkpoint if version % 10 == 0 else plain).append(us)
+    print(f"{kind}: at most {max(writers)} threads wrote data files")
     if not plain:
         continue
     def pct(xs, q):

@@ -335,9 +335,18 @@ mod tests {
             .expect("a batch of the schema")
     }
 
-    #[test]
-    fn the_thread_writes_every_queued_batch_and_returns_a_failed_batchs_error() {
-        let dir = std::env::temp_dir().join(format!("weir-data-files-{}", std::process::id()));
+    /// A new table (columns `id`, `name`) in a fresh directory named after `tag`, with the
+    /// runtime its writers wait on.
+    fn new_table(
+        tag: &str,
+    ) -> (
+        std::path::PathBuf,
+        tokio::runtime::Runtime,
+        SchemaRef,
+        DeltaSink,
+        DataFiles,
+    ) {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         let schema: SchemaRef = Arc::new(Schema::new(vec![
@@ -346,9 +355,15 @@ mod tests {
         ]));
         let options = Options::new([("path".to_string(), dir.display().to_string())]);
         let settings = DeltaSettings::parse("t", &options).expect("the options");
-        let (_table, files) = runtime
+        let (table, files) = runtime
             .block_on(DeltaSink::open("t", settings, &options, &schema))
             .expect("a new table");
+        (dir, runtime, schema, table, files)
+    }
+
+    #[test]
+    fn the_thread_writes_every_queued_batch_and_returns_a_failed_batchs_error() {
+        let (dir, runtime, schema, _table, files) = new_table("weir-data-files");
         let mut thread =
             DataFileWriters::start(files, Vec::new(), runtime.handle().clone()).expect("a thread");
 
@@ -359,14 +374,8 @@ mod tests {
                     .write(&rows(&schema, step * 1000 + b * 10, 10))
                     .expect("queued");
             }
-            let adds = thread.seal().expect("the step's files");
-            let written: i64 = adds
+            let written: i64 = row_counts(&thread.seal().expect("the step's files"))
                 .iter()
-                .map(|a| {
-                    let stats: serde_json::Value =
-                        serde_json::from_str(a.stats.as_deref().expect("stats")).expect("json");
-                    stats["numRecords"].as_i64().expect("a row count")
-                })
                 .sum();
             assert_eq!(written, 100, "step {step}");
         }
@@ -412,18 +421,7 @@ mod tests {
 
     #[test]
     fn a_writer_that_falls_behind_gets_help_up_to_the_limit_and_the_step_holds_every_row() {
-        let dir = std::env::temp_dir().join(format!("weir-data-writers-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-        let schema: SchemaRef = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("name", DataType::Utf8, true),
-        ]));
-        let options = Options::new([("path".to_string(), dir.display().to_string())]);
-        let settings = DeltaSettings::parse("t", &options).expect("the options");
-        let (table, first) = runtime
-            .block_on(DeltaSink::open("t", settings, &options, &schema))
-            .expect("a new table");
+        let (dir, runtime, schema, table, first) = new_table("weir-data-writers");
         let spare = vec![table.data_files().expect("a second writer")];
 
         // The first thread is held back before it serves anything, as one busy encoding a large

@@ -703,8 +703,10 @@ pub(crate) struct DeltaSteps {
 
 impl DeltaSteps {
     /// Drives `table` from a blocking thread, waiting on `runtime`, and starts the thread that
-    /// writes its data `files`; up to `'sink.parallelism'` threads (`cores` when not given)
-    /// write them once one falls behind.
+    /// writes its data `files`; up to `'sink.parallelism'` threads write them once one falls
+    /// behind. Not given, half the `cores`: the reader, the dedup and the state commits take
+    /// cores of their own, and where every core is busy a full queue says only that (on 2
+    /// cores a second writer added CPU and no speed).
     pub(crate) fn new(
         table: DeltaSink,
         files: DataFiles,
@@ -712,7 +714,7 @@ impl DeltaSteps {
         metrics: Arc<crate::metrics::SinkMetrics>,
         cores: usize,
     ) -> Result<Self, SinkError> {
-        let writers = table.settings.parallelism.unwrap_or(cores).max(1);
+        let writers = table.settings.parallelism.unwrap_or(cores / 2).max(1);
         let spare = (1..writers)
             .map(|_| table.data_files())
             .collect::<Result<Vec<_>, _>>()?;

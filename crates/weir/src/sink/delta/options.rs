@@ -76,7 +76,7 @@ const PARALLELISM: OptionSpec = OptionSpec::new(
     OptionKind::Count,
     "the most threads that encode and upload a step's data files: one does while it keeps up \
      with the rows, another starts (with files of its own) whenever every one has a full queue; \
-     one per core (`--partitions`) when absent",
+     half the cores (`--partitions`), at least one, when absent",
 );
 
 /// What a `delta` sink was declared with.
@@ -98,7 +98,7 @@ pub(crate) struct DeltaSettings {
     pub(crate) app_id: String,
     /// The data files' compression.
     pub(crate) compression: parquet::basic::Compression,
-    /// The most threads writing data files (`None`: one per core).
+    /// The most threads writing data files (`None`: half the cores).
     pub(crate) parallelism: Option<usize>,
 }
 
