@@ -171,6 +171,14 @@ fn report(engine: &Engine, started: Instant) {
                 100.0 * t.framing.as_secs_f64() / secs.max(1e-9)
             );
         }
+        if !s.window_merge.is_zero() {
+            eprintln!(
+                "source {}: windows merged on one thread: busy {:.2} s ({:.1}% of the run)",
+                s.name,
+                s.window_merge.as_secs_f64(),
+                100.0 * s.window_merge.as_secs_f64() / secs.max(1e-9)
+            );
+        }
         if s.schema_ids > 0 {
             eprintln!(
                 "source {}: {} schema ids seen (schema registry), {} decode plans compiled",

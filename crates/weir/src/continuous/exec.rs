@@ -344,6 +344,9 @@ fn merge(
         let Ok(msg) = rx.recv() else {
             break;
         };
+        // Timed per message (a reader's batch of output), not per row: the one stage of a
+        // continuous query that does not spread over cores, as the run's summary shows it.
+        let busy = std::time::Instant::now();
         match msg {
             Message::Emits(emits, late) => {
                 source.stats.late.fetch_add(late, Ordering::Relaxed);
@@ -368,13 +371,22 @@ fn merge(
             .stats
             .late
             .fetch_add(merge.take_late(), Ordering::Relaxed);
+        source
+            .stats
+            .window_merge_ns
+            .fetch_add(elapsed_ns(busy), Ordering::Relaxed);
         for b in out.drain(..) {
             if tx.blocking_send(Ok(b)).is_err() {
                 return Ok(());
             }
         }
     }
+    let busy = std::time::Instant::now();
     let dropped = merge.end(!source.follow, &mut out)?;
+    source
+        .stats
+        .window_merge_ns
+        .fetch_add(elapsed_ns(busy), Ordering::Relaxed);
     source
         .stats
         .windows_dropped
@@ -385,4 +397,9 @@ fn merge(
         }
     }
     Ok(())
+}
+
+/// Nanoseconds since `t`.
+fn elapsed_ns(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }

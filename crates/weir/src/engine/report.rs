@@ -33,6 +33,9 @@ pub struct SourceReport {
     pub schema_plans: u64,
     /// Where a file source's readers spent their time (zero for Kafka sources).
     pub stages: ReaderTimes,
+    /// The time the merge of the source's continuous queries was busy on its one thread (zero
+    /// without a continuous query, or with `'state.dir'`, where one thread reads and merges).
+    pub window_merge: Duration,
 }
 
 /// Where the readers of a file source spent their time, summed over the readers.
@@ -86,6 +89,7 @@ impl SourceStatsHandle {
                 schema_ids: s.schema_ids.load(Ordering::Relaxed),
                 schema_plans: s.schema_plans.load(Ordering::Relaxed),
                 stages: reader_times(&s.stages),
+                window_merge: Duration::from_nanos(s.window_merge_ns.load(Ordering::Relaxed)),
             })
             .collect()
     }

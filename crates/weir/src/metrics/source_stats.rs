@@ -29,6 +29,9 @@ pub(crate) struct SourceStats {
     pub(crate) late: AtomicU64,
     /// Windows still open when a run without state stopped (their rows are in no output).
     pub(crate) windows_dropped: AtomicU64,
+    /// Nanoseconds the merge of a continuous query's windows was busy, on its one thread (the
+    /// time it waited for the readers left out).
+    pub(crate) window_merge_ns: AtomicU64,
     /// Per-partition counters, readiness and watermark, for the metrics (`crate::metrics`).
     pub(crate) metrics: SourceMetrics,
     /// Schema ids met with the schema registry (`'schema.registry.url'`), fetched or not.
@@ -54,6 +57,7 @@ impl SourceStats {
             dead_lettered: AtomicU64::default(),
             late: AtomicU64::default(),
             windows_dropped: AtomicU64::default(),
+            window_merge_ns: AtomicU64::default(),
             metrics: SourceMetrics::default(),
             schema_ids: AtomicU64::default(),
             schema_plans: AtomicU64::default(),

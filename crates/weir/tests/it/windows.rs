@@ -132,6 +132,9 @@ async fn tumbling_bars_match_the_generator_on_any_number_of_readers() {
             .await
             .unwrap();
         assert_eq!(bars(&rows), want, "{partitions} readers");
+        // The merge thread's busy time is counted for the run's summary.
+        let merged = e.source_reports()[0].window_merge;
+        assert!(!merged.is_zero(), "{partitions} readers: no merge time");
     }
     // The bounded GROUP BY date_bin(...) over the plain source gives the same rows.
     let e = engine(2);
