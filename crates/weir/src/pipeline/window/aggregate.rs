@@ -147,8 +147,11 @@ impl AggregateStage {
         let accs = self
             .aggs
             .iter()
-            .map(|a| -> Result<Box<dyn GroupsAccumulator>> {
-                if a.groups_accumulator_supported() {
+            .zip(&self.state_fields)
+            .map(|(a, fields)| -> Result<Box<dyn GroupsAccumulator>> {
+                if let Some(typed) = super::first_last::typed(a, fields) {
+                    Ok(typed)
+                } else if a.groups_accumulator_supported() {
                     a.create_groups_accumulator()
                 } else {
                     let a = Arc::clone(a);

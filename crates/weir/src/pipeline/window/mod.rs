@@ -8,11 +8,14 @@
 //! - [`aggregate`]: windowed aggregation with DataFusion's accumulators: partial state per
 //!   reader, merged per window, emitted once when the watermark passes the window's end, and
 //!   snapshotted (as Arrow IPC) for exactly-once checkpoints.
+//! - [`first_last`]: `first_value`/`last_value` ordered by a 64-bit column, typed, for the
+//!   aggregation above.
 //! - [`session`]: `SESSION` windows per group key, merged as rows bridge them.
 //! - [`query`]: a compiled continuous query, and the worker and merge loops that run it.
 
 pub(crate) mod aggregate;
 pub(crate) mod assign;
+pub(crate) mod first_last;
 pub(crate) mod join;
 pub(crate) mod ops;
 pub(crate) mod query;
