@@ -171,7 +171,19 @@ fn report(engine: &Engine, started: Instant) {
                 100.0 * t.framing.as_secs_f64() / secs.max(1e-9)
             );
         }
-        if !s.window_merge.is_zero() {
+        if s.window_shards > 0 {
+            let each = s.window_shards_busy.as_secs_f64() / s.window_shards as f64;
+            eprintln!(
+                "source {}: windows merged on {} threads by group: busy {:.2} s each ({:.1}% of \
+                 the run); the watermark's thread busy {:.2} s ({:.1}%)",
+                s.name,
+                s.window_shards,
+                each,
+                100.0 * each / secs.max(1e-9),
+                s.window_merge.as_secs_f64(),
+                100.0 * s.window_merge.as_secs_f64() / secs.max(1e-9)
+            );
+        } else if !s.window_merge.is_zero() {
             eprintln!(
                 "source {}: windows merged on one thread: busy {:.2} s ({:.1}% of the run)",
                 s.name,

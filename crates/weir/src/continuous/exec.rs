@@ -237,6 +237,7 @@ fn run(
     tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
 ) {
     let count = readers.len();
+    let shards = merge_shards(count);
     let floor = Arc::new(AtomicI64::new(NONE));
     let (mtx, mrx) = std::sync::mpsc::sync_channel::<Message>(8);
     let source = Arc::clone(&query.source);
@@ -246,7 +247,7 @@ fn run(
             let spawned = std::thread::Builder::new()
                 .name(format!("weir-read-{}-{i}", query.source.name))
                 .spawn_scoped(scope, move || {
-                    if let Err(e) = work(&query, i, open, &floor, &wtx) {
+                    if let Err(e) = work(&query, i, shards, open, &floor, &wtx) {
                         let _ = wtx.send(Message::Failed(e));
                     }
                 });
@@ -258,7 +259,7 @@ fn run(
             }
         }
         drop(mtx);
-        let result = merge(query, count, &floor, &mrx, tx);
+        let result = merge(query, count, shards, &floor, &mrx, tx);
         // The workers stop at their next send once the receiver is gone.
         drop(mrx);
         if let Err(e) = result {
@@ -267,10 +268,19 @@ fn run(
     });
 }
 
-/// One worker thread: reads, runs the worker, reports.
+/// How many threads merge the windows of `readers` readers: one up to 4 readers (one merge
+/// thread keeps up with them, and splitting the state by group would only cost the readers
+/// time), then one for every 4 readers, so that merging keeps up on many cores.
+fn merge_shards(readers: usize) -> usize {
+    readers.div_ceil(4).max(1)
+}
+
+/// One worker thread: reads, runs the worker (splitting its windows over `shards` merge
+/// shards), reports.
 fn work(
     query: &Arc<ContinuousQuery>,
     i: usize,
+    shards: usize,
     open: OpenReader,
     floor: &AtomicI64,
     tx: &std::sync::mpsc::SyncSender<Message>,
@@ -278,7 +288,7 @@ fn work(
     let name = query.source.name.clone();
     let gone = || SourceError::new(&name, SourceErrorKind::Thread("the query stopped".into()));
     let mut reader = open()?;
-    let mut worker = Worker::new(query);
+    let mut worker = Worker::sharded(query, shards);
     for c in reader.channels() {
         worker.register(c);
     }
@@ -332,20 +342,22 @@ fn work(
 fn merge(
     query: &Arc<ContinuousQuery>,
     readers: usize,
+    shards: usize,
     floor: &AtomicI64,
     rx: &std::sync::mpsc::Receiver<Message>,
     tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
 ) -> Result<()> {
     let source: &LiveSource = &query.source;
-    let mut merge = Merge::new(query, readers);
+    let mut merge = Merge::sharded(query, readers, shards)?;
     let mut done = 0;
     let mut out = Vec::new();
     while done < readers {
         let Ok(msg) = rx.recv() else {
             break;
         };
-        // Timed per message (a reader's batch of output), not per row: the one stage of a
-        // continuous query that does not spread over cores, as the run's summary shows it.
+        // Timed per message (a reader's batch of output), not per row: the one thread of a
+        // continuous query that does not spread over cores (it runs the watermark, and the
+        // merge itself when it has no shards), as the run's summary shows it.
         let busy = std::time::Instant::now();
         match msg {
             Message::Emits(emits, late) => {
@@ -391,6 +403,15 @@ fn merge(
         .stats
         .windows_dropped
         .fetch_add(dropped as u64, Ordering::Relaxed);
+    let (threads, busy) = merge.shards();
+    source
+        .stats
+        .window_shards
+        .fetch_max(threads as u64, Ordering::Relaxed);
+    source
+        .stats
+        .window_shards_ns
+        .fetch_add(duration_ns(busy), Ordering::Relaxed);
     for b in out {
         if tx.blocking_send(Ok(b)).is_err() {
             break;
@@ -401,5 +422,10 @@ fn merge(
 
 /// Nanoseconds since `t`.
 fn elapsed_ns(t: std::time::Instant) -> u64 {
-    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    duration_ns(t.elapsed())
+}
+
+/// `d` in nanoseconds, saturating.
+fn duration_ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -35,7 +35,14 @@ pub struct SourceReport {
     pub stages: ReaderTimes,
     /// The time the merge of the source's continuous queries was busy on its one thread (zero
     /// without a continuous query, or with `'state.dir'`, where one thread reads and merges).
+    /// With [`SourceReport::window_shards`], that thread runs the watermark and hands the
+    /// windows to the shards.
     pub window_merge: Duration,
+    /// The threads that merged the windows by group besides that one, on 5 readers or more
+    /// (0: none).
+    pub window_shards: usize,
+    /// The time those threads were busy, summed over them.
+    pub window_shards_busy: Duration,
 }
 
 /// Where the readers of a file source spent their time, summed over the readers.
@@ -90,6 +97,10 @@ impl SourceStatsHandle {
                 schema_plans: s.schema_plans.load(Ordering::Relaxed),
                 stages: reader_times(&s.stages),
                 window_merge: Duration::from_nanos(s.window_merge_ns.load(Ordering::Relaxed)),
+                window_shards: s.window_shards.load(Ordering::Relaxed) as usize,
+                window_shards_busy: Duration::from_nanos(
+                    s.window_shards_ns.load(Ordering::Relaxed),
+                ),
             })
             .collect()
     }

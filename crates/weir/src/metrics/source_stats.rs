@@ -30,8 +30,13 @@ pub(crate) struct SourceStats {
     /// Windows still open when a run without state stopped (their rows are in no output).
     pub(crate) windows_dropped: AtomicU64,
     /// Nanoseconds the merge of a continuous query's windows was busy, on its one thread (the
-    /// time it waited for the readers left out).
+    /// time it waited for the readers left out); with merge shards, the thread that runs the
+    /// watermark and hands the windows to them.
     pub(crate) window_merge_ns: AtomicU64,
+    /// The threads a continuous query's windows were merged on besides that one (0: none).
+    pub(crate) window_shards: AtomicU64,
+    /// Nanoseconds those threads were busy, summed over them.
+    pub(crate) window_shards_ns: AtomicU64,
     /// Per-partition counters, readiness and watermark, for the metrics (`crate::metrics`).
     pub(crate) metrics: SourceMetrics,
     /// Schema ids met with the schema registry (`'schema.registry.url'`), fetched or not.
@@ -58,6 +63,8 @@ impl SourceStats {
             late: AtomicU64::default(),
             windows_dropped: AtomicU64::default(),
             window_merge_ns: AtomicU64::default(),
+            window_shards: AtomicU64::default(),
+            window_shards_ns: AtomicU64::default(),
             metrics: SourceMetrics::default(),
             schema_ids: AtomicU64::default(),
             schema_plans: AtomicU64::default(),

@@ -122,7 +122,8 @@ async fn tumbling_bars_match_the_generator_on_any_number_of_readers() {
     // 40,000 quotes about 0.5 ms apart: 20 seconds, 20 one-second windows.
     let (_dir, data, pb) = fixture(40_000, 17, 1_000_000);
     let want = reference(40_000, 17, START, 1_000_000, 1_000_000_000);
-    for partitions in [1, 2, 3] {
+    // 9 readers merge the windows on 3 threads by group (one for every 4 readers).
+    for (partitions, shards) in [(1, 0), (2, 0), (3, 0), (9, 3)] {
         let e = engine(partitions);
         let rows = e
             .query(&format!(
@@ -133,8 +134,17 @@ async fn tumbling_bars_match_the_generator_on_any_number_of_readers() {
             .unwrap();
         assert_eq!(bars(&rows), want, "{partitions} readers");
         // The merge thread's busy time is counted for the run's summary.
-        let merged = e.source_reports()[0].window_merge;
-        assert!(!merged.is_zero(), "{partitions} readers: no merge time");
+        let report = &e.source_reports()[0];
+        assert!(
+            !report.window_merge.is_zero(),
+            "{partitions} readers: no merge time"
+        );
+        assert_eq!(report.window_shards, shards, "{partitions} readers");
+        assert_eq!(
+            report.window_shards_busy.is_zero(),
+            shards == 0,
+            "{partitions} readers: the merge threads' time"
+        );
     }
     // The bounded GROUP BY date_bin(...) over the plain source gives the same rows.
     let e = engine(2);
@@ -179,41 +189,44 @@ async fn follow_mode_emits_each_window_once_as_the_watermark_passes_it() {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     assert!(closed.len() < want.len() && !closed.is_empty());
-    let out = dir.path().join("bars.arrows");
-    let e = Engine::new(EngineOptions {
-        follow: true,
-        partitions: 2,
-        batch_size: 1000,
-        ..EngineOptions::default()
-    });
-    e.run_script(
-        &format!(
-            "{}\nCREATE SINK bars FROM ({BARS}) WITH ('connector' = 'ipc', 'ipc.format' = 'stream', 'path' = '{}');",
-            source(&data, &pb, ""),
-            out.display()
-        ),
-        &mut crate::common::Collect::default(),
-    )
-    .await
-    .unwrap();
-    // Wait until every window the watermark passed has come out.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while bars(&read_stream(&out)).len() < closed.len() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "windows did not close"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // 6 readers merge on 2 threads, whose closed windows come out before the stop.
+    for partitions in [2, 6] {
+        let out = dir.path().join(format!("bars-{partitions}.arrows"));
+        let e = Engine::new(EngineOptions {
+            follow: true,
+            partitions,
+            batch_size: 1000,
+            ..EngineOptions::default()
+        });
+        e.run_script(
+            &format!(
+                "{}\nCREATE SINK bars FROM ({BARS}) WITH ('connector' = 'ipc', 'ipc.format' = 'stream', 'path' = '{}');",
+                source(&data, &pb, ""),
+                out.display()
+            ),
+            &mut crate::common::Collect::default(),
+        )
+        .await
+        .unwrap();
+        // Wait until every window the watermark passed has come out.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while bars(&read_stream(&out)).len() < closed.len() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "windows did not close"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        e.stop();
+        e.wait().await.unwrap();
+        e.finish().await.unwrap();
+        assert_eq!(bars(&read_stream(&out)), closed);
+        let r = &e.source_reports()[0];
+        assert_eq!(r.messages, n);
+        assert_eq!(r.late, 0);
+        // The windows still open at the stop are dropped and counted (one window: the last second).
+        assert_eq!(r.windows_dropped, 1);
     }
-    e.stop();
-    e.wait().await.unwrap();
-    e.finish().await.unwrap();
-    assert_eq!(bars(&read_stream(&out)), closed);
-    let r = &e.source_reports()[0];
-    assert_eq!(r.messages, n);
-    assert_eq!(r.late, 0);
-    // The windows still open at the stop are dropped and counted (one window: the last second).
-    assert_eq!(r.windows_dropped, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,7 +308,8 @@ fn lines(batches: &[RecordBatch]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_windows_count_each_row_in_every_window_that_holds_it() {
     let (_dir, data, pb) = fixture(6_000, 3, 1_000_000);
-    let e = engine(2);
+    // 6 readers: merged on 2 threads, each window (no group keys) whole on one of them.
+    let e = engine(6);
     let rows = e
         .query(&format!(
             "{}\nSELECT window_start, window_end, count(*) AS n FROM HOP(q, timestamp, INTERVAL '500 milliseconds', INTERVAL '2 seconds') \
@@ -426,7 +440,9 @@ async fn any_aggregate_having_expressions_and_a_join_with_a_static_table() {
         source(&data, &pb, ""),
         names.display()
     );
-    let e = engine(2);
+    // 8 readers: the states (a sketch, a digest, lists of values) split by group over 2 merge
+    // threads.
+    let e = engine(8);
     let got = e.query(&format!("{windowed};")).await.unwrap();
     // The same aggregation written over the plain source with date_bin, in DataFusion.
     let e = engine(2);

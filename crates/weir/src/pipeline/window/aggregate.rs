@@ -25,6 +25,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
+use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
@@ -316,6 +317,77 @@ pub(crate) struct PartialState {
     pub(crate) rows: u64,
 }
 
+/// The hash that spreads groups over merge shards: its own seed, so that a shard's groups are
+/// not clustered in the shard's group table (DataFusion's tables hash with another seed).
+const SHARD_HASH: RandomState = RandomState::with_seed(0x7765_6972_2d6d_6572);
+
+impl PartialState {
+    /// Splits the window's groups over `shards` merge shards by the hash of their keys, so that
+    /// a group goes to the same shard from every reader. Returns the parts that hold groups,
+    /// each with its shard; the first carries the window's input rows. Without group keys
+    /// (the window is the one group) the window goes whole to the shard of its bounds.
+    pub(crate) fn by_shard(self, shards: usize) -> Result<Vec<(usize, PartialState)>> {
+        let groups = self.keys.first().map_or(0, |k| k.len());
+        if shards <= 1 {
+            return Ok(vec![(0, self)]);
+        }
+        if self.keys.is_empty() || groups == 0 {
+            let at = (self.bounds.0 as u64 ^ self.bounds.1.rotate_left(32) as u64)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            return Ok(vec![(shard_of(at, shards), self)]);
+        }
+        let mut hashes = vec![0u64; groups];
+        create_hashes(&self.keys, &SHARD_HASH, &mut hashes)?;
+        // A counting sort of the groups by shard: one `take` for all columns, then slices.
+        let mut counts = vec![0usize; shards];
+        let of: Vec<usize> = hashes.iter().map(|&h| shard_of(h, shards)).collect();
+        for &s in &of {
+            counts[s] += 1;
+        }
+        let mut next = Vec::with_capacity(shards);
+        let mut at = 0usize;
+        for &c in &counts {
+            next.push(at);
+            at += c;
+        }
+        let starts = next.clone();
+        let mut order = vec![0u32; groups];
+        for (i, &s) in of.iter().enumerate() {
+            order[next[s]] = i as u32;
+            next[s] += 1;
+        }
+        let order = UInt32Array::from(order);
+        let mut columns = self.keys;
+        let keys = columns.len();
+        columns.extend(self.states);
+        let columns = arrow::compute::take_arrays(&columns, &order, None)?;
+        let mut rows = self.rows;
+        let mut parts = Vec::new();
+        for (shard, (&start, &len)) in starts.iter().zip(&counts).enumerate() {
+            if len == 0 {
+                continue;
+            }
+            let mut slice = columns.iter().map(|c| c.slice(start, len));
+            parts.push((
+                shard,
+                PartialState {
+                    bounds: self.bounds,
+                    keys: slice.by_ref().take(keys).collect(),
+                    states: slice.collect(),
+                    rows: std::mem::take(&mut rows),
+                },
+            ));
+        }
+        Ok(parts)
+    }
+}
+
+/// The shard of a hash: its high bits scaled to `shards` (the low bits pick a group table's
+/// buckets).
+fn shard_of(hash: u64, shards: usize) -> usize {
+    (((hash >> 32) * shards as u64) >> 32) as usize
+}
+
 impl PartialWindows {
     /// No open windows.
     pub(crate) fn new(stage: Arc<AggregateStage>) -> Self {
@@ -424,8 +496,9 @@ impl FinalWindows {
         Ok(0)
     }
 
-    /// Emits the windows that end at or before `watermark`, oldest first.
-    pub(crate) fn close_until(&mut self, watermark: i64) -> Result<Vec<RecordBatch>> {
+    /// Emits the windows that end at or before `watermark`, oldest first, each with its
+    /// bounds.
+    pub(crate) fn close_until(&mut self, watermark: i64) -> Result<Vec<(Bounds, RecordBatch)>> {
         let keep = self
             .open
             .split_off(&(watermark.saturating_add(1), i64::MIN));
@@ -445,14 +518,17 @@ impl FinalWindows {
                 .iter_mut()
                 .map(|a| a.evaluate(EmitTo::All))
                 .collect::<Result<Vec<_>>>()?;
-            out.push(self.stage.output_batch((start, end), keys, values)?);
+            out.push((
+                (start, end),
+                self.stage.output_batch((start, end), keys, values)?,
+            ));
         }
         Ok(out)
     }
 
     /// Emits every open window (the end of a bounded input). Only those windows count as
     /// emitted: a later run over new data (with state) still takes windows after them.
-    pub(crate) fn close_all(&mut self) -> Result<Vec<RecordBatch>> {
+    pub(crate) fn close_all(&mut self) -> Result<Vec<(Bounds, RecordBatch)>> {
         let before = self.closed_through;
         let last = self.open.keys().next_back().map_or(before, |(end, _)| *end);
         let out = self.close_until(i64::MAX)?;

@@ -10,6 +10,7 @@
 //!   snapshotted (as Arrow IPC) for exactly-once checkpoints.
 //! - [`first_last`]: `first_value`/`last_value` ordered by a 64-bit column, typed, for the
 //!   aggregation above.
+//! - [`shards`]: the merge of fixed windows spread over threads by the hash of the group keys.
 //! - [`session`]: `SESSION` windows per group key, merged as rows bridge them.
 //! - [`query`]: a compiled continuous query, and the worker and merge loops that run it.
 
@@ -20,6 +21,7 @@ pub(crate) mod join;
 pub(crate) mod ops;
 pub(crate) mod query;
 pub(crate) mod session;
+pub(crate) mod shards;
 pub(crate) mod time;
 
 use arrow::datatypes::TimeUnit;

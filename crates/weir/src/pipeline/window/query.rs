@@ -22,6 +22,7 @@ use super::aggregate::{AggregateStage, FinalWindows, PartialState, PartialWindow
 use super::assign::assign;
 use super::ops::{apply_all, Op};
 use super::session::SessionWindows;
+use super::shards::ShardedWindows;
 use super::time::{EventTime, NONE};
 use super::WindowKind;
 use crate::pipeline::live_source::LiveSource;
@@ -87,6 +88,8 @@ pub(crate) enum Emit {
     Rows(RecordBatch),
     /// A window's partial aggregate.
     Partial(PartialState),
+    /// A window's partial aggregate split over the merge's shards, each part with its shard.
+    Shards(Vec<(usize, PartialState)>),
 }
 
 /// One reader's share of a continuous query.
@@ -94,6 +97,8 @@ pub(crate) struct Worker {
     query: Arc<ContinuousQuery>,
     time: Option<EventTime>,
     partial: Option<PartialWindows>,
+    /// The merge's shards (1: one thread merges).
+    shards: usize,
     /// Rows found late since the last [`Worker::take_late`].
     late: u64,
 }
@@ -101,6 +106,12 @@ pub(crate) struct Worker {
 impl Worker {
     /// A worker for one reader.
     pub(crate) fn new(query: &Arc<ContinuousQuery>) -> Self {
+        Self::sharded(query, 1)
+    }
+
+    /// A worker for one reader, handing its windows to a merge of `shards` shards
+    /// ([`Merge::sharded`]).
+    pub(crate) fn sharded(query: &Arc<ContinuousQuery>, shards: usize) -> Self {
         let partial = match (&query.aggregate, query.session_gap()) {
             (Some(stage), None) => Some(PartialWindows::new(Arc::clone(stage))),
             _ => None,
@@ -112,6 +123,7 @@ impl Worker {
                 .map(|w| EventTime::new(w.delay, w.idle_timeout)),
             query: Arc::clone(query),
             partial,
+            shards,
             late: 0,
         }
     }
@@ -234,11 +246,7 @@ impl Worker {
     /// computed once here so that the two agree.
     pub(crate) fn progress(&mut self, out: &mut Vec<Emit>) -> Result<Progress> {
         let watermark = self.watermark();
-        if let Some(p) = &mut self.partial {
-            if !p.is_empty() {
-                out.extend(p.take_until(watermark)?.into_iter().map(Emit::Partial));
-            }
-        }
+        self.hand_over(watermark, out)?;
         Ok(match watermark {
             Some(w) => Progress::At(w),
             None => Progress::Idle,
@@ -260,10 +268,24 @@ impl Worker {
 
     /// Hands over every partial window (the end of the input, or a step's commit).
     pub(crate) fn flush_all(&mut self, out: &mut Vec<Emit>) -> Result<()> {
-        if let Some(p) = &mut self.partial {
-            if !p.is_empty() {
-                out.extend(p.take_until(None)?.into_iter().map(Emit::Partial));
-            }
+        self.hand_over(None, out)
+    }
+
+    /// Hands over the partial windows ending at or before `watermark` (every one with
+    /// `None`), split by shard here, on the reader's thread, when the merge has shards.
+    fn hand_over(&mut self, watermark: Option<i64>, out: &mut Vec<Emit>) -> Result<()> {
+        let Some(p) = &mut self.partial else {
+            return Ok(());
+        };
+        if p.is_empty() {
+            return Ok(());
+        }
+        for state in p.take_until(watermark)? {
+            out.push(if self.shards > 1 {
+                Emit::Shards(state.by_shard(self.shards)?)
+            } else {
+                Emit::Partial(state)
+            });
         }
         Ok(())
     }
@@ -301,6 +323,8 @@ impl Worker {
 /// The windows the merge keeps.
 enum Windows {
     Fixed(FinalWindows),
+    /// Fixed windows merged on several threads by group.
+    Sharded(ShardedWindows),
     Session(SessionWindows),
 }
 
@@ -347,7 +371,7 @@ pub(crate) struct SnapshotHeader {
 }
 
 impl Merge {
-    /// A merge over `readers` readers.
+    /// A merge over `readers` readers, on the calling thread.
     pub(crate) fn new(query: &Arc<ContinuousQuery>, readers: usize) -> Self {
         let windows = query
             .aggregate
@@ -356,12 +380,48 @@ impl Merge {
                 Some(gap) => Windows::Session(SessionWindows::new(Arc::clone(stage), gap)),
                 None => Windows::Fixed(FinalWindows::new(Arc::clone(stage))),
             });
+        Self::with(query, readers, windows)
+    }
+
+    /// A merge over `readers` readers that merges fixed windows on `shards` threads of its own
+    /// when `shards` is above 1 (the workers split their state as many ways:
+    /// [`Worker::sharded`]). Session windows and rows without an aggregation stay on the
+    /// calling thread.
+    pub(crate) fn sharded(
+        query: &Arc<ContinuousQuery>,
+        readers: usize,
+        shards: usize,
+    ) -> Result<Self> {
+        if shards <= 1 || query.session_gap().is_some() {
+            return Ok(Self::new(query, readers));
+        }
+        let windows = match &query.aggregate {
+            Some(stage) => Some(Windows::Sharded(ShardedWindows::new(
+                stage,
+                shards,
+                &query.source.name,
+            )?)),
+            None => None,
+        };
+        Ok(Self::with(query, readers, windows))
+    }
+
+    fn with(query: &Arc<ContinuousQuery>, readers: usize, windows: Option<Windows>) -> Self {
         Self {
             query: Arc::clone(query),
             windows,
             readers: vec![Progress::At(NONE); readers],
             watermark: NONE,
             late: 0,
+        }
+    }
+
+    /// How many threads merge the windows besides the calling one, and their busy time summed
+    /// (zero when the calling thread merges them).
+    pub(crate) fn shards(&self) -> (usize, std::time::Duration) {
+        match &self.windows {
+            Some(Windows::Sharded(s)) => (s.shards(), s.busy()),
+            _ => (0, std::time::Duration::ZERO),
         }
     }
 
@@ -374,6 +434,11 @@ impl Merge {
     pub(crate) fn take(&mut self, e: Emit, out: &mut Vec<RecordBatch>) -> Result<()> {
         match (e, &mut self.windows) {
             (Emit::Partial(p), Some(Windows::Fixed(w))) => self.late += w.merge(p)?,
+            (Emit::Shards(parts), Some(Windows::Sharded(w))) => {
+                let mut closed = Vec::new();
+                self.late += w.merge(parts, &mut closed)?;
+                self.emit(closed, out)?;
+            }
             (Emit::Rows(rows), Some(Windows::Session(s))) => {
                 let start = self
                     .query
@@ -404,6 +469,13 @@ impl Merge {
         p: Progress,
         out: &mut Vec<RecordBatch>,
     ) -> Result<()> {
+        if let Some(Windows::Sharded(w)) = &mut self.windows {
+            // Rows of earlier closes the shards have answered since, even when the watermark
+            // stays (readers that idle report progress and nothing else).
+            let mut closed = Vec::new();
+            w.answered(&mut closed)?;
+            self.emit(closed, out)?;
+        }
         if let Some(slot) = self.readers.get_mut(reader) {
             if *slot != Progress::Done {
                 *slot = p;
@@ -438,7 +510,12 @@ impl Merge {
 
     fn close(&mut self, out: &mut Vec<RecordBatch>) -> Result<()> {
         let batches = match &mut self.windows {
-            Some(Windows::Fixed(w)) => w.close_until(self.watermark)?,
+            Some(Windows::Fixed(w)) => without_bounds(w.close_until(self.watermark)?),
+            Some(Windows::Sharded(w)) => {
+                let mut closed = Vec::new();
+                w.close_until(self.watermark, &mut closed)?;
+                closed
+            }
             Some(Windows::Session(s)) => s.close_until(self.watermark)?,
             None => Vec::new(),
         };
@@ -461,7 +538,12 @@ impl Merge {
             // The watermark stays where the data put it: with state, the next run goes on
             // from there, and only the windows emitted here are closed to it.
             let batches = match &mut self.windows {
-                Some(Windows::Fixed(w)) => w.close_all()?,
+                Some(Windows::Fixed(w)) => without_bounds(w.close_all()?),
+                Some(Windows::Sharded(w)) => {
+                    let mut closed = Vec::new();
+                    w.close_all(&mut closed)?;
+                    closed
+                }
                 Some(Windows::Session(s)) => s.close_all()?,
                 None => Vec::new(),
             };
@@ -470,6 +552,13 @@ impl Merge {
         }
         Ok(match &mut self.windows {
             Some(Windows::Fixed(w)) => w.drop_open(),
+            Some(Windows::Sharded(w)) => {
+                // The windows closed before the stop are emitted; those still open dropped.
+                let mut closed = Vec::new();
+                let dropped = w.drop_open(&mut closed)?;
+                self.emit(closed, out)?;
+                dropped
+            }
             Some(Windows::Session(s)) => s.drop_open(),
             None => 0,
         })
@@ -484,6 +573,7 @@ impl Merge {
     pub(crate) fn open_windows(&self) -> usize {
         match &self.windows {
             Some(Windows::Fixed(w)) => w.open_windows(),
+            Some(Windows::Sharded(w)) => w.open_windows(),
             Some(Windows::Session(s)) => s.open_windows(),
             None => 0,
         }
@@ -499,6 +589,7 @@ impl Merge {
         let (windows, closed) = match &mut self.windows {
             Some(Windows::Fixed(w)) => (w.snapshot()?, w.closed_through()),
             Some(Windows::Session(s)) => (s.snapshot()?, s.closed_through()),
+            Some(Windows::Sharded(_)) => return Err(unsharded()),
             None => (Vec::new(), NONE),
         };
         let header = SnapshotHeader {
@@ -522,10 +613,22 @@ impl Merge {
         match &mut self.windows {
             Some(Windows::Fixed(w)) => w.restore(windows, header.closed_through)?,
             Some(Windows::Session(s)) => s.restore(windows, header.closed_through)?,
+            Some(Windows::Sharded(_)) => return Err(unsharded()),
             None => {}
         }
         Ok(header)
     }
+}
+
+/// The rows of closed windows, their bounds dropped.
+fn without_bounds(closed: Vec<(super::aggregate::Bounds, RecordBatch)>) -> Vec<RecordBatch> {
+    closed.into_iter().map(|(_, rows)| rows).collect()
+}
+
+/// Checkpoints run on one thread (reads, worker and merge in step), so a merge over shards
+/// has no snapshot.
+fn unsharded() -> DataFusionError {
+    DataFusionError::Internal("a window merge over several threads keeps no snapshot".into())
 }
 
 /// `[u32 header length][header JSON][windows]`.
