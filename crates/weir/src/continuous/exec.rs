@@ -389,6 +389,7 @@ fn merge(
             .fetch_add(elapsed_ns(busy), Ordering::Relaxed);
         for b in out.drain(..) {
             if tx.blocking_send(Ok(b)).is_err() {
+                record_shards(source, &merge);
                 return Ok(());
             }
         }
@@ -403,21 +404,25 @@ fn merge(
         .stats
         .windows_dropped
         .fetch_add(dropped as u64, Ordering::Relaxed);
-    let (threads, busy) = merge.shards();
-    source
-        .stats
-        .window_shards
-        .fetch_max(threads as u64, Ordering::Relaxed);
-    source
-        .stats
-        .window_shards_ns
-        .fetch_add(duration_ns(busy), Ordering::Relaxed);
+    record_shards(source, &merge);
     for b in out {
         if tx.blocking_send(Ok(b)).is_err() {
             break;
         }
     }
     Ok(())
+}
+
+/// Counts the merge threads and their busy time for the run's summary.
+fn record_shards(source: &LiveSource, merge: &Merge) {
+    let (threads, busy) = merge.shards();
+    let stats = &source.stats;
+    stats
+        .window_shards
+        .fetch_max(threads as u64, Ordering::Relaxed);
+    stats
+        .window_shards_ns
+        .fetch_add(duration_ns(busy), Ordering::Relaxed);
 }
 
 /// Nanoseconds since `t`.

@@ -72,7 +72,16 @@ impl ShardedWindows {
             let (stage, reply, busy) = (Arc::clone(stage), reply.clone(), Arc::clone(&busy));
             let thread = std::thread::Builder::new()
                 .name(format!("weir-merge-{name}-{i}"))
-                .spawn(move || shard(i, FinalWindows::new(stage), &rx, &reply, &busy))
+                .spawn(move || {
+                    let windows = FinalWindows::new(stage);
+                    // A panic (an accumulator on data it did not expect) is answered as an
+                    // error, so the watermark thread never waits for a shard that is gone.
+                    let run =
+                        std::panic::AssertUnwindSafe(|| shard(i, windows, &rx, &reply, &busy));
+                    if std::panic::catch_unwind(run).is_err() {
+                        let _ = reply.send((i, Err(failed_shard("panicked"))));
+                    }
+                })
                 .map_err(|e| {
                     DataFusionError::Execution(format!("cannot start a window merge thread: {e}"))
                 })?;
@@ -111,7 +120,9 @@ impl ShardedWindows {
             let tx = self.jobs.get(shard).ok_or_else(|| {
                 DataFusionError::Internal(format!("window state for merge shard {shard}"))
             })?;
-            tx.send(Job::Merge(part)).map_err(|_| stopped())?;
+            if tx.send(Job::Merge(part)).is_err() {
+                return Err(self.why_stopped());
+            }
         }
         Ok(0)
     }
@@ -126,7 +137,9 @@ impl ShardedWindows {
         // No round trip when no shard holds a window this closes.
         if !std::mem::replace(&mut self.open, keep).is_empty() {
             for tx in &self.jobs {
-                tx.send(Job::Close(watermark)).map_err(|_| stopped())?;
+                if tx.send(Job::Close(watermark)).is_err() {
+                    return Err(self.why_stopped());
+                }
             }
             self.pending.push_back(Pending {
                 answered: vec![false; self.jobs.len()],
@@ -160,15 +173,17 @@ impl ShardedWindows {
 
     /// Takes the shards' answers (all of them with `wait`, else those already sent) and pushes
     /// the rows of each close every shard has answered, oldest first.
+    /// A shard's failure is returned whether or not a close waits for it.
     fn answers(&mut self, wait: bool, out: &mut Vec<RecordBatch>) -> Result<()> {
-        while !self.pending.is_empty() {
-            let (shard, rows) = if wait {
-                self.replies.recv().map_err(|_| stopped())?
+        loop {
+            let (shard, rows) = if wait && !self.pending.is_empty() {
+                // Every way a shard stops sends an answer first, so this cannot wait forever.
+                self.replies.recv().map_err(|_| failed_shard("stopped"))?
             } else {
                 match self.replies.try_recv() {
                     Ok(answer) => answer,
                     Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return Err(stopped()),
+                    Err(TryRecvError::Disconnected) => return Err(failed_shard("stopped")),
                 }
             };
             let rows = rows?;
@@ -197,6 +212,16 @@ impl ShardedWindows {
         }
         Ok(())
     }
+    /// Why a shard no longer takes jobs: the error it answered, when it is there to read.
+    fn why_stopped(&self) -> DataFusionError {
+        while let Ok((_, answer)) = self.replies.try_recv() {
+            if let Err(e) = answer {
+                return e;
+            }
+        }
+        failed_shard("stopped")
+    }
+
     /// Windows open now.
     pub(crate) fn open_windows(&self) -> usize {
         self.open.len()
@@ -223,14 +248,13 @@ impl Drop for ShardedWindows {
     }
 }
 
-/// The merge threads are gone: one failed in a way that stopped it (its error was sent first
-/// where there was one).
-fn stopped() -> DataFusionError {
-    DataFusionError::Execution("a window merge thread stopped".into())
+/// A merge thread that stopped without an error of its own to tell.
+fn failed_shard(how: &str) -> DataFusionError {
+    DataFusionError::Execution(format!("a window merge thread {how}"))
 }
 
-/// One shard's loop: merges its parts of the windows and answers closes. An error is kept and
-/// answered at the next close, and the shard merges nothing more.
+/// One shard's loop: merges its parts of the windows and answers closes. An error is answered
+/// at once, and the shard stops.
 fn shard(
     i: usize,
     mut windows: FinalWindows,
@@ -238,30 +262,20 @@ fn shard(
     reply: &Sender<(usize, Closed)>,
     busy: &AtomicU64,
 ) {
-    let mut failed: Option<DataFusionError> = None;
     while let Ok(job) = jobs.recv() {
         let t = Instant::now();
-        match job {
-            Job::Merge(part) => {
-                if failed.is_none() {
-                    // Nothing comes here late: the watermark thread kept late states back.
-                    if let Err(e) = windows.merge(part) {
-                        failed = Some(e);
-                    }
-                }
-            }
-            Job::Close(watermark) => {
-                let closed = match failed.take() {
-                    Some(e) => Err(e),
-                    None => windows.close_until(watermark),
-                };
-                let stop = closed.is_err();
-                if reply.send((i, closed)).is_err() || stop {
-                    return;
-                }
-            }
-        }
+        let answer = match job {
+            // Nothing comes here late: the watermark thread kept late states back.
+            Job::Merge(part) => windows.merge(part).err().map(Err),
+            Job::Close(watermark) => Some(windows.close_until(watermark)),
+        };
         let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
         busy.fetch_add(ns, Ordering::Relaxed);
+        if let Some(answer) = answer {
+            let stop = answer.is_err();
+            if reply.send((i, answer)).is_err() || stop {
+                return;
+            }
+        }
     }
 }
