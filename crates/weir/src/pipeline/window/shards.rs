@@ -279,3 +279,174 @@ fn shard(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, AsArray, Int64Array};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion::common::ScalarValue;
+    use datafusion::logical_expr::function::AccumulatorArgs;
+    use datafusion::logical_expr::{
+        Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility,
+    };
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+
+    use crate::pipeline::window::aggregate::{GroupOut, PartialWindows};
+
+    /// A sum whose merge panics: what a merge thread meets when an accumulator fails on data
+    /// it did not expect.
+    #[derive(Debug, PartialEq, Eq, Hash)]
+    struct PanicOnMerge {
+        signature: Signature,
+    }
+
+    impl AggregateUDFImpl for PanicOnMerge {
+        fn name(&self) -> &str {
+            "panic_on_merge"
+        }
+        fn signature(&self) -> &Signature {
+            &self.signature
+        }
+        fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+            Ok(DataType::Int64)
+        }
+        fn accumulator(&self, _: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+            Ok(Box::new(Sum(0)))
+        }
+    }
+
+    #[derive(Debug)]
+    struct Sum(i64);
+
+    impl Accumulator for Sum {
+        fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+            if let Some(v) = values.first() {
+                self.0 += v.as_primitive::<Int64Type>().iter().flatten().sum::<i64>();
+            }
+            Ok(())
+        }
+        fn evaluate(&mut self) -> Result<ScalarValue> {
+            Ok(ScalarValue::Int64(Some(self.0)))
+        }
+        fn size(&self) -> usize {
+            size_of::<Self>()
+        }
+        fn state(&mut self) -> Result<Vec<ScalarValue>> {
+            Ok(vec![ScalarValue::Int64(Some(self.0))])
+        }
+        fn merge_batch(&mut self, _: &[ArrayRef]) -> Result<()> {
+            panic!("the merge met a state it cannot take")
+        }
+    }
+
+    /// `SELECT window_start, window_end, k, f(v) ... GROUP BY window_start, window_end, k`,
+    /// and one window of 100 groups as a reader hands it over.
+    fn stage_and_rows(udaf: Arc<AggregateUDF>) -> (Arc<AggregateStage>, RecordBatch) {
+        let int = |name: &str| Field::new(name, DataType::Int64, false);
+        let input = Arc::new(Schema::new(vec![
+            int("k"),
+            int("window_start"),
+            int("window_end"),
+            int("v"),
+        ]));
+        let v = col("v", &input).unwrap();
+        let agg = AggregateExprBuilder::new(udaf, vec![Arc::clone(&v)])
+            .schema(Arc::clone(&input))
+            .alias("s")
+            .build()
+            .unwrap();
+        let output = Arc::new(Schema::new(vec![
+            int("window_start"),
+            int("window_end"),
+            int("k"),
+            Field::new("s", DataType::Int64, true),
+        ]));
+        let stage = AggregateStage::new(
+            vec![col("k", &input).unwrap()],
+            Arc::new(Schema::new(vec![int("k")])),
+            1,
+            2,
+            vec![GroupOut::Start, GroupOut::End, GroupOut::Key(0)],
+            vec![Arc::new(agg)],
+            vec![vec![v]],
+            vec![None],
+            output,
+            DataType::Int64,
+        )
+        .unwrap();
+        let column = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
+        let rows = RecordBatch::try_new(
+            input,
+            vec![
+                column((0..100).collect()),
+                column(vec![0; 100]),
+                column(vec![10; 100]),
+                column(vec![1; 100]),
+            ],
+        )
+        .unwrap();
+        (Arc::new(stage), rows)
+    }
+
+    /// Two readers' states of one window merged on two threads, then the end of a bounded
+    /// input; on a thread of its own, with the answer sent back.
+    fn merge_two_readers(udaf: Arc<AggregateUDF>) -> Receiver<Result<Vec<RecordBatch>, String>> {
+        let (stage, rows) = stage_and_rows(udaf);
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let run = || -> Result<Vec<RecordBatch>> {
+                let mut windows = ShardedWindows::new(&stage, 2, "q")?;
+                let mut out = Vec::new();
+                for _ in 0..2 {
+                    let mut reader = PartialWindows::new(Arc::clone(&stage));
+                    reader.update(&rows)?;
+                    for state in reader.take_until(None)? {
+                        windows.merge(state.by_shard(2)?, &mut out)?;
+                    }
+                }
+                windows.close_all(&mut out)?;
+                Ok(out)
+            };
+            let _ = tx.send(run().map_err(|e| e.to_string()));
+        });
+        rx
+    }
+
+    #[test]
+    fn each_group_is_merged_once_over_the_threads() {
+        let sum = datafusion::functions_aggregate::sum::sum_udaf();
+        let out = merge_two_readers(sum)
+            .recv_timeout(Duration::from_secs(120))
+            .expect("no answer")
+            .expect("the merge");
+        // Each of the 100 groups once, with both readers' rows, on one shard or the other.
+        assert_eq!(out.len(), 2, "one batch a shard");
+        let mut groups = Vec::new();
+        for b in &out {
+            let (k, s) = (b.column(2).as_primitive::<Int64Type>(), b.column(3));
+            let s = arrow::compute::cast(s, &DataType::Int64).unwrap();
+            for (k, s) in k.iter().zip(s.as_primitive::<Int64Type>().iter()) {
+                groups.push((k, s));
+            }
+        }
+        groups.sort_unstable();
+        let want: Vec<_> = (0..100).map(|k| (Some(k), Some(2))).collect();
+        assert_eq!(groups, want);
+    }
+
+    #[test]
+    fn a_merge_thread_that_panics_fails_the_query_instead_of_hanging_it() {
+        let udaf = Arc::new(AggregateUDF::from(PanicOnMerge {
+            signature: Signature::exact(vec![DataType::Int64], Volatility::Immutable),
+        }));
+        let rx = merge_two_readers(udaf);
+        // A liveness bound, not a speed one: before, this waited for ever.
+        let got = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the watermark thread waits for a merge thread that panicked");
+        let err = got.expect_err("a merge that panicked must fail the query");
+        assert!(err.contains("a window merge thread panicked"), "{err}");
+    }
+}
