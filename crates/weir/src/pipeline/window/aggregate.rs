@@ -344,13 +344,15 @@ impl PartialState {
         for &s in &of {
             counts[s] += 1;
         }
-        let mut next = Vec::with_capacity(shards);
-        let mut at = 0usize;
-        for &c in &counts {
-            next.push(at);
-            at += c;
-        }
-        let starts = next.clone();
+        let starts: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let start = *at;
+                *at += c;
+                Some(start)
+            })
+            .collect();
+        let mut next = starts.clone();
         let mut order = vec![0u32; groups];
         for (i, &s) in of.iter().enumerate() {
             order[next[s]] = i as u32;

@@ -212,6 +212,7 @@ impl ShardedWindows {
         }
         Ok(())
     }
+
     /// Why a shard no longer takes jobs: the error it answered, when it is there to read.
     fn why_stopped(&self) -> DataFusionError {
         while let Ok((_, answer)) = self.replies.try_recv() {
