@@ -938,6 +938,35 @@ mod tests {
     }
 
     #[test]
+    fn records_of_every_shape_read_back_as_pushed() {
+        // Null and empty keys and values, lengths of one to three varint bytes, timestamps
+        // before the first record's (a negative delta), and headers.
+        let long = vec![b'x'; 20_000];
+        let cases: Vec<(i64, Option<&[u8]>, Option<&[u8]>, Vec<(&[u8], Option<&[u8]>)>)> = vec![
+            (5_000, None, Some(b"v"), vec![]),
+            (4_000, Some(b""), None, vec![(b"a", Some(b"1"))]),
+            (i64::from(i32::MAX), Some(&long[..200]), Some(&long), vec![]),
+            (0, Some(b"k"), Some(&long[..127]), vec![(b"", None), (b"h", Some(&long[..300]))]),
+            (5_001, None, None, vec![]),
+        ];
+        let mut w = RecordsWriter::default();
+        for (t, k, v, h) in &cases {
+            w.push(*t, *k, *v, h);
+        }
+        let batch = w.take_batch(&BatchSpec::default(), 1 << 20);
+        let b = BatchIter::new(&batch).next().unwrap().unwrap();
+        b.verify_crc().unwrap();
+        let records: Vec<_> = b.records_in(b.body()).map(|r| r.unwrap()).collect();
+        assert_eq!(records.len(), cases.len());
+        for (i, (r, (t, k, v, h))) in records.iter().zip(&cases).enumerate() {
+            assert_eq!(r.offset, i as i64);
+            assert_eq!((r.timestamp, r.key, r.value), (*t, *k, *v), "record {i}");
+            let headers: Vec<_> = r.headers.clone().collect();
+            assert_eq!(&headers, h, "record {i}");
+        }
+    }
+
+    #[test]
     fn parses_hand_built_batches_in_place() {
         let mut data = sample_batch(100, 7, 0);
         data.extend(sample_batch(107, 3, 0));
