@@ -15,6 +15,8 @@
 #                 topic, split by an 8-byte delimiter no record contains: the count is checked)
 # alternating, WEIR_BENCH_RUNS times each (default 3), each into a fresh topic. Prints Markdown:
 # wall and CPU seconds, messages/s, CPU µs a message, and weir's CPU a message over kcat's.
+# WEIR_BENCH_PIN=1 gives the broker a core of its own (the last one, by `taskset`) and runs the
+# senders on the others, so that a sender's messages/s is not the broker's CPU taken from it.
 #
 #   scripts/bench_kafka_produce.sh [COUNT]
 set -euo pipefail
@@ -30,7 +32,13 @@ source scripts/bench_runs.sh
 WORK="$(mktemp -d)"
 export WEIR_KAFKA_RUN="$HOME/.cache/weir-kafka/run-produce-bench-$$"
 trap 'scripts/kafka.sh stop >/dev/null 2>&1 || true; rm -rf "$WORK" "$WEIR_KAFKA_RUN"' EXIT
-BROKER="$(scripts/kafka.sh start)"
+PIN_BROKER=() PIN_SENDER=()
+if [ -n "${WEIR_BENCH_PIN:-}" ]; then
+  last=$(( $(nproc) - 1 ))
+  [ "$last" -ge 1 ] || { echo "bench_kafka_produce.sh: WEIR_BENCH_PIN needs two cores or more" >&2; exit 1; }
+  PIN_BROKER=(taskset -c "$last") PIN_SENDER=(taskset -c "0-$(( last - 1 ))")
+fi
+BROKER="$("${PIN_BROKER[@]}" scripts/kafka.sh start)"
 "$WEIR_BIN" gen quotes --count "$COUNT" --out "$WORK/q.pb" --schema-dir "$WORK/schema" >&2
 
 new_topic() { "$WEIR_BIN" gen quotes --count 0 --to "kafka://$BROKER/$1" --topic-partitions 6 >/dev/null 2>&1; }
@@ -86,14 +94,14 @@ for r in $(seq "$RUNS"); do
       weir-produce) cmd=("$WEIR_BIN" produce --log-level warn --framing lines --input "$WORK/values.txt" --to "kafka://$BROKER/$topic") ;;
       kcat-values) cmd=(kcat -P "${KCAT[@]}" -t "$topic" -l "$WORK/values.txt") ;;
     esac
-    /usr/bin/time -o "$WORK/time" -f "%e %U %S" "${cmd[@]}" >/dev/null 2>"$WORK/err" || { cat "$WORK/err" >&2; exit 1; }
+    "${PIN_SENDER[@]}" /usr/bin/time -o "$WORK/time" -f "%e %U %S" "${cmd[@]}" >/dev/null 2>"$WORK/err" || { cat "$WORK/err" >&2; exit 1; }
     t=$(tail -1 "$WORK/time")
     res[$mode]="${res[$mode]:-} $t"
     echo "run $r $mode: $t" >&2
   done
 done
 
-echo "date: $(date -u +%Y-%m-%d)  nproc: $(nproc)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')  messages: $COUNT  kcat: $(kcat -V 2>&1 | grep -o 'Version [0-9.]*\|librdkafka [0-9.]*' | tr '\n' ' ')"
+echo "date: $(date -u +%Y-%m-%d)  nproc: $(nproc)  broker pinned: ${WEIR_BENCH_PIN:-no}  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')  messages: $COUNT  kcat: $(kcat -V 2>&1 | grep -o 'Version [0-9.]*\|librdkafka [0-9.]*' | tr '\n' ' ')"
 echo
 echo "| sender | runs (wall s / CPU s) | best messages/s | CPU µs a message (best) |"
 echo "|---|---|---|---|"
