@@ -942,11 +942,18 @@ mod tests {
         // Null and empty keys and values, lengths of one to three varint bytes, timestamps
         // before the first record's (a negative delta), and headers.
         let long = vec![b'x'; 20_000];
-        let cases: Vec<(i64, Option<&[u8]>, Option<&[u8]>, Vec<(&[u8], Option<&[u8]>)>)> = vec![
+        type Case<'a> = (i64, Option<&'a [u8]>, Option<&'a [u8]>, HeaderList<'a>);
+        type HeaderList<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
+        let cases: Vec<Case<'_>> = vec![
             (5_000, None, Some(b"v"), vec![]),
             (4_000, Some(b""), None, vec![(b"a", Some(b"1"))]),
             (i64::from(i32::MAX), Some(&long[..200]), Some(&long), vec![]),
-            (0, Some(b"k"), Some(&long[..127]), vec![(b"", None), (b"h", Some(&long[..300]))]),
+            (
+                0,
+                Some(b"k"),
+                Some(&long[..127]),
+                vec![(b"", None), (b"h", Some(&long[..300]))],
+            ),
             (5_001, None, None, vec![]),
         ];
         let mut w = RecordsWriter::default();
@@ -961,7 +968,7 @@ mod tests {
         for (i, (r, (t, k, v, h))) in records.iter().zip(&cases).enumerate() {
             assert_eq!(r.offset, i as i64);
             assert_eq!((r.timestamp, r.key, r.value), (*t, *k, *v), "record {i}");
-            let headers: Vec<_> = r.headers.clone().collect();
+            let headers: Vec<_> = r.headers.collect();
             assert_eq!(&headers, h, "record {i}");
         }
     }
