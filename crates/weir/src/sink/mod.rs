@@ -9,6 +9,7 @@ pub(crate) mod kafka;
 pub(crate) mod kafka_dead_letters;
 pub(crate) mod kafka_steps;
 mod options;
+mod parquet_file;
 pub(crate) mod storage;
 
 pub(crate) use self::delta::DELTA_OPTIONS;
@@ -28,7 +29,6 @@ use std::str::FromStr;
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::writer::{FileWriter, StreamWriter};
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::ArrowWriter;
 use weir_codec::Framing;
 use weir_codec::{CodecError, Encoder, OptionError, Options};
 
@@ -387,8 +387,8 @@ fn finished(target: &Target) -> SinkError {
     ))
 }
 
-/// Opens a writer of `format` for rows of `schema`. Parquet reads `'compression'` and
-/// `'row_group_size'` (see [`options`]).
+/// Opens a writer of `format` for rows of `schema`. Parquet reads `'compression'`,
+/// `'row_group_size'` and `'sink.parallelism'` (see [`options`]).
 pub(crate) fn open_writer(
     format: SinkFormat,
     target: Target,
@@ -396,56 +396,41 @@ pub(crate) fn open_writer(
     options: &Options,
     streaming: bool,
 ) -> Result<Box<dyn BatchWriter>, SinkError> {
-    let out = target.open()?;
     Ok(match format {
-        SinkFormat::Parquet => {
-            let props = options::parquet_properties(options)?;
-            let writer = ArrowWriter::try_new(out, schema.clone(), Some(props))
-                .map_err(|e| parquet_err(&target, e))?;
-            Box::new(ParquetSink {
-                writer: Some(writer),
+        SinkFormat::Parquet => Box::new(parquet_file::ParquetSink::open(
+            target,
+            schema,
+            options::parquet_properties(options)?,
+            options::parquet_threads(options)?,
+        )?),
+        SinkFormat::IpcFile => {
+            let out = target.open()?;
+            Box::new(IpcFileSink {
+                writer: Some(FileWriter::try_new(out, schema).map_err(|e| arrow_err(&target, e))?),
                 target,
             })
         }
-        SinkFormat::IpcFile => Box::new(IpcFileSink {
-            writer: Some(FileWriter::try_new(out, schema).map_err(|e| arrow_err(&target, e))?),
-            target,
-        }),
-        SinkFormat::IpcStream => Box::new(IpcStreamSink {
-            writer: Some(StreamWriter::try_new(out, schema).map_err(|e| arrow_err(&target, e))?),
-            target,
-        }),
-        SinkFormat::JsonLines => Box::new(json::JsonSink::new(schema, out, target, streaming)?),
+        SinkFormat::IpcStream => {
+            let out = target.open()?;
+            Box::new(IpcStreamSink {
+                writer: Some(
+                    StreamWriter::try_new(out, schema).map_err(|e| arrow_err(&target, e))?,
+                ),
+                target,
+            })
+        }
+        SinkFormat::JsonLines => {
+            let out = target.open()?;
+            Box::new(json::JsonSink::new(schema, out, target, streaming)?)
+        }
         SinkFormat::Table => Box::new(TableSink {
-            out,
+            out: target.open()?,
             batches: Vec::new(),
             schema: schema.clone(),
             streaming,
             target,
         }),
     })
-}
-
-struct ParquetSink {
-    writer: Option<ArrowWriter<Box<dyn Write + Send>>>,
-    target: Target,
-}
-
-impl BatchWriter for ParquetSink {
-    fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
-        match &mut self.writer {
-            Some(w) => w.write(batch).map_err(|e| parquet_err(&self.target, e)),
-            None => Err(finished(&self.target)),
-        }
-    }
-
-    fn finish(&mut self) -> Result<(), SinkError> {
-        if let Some(w) = self.writer.take() {
-            let mut out = w.into_inner().map_err(|e| parquet_err(&self.target, e))?;
-            out.flush().map_err(|e| io(&self.target, e))?;
-        }
-        Ok(())
-    }
 }
 
 struct IpcFileSink {

@@ -13,7 +13,8 @@ use super::{SinkError, SinkFormat};
 pub(crate) const SINK_CONNECTOR_OPTIONS: &[OptionSpec] = &[CONNECTOR];
 
 /// The `parquet` sink's options.
-pub(crate) const PARQUET_OPTIONS: &[OptionSpec] = &[PATH, COMPRESSION, ROW_GROUP_SIZE];
+pub(crate) const PARQUET_OPTIONS: &[OptionSpec] =
+    &[PATH, COMPRESSION, ROW_GROUP_SIZE, PARQUET_PARALLELISM];
 /// The `ipc` sink's options.
 pub(crate) const IPC_OPTIONS: &[OptionSpec] = &[PATH, IPC_FORMAT];
 /// The `file` sink's options (besides its encoder's).
@@ -46,6 +47,12 @@ const ROW_GROUP_SIZE: OptionSpec = OptionSpec::new(
     "parquet: rows per row group",
 )
 .default_value("1048576");
+const PARQUET_PARALLELISM: OptionSpec = OptionSpec::new(
+    "sink.parallelism",
+    OptionKind::Count,
+    "parquet: the threads that encode a file's columns, each a share of them (at most one a \
+     column); half the cores available to weir, at least one, when absent",
+);
 const IPC_FORMAT: OptionSpec = OptionSpec::new(
     "ipc.format",
     OptionKind::Choice(&["file", "stream"]),
@@ -196,4 +203,20 @@ pub(crate) fn parquet_properties(options: &Options) -> Result<WriterProperties, 
         props = props.set_max_row_group_row_count(Some(n));
     }
     Ok(props.build())
+}
+
+/// The threads that encode a Parquet file's columns: `'sink.parallelism'`, or half the cores
+/// this process may use (the readers decode on the others), at least one.
+pub(crate) fn parquet_threads(options: &Options) -> Result<usize, SinkError> {
+    match options.count(&PARQUET_PARALLELISM)? {
+        Some(0) => Err(OptionError::invalid(
+            &PARQUET_PARALLELISM,
+            PARQUET_PARALLELISM.key,
+            "0",
+            "a positive number",
+        )
+        .into()),
+        Some(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))),
+    }
 }
