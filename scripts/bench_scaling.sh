@@ -11,6 +11,8 @@
 # WEIR_SCALING_PARTS: the partition counts (default "1 2 4 8 12 16"). WEIR_SCALING_RUNS: runs
 # of each (default 2). WEIR_SCALING_DIR: where the data goes (default /tmp/weir-scaling).
 # WEIR_SCALING_WEIR=no: DuckDB alone. DuckDB is measured when `python3 -c 'import duckdb'` works.
+# WEIR_SCALING_QUERY=copy: instead of the GROUP BY, every row's ticker, timestamp, sequence
+# number, prices and sizes copied into one zstd Parquet file (weir's `--output`, DuckDB's COPY).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PB_COUNT="${1:-50000000}"
@@ -23,14 +25,27 @@ source scripts/release_weir.sh
 # shellcheck source=scripts/quotes_workload.sh
 source scripts/quotes_workload.sh
 quotes_workload "$DIR" "$PB_COUNT" "$JSON_COUNT"
+QUERY="${WEIR_SCALING_QUERY:-group}"
+case "$QUERY" in
+  group) PB_SQL="$DIR/protobuf.sql" JSON_SQL="$DIR/json.sql" OUTPUT=() ;;
+  copy) PB_SQL="$DIR/protobuf_copy.sql" JSON_SQL="$DIR/json_copy.sql" OUTPUT=(--output "$DIR/copy.parquet") ;;
+  *) echo "WEIR_SCALING_QUERY is group or copy, not '$QUERY'" >&2; exit 2 ;;
+esac
 cat > "$DIR/duckdb_query.py" <<'PY'
 import sys, duckdb
 con = duckdb.connect()
 con.execute(f"SET threads = {int(sys.argv[2])}")
-rows = con.execute(
-    "SELECT base.ticker AS ticker, count(*), min(bid_price), max(ask_price), avg(bid_size) "
-    "FROM read_ndjson(?) GROUP BY 1", [sys.argv[1]]).fetchall()
-assert len(rows) > 0
+if sys.argv[3] == "copy":
+    con.execute(
+        "COPY (SELECT base.ticker AS ticker, make_timestamp_ns(base.timestamp) AS timestamp, "
+        "base.sequence_number AS sequence_number, bid_price, ask_price, bid_size, ask_size "
+        f"FROM read_ndjson(?)) TO '{sys.argv[4]}' (FORMAT parquet, COMPRESSION zstd)", [sys.argv[1]])
+    assert con.execute(f"SELECT count(*) FROM '{sys.argv[4]}'").fetchone()[0] > 0
+else:
+    rows = con.execute(
+        "SELECT base.ticker AS ticker, count(*), min(bid_price), max(ask_price), avg(bid_size) "
+        "FROM read_ndjson(?) GROUP BY 1", [sys.argv[1]]).fetchall()
+    assert len(rows) > 0
 PY
 DUCKDB=no
 python3 -c 'import duckdb' 2>/dev/null && DUCKDB=yes
@@ -49,14 +64,17 @@ for p in $PARTS; do
       [ "${WEIR_SCALING_WEIR:-yes}" = no ] && continue
       bin=$WEIR_BIN
       if [ "$side" = before ]; then bin="${WEIR_BIN_BEFORE:-}"; [ -n "$bin" ] || continue; fi
-      measure "$side-pb-$p" "$bin" run --quiet --partitions "$p" "$DIR/protobuf.sql"
-      measure "$side-json-$p" "$bin" run --quiet --partitions "$p" "$DIR/json.sql"
+      measure "$side-pb-$p" "$bin" run --quiet --partitions "$p" "${OUTPUT[@]}" "$PB_SQL"
+      measure "$side-json-$p" "$bin" run --quiet --partitions "$p" "${OUTPUT[@]}" "$JSON_SQL"
     done
-    if [ "$DUCKDB" = yes ]; then measure "duckdb-$p" python3 "$DIR/duckdb_query.py" "$JSON" "$p"; fi
+    if [ "$DUCKDB" = yes ]; then
+      measure "duckdb-$p" python3 "$DIR/duckdb_query.py" "$JSON" "$p" "$QUERY" "$DIR/copy.parquet"
+    fi
   done
 done
 
 echo "date: $(date -u +%Y-%m-%d)  nproc: $(nproc)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+echo "query: $QUERY"
 echo "$PB_COUNT protobuf quotes ($(du -h "$PB" | cut -f1)), $JSON_COUNT JSON quotes ($(du -h "$JSON" | cut -f1)); each cell: wall s / user+sys s, $RUNS runs"
 echo
 head="| P |" sep="|---|"

@@ -2,7 +2,9 @@
 # (bench_scaling.sh, bench_peers.sh). `quotes_workload DIR PB_COUNT JSON_COUNT` writes, once,
 # PB_COUNT quotes as varint-framed protobuf and JSON_COUNT as JSON lines under DIR (their
 # schemas, stocks.pb and stocks.proto, in DIR/descriptors), and the query over each as
-# DIR/protobuf.sql and DIR/json.sql; it sets PB and JSON to the two data files. Needs WEIR_BIN.
+# DIR/protobuf.sql and DIR/json.sql; the same sources with every row selected (for a copy into
+# Parquet, `--output`) as DIR/protobuf_copy.sql and DIR/json_copy.sql. It sets PB and JSON to the
+# two data files. Needs WEIR_BIN.
 quotes_workload() {
   local dir=$1
   PB="$dir/quotes-$2.pb"
@@ -28,5 +30,19 @@ CREATE SOURCE quotes (ticker VARCHAR, bid_price DOUBLE, ask_price DOUBLE, bid_si
 WITH ('connector' = 'file', 'path' = '$JSON', 'encoding' = 'json', 'framing' = 'lines',
       'fields.ticker' = 'base.ticker');
 $query
+SQL
+  local columns="ticker VARCHAR, timestamp TIMESTAMP, sequence_number BIGINT, bid_price DOUBLE, ask_price DOUBLE"
+  cat > "$dir/protobuf_copy.sql" <<SQL
+CREATE SOURCE quotes ($columns, bid_size INT UNSIGNED, ask_size INT UNSIGNED)
+WITH ('connector' = 'file', 'path' = '$PB', 'encoding' = 'protobuf',
+      'message' = 'stocks.QuoteNBBO', 'location' = '$dir/descriptors/stocks.pb');
+SELECT * FROM quotes;
+SQL
+  cat > "$dir/json_copy.sql" <<SQL
+CREATE SOURCE quotes ($columns, bid_size BIGINT, ask_size BIGINT)
+WITH ('connector' = 'file', 'path' = '$JSON', 'encoding' = 'json', 'framing' = 'lines',
+      'fields.ticker' = 'base.ticker', 'fields.timestamp' = 'base.timestamp',
+      'fields.sequence_number' = 'base.sequence_number');
+SELECT * FROM quotes;
 SQL
 }
