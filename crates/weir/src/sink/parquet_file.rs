@@ -205,21 +205,26 @@ impl ParquetSink {
 
     /// An encoder thread stopped: its error (it stops only on one, or when it panicked).
     fn stopped(&mut self, thread: usize) -> SinkError {
-        let joined = self
-            .encoders
-            .get_mut(thread)
-            .and_then(|e| e.handle.take())
-            .map(JoinHandle::join);
-        match joined {
-            Some(Ok(Err(e))) => parquet_err(&self.target, e),
-            Some(Err(_)) => SinkError::Options(format!(
-                "{}: the Parquet encoder thread {thread} panicked; this is a bug in weir",
-                self.target.name()
-            )),
-            _ => SinkError::Options(format!(
+        match self.join(thread) {
+            Err(e) => e,
+            Ok(()) => SinkError::Options(format!(
                 "{}: the Parquet encoder thread {thread} stopped; this is a bug in weir",
                 self.target.name()
             )),
+        }
+    }
+
+    /// Waits for encoder thread `thread` to end (at once if it was joined before); its error,
+    /// or a panic, as the writer's.
+    fn join(&mut self, thread: usize) -> Result<(), SinkError> {
+        let handle = self.encoders.get_mut(thread).and_then(|e| e.handle.take());
+        match handle.map(JoinHandle::join) {
+            Some(Ok(Ok(()))) | None => Ok(()),
+            Some(Ok(Err(e))) => Err(parquet_err(&self.target, e)),
+            Some(Err(_)) => Err(SinkError::Options(format!(
+                "{}: the Parquet encoder thread {thread} panicked; this is a bug in weir",
+                self.target.name()
+            ))),
         }
     }
 
@@ -285,17 +290,7 @@ impl BatchWriter for ParquetSink {
             if let Some(e) = self.encoders.get_mut(i) {
                 e.jobs = None;
             }
-            let handle = self.encoders.get_mut(i).and_then(|e| e.handle.take());
-            match handle.map(JoinHandle::join) {
-                Some(Ok(Ok(()))) | None => {}
-                Some(Ok(Err(e))) => return Err(parquet_err(&self.target, e)),
-                Some(Err(_)) => {
-                    return Err(SinkError::Options(format!(
-                        "{}: the Parquet encoder thread {i} panicked; this is a bug in weir",
-                        self.target.name()
-                    )))
-                }
-            }
+            self.join(i)?;
         }
         if let Some(file) = self.file.take() {
             let mut out = file
