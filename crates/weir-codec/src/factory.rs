@@ -215,7 +215,9 @@ pub trait EncoderFactory: Send + Sync {
         &[]
     }
 
-    /// An encoder for rows of `request.schema`.
+    /// An encoder for rows of `request.schema`. A sink may create several, one for each of
+    /// its encoder threads, and give each a share of the batches: an encoder's output for a
+    /// batch must depend on that batch alone.
     fn create_encoder(&self, request: &EncoderRequest<'_>) -> Result<Box<dyn Encoder>, CodecError>;
 }
 

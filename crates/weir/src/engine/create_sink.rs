@@ -24,8 +24,8 @@ use crate::sink::kafka_dead_letters;
 use crate::sink::kafka_steps::KafkaSteps;
 use crate::sink::storage::{is_remote, local_path, open_location, Location, Spool};
 use crate::sink::{
-    open_writer, BatchWriter, GroupSink, MessageFileSink, SinkError, SinkFormat, SinkSettings,
-    StepSink, Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
+    encoder_threads, open_message_file, open_writer, BatchWriter, GroupSink, SinkError, SinkFormat,
+    SinkSettings, StepSink, Target, SINK_CONNECTOR_OPTIONS, STORAGE_OPTIONS,
 };
 use crate::sql::{CreateSink, SqlText};
 use weir_kafka::Settled;
@@ -137,16 +137,23 @@ impl SinkState {
             let w: Box<dyn BatchWriter> = match (&self.encoder, &self.settings.messages) {
                 // One encoded message per row: records of a topic, or framed in a file.
                 (Some(factory), Some((_, framing))) => {
-                    let encoder = create_encoder(
-                        sink,
-                        factory.as_ref(),
-                        self.kafka.as_ref(),
-                        schema,
-                        &self.options,
-                    )?;
+                    let encoder = || {
+                        create_encoder(
+                            sink,
+                            factory.as_ref(),
+                            self.kafka.as_ref(),
+                            schema,
+                            &self.options,
+                        )
+                    };
                     match &self.kafka {
-                        Some(kafka) => Box::new(KafkaSink::open(sink, kafka, schema, encoder)?),
-                        None => Box::new(MessageFileSink::open(encoder, *framing, target)?),
+                        Some(kafka) => Box::new(KafkaSink::open(sink, kafka, schema, encoder()?)?),
+                        None => {
+                            let encoders = (0..encoder_threads(&self.options)?)
+                                .map(|_| encoder())
+                                .collect::<Result<Vec<_>, _>>()?;
+                            open_message_file(encoders, *framing, target)?
+                        }
                     }
                 }
                 _ => open_writer(self.settings.format, target, schema, &self.options, follow)?,

@@ -4,6 +4,7 @@
 //! `weir decode --output`. Each connector declares its options here.
 
 pub(crate) mod delta;
+mod encoded_file;
 mod json;
 pub(crate) mod kafka;
 pub(crate) mod kafka_dead_letters;
@@ -16,10 +17,12 @@ pub(crate) use self::delta::DELTA_OPTIONS;
 pub(crate) use self::json::json_lines;
 pub(crate) use self::kafka::KAFKA_SINK_OPTIONS;
 pub(crate) use self::options::{
-    SinkSettings, FILE_SINK_OPTIONS, IPC_OPTIONS, PARQUET_OPTIONS, SINK_CONNECTOR_OPTIONS,
-    STDOUT_OPTIONS,
+    encoder_threads, SinkSettings, FILE_SINK_OPTIONS, IPC_OPTIONS, PARQUET_OPTIONS,
+    SINK_CONNECTOR_OPTIONS, STDOUT_OPTIONS,
 };
 pub(crate) use self::storage::STORAGE_OPTIONS;
+
+use self::encoded_file::{EncodeBatch, EncodedFile};
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -330,6 +333,7 @@ pub trait BatchWriter: Send {
 }
 
 /// Where a writer's bytes go.
+#[derive(Debug, Clone)]
 pub enum Target {
     /// A file, created (or truncated).
     File(PathBuf),
@@ -387,8 +391,8 @@ fn finished(target: &Target) -> SinkError {
     ))
 }
 
-/// Opens a writer of `format` for rows of `schema`. Parquet reads `'compression'`,
-/// `'row_group_size'` and `'sink.parallelism'` (see [`options`]).
+/// Opens a writer of `format` for rows of `schema`. Parquet reads `'compression'` and
+/// `'row_group_size'`, Parquet and JSON lines `'sink.parallelism'` (see [`options`]).
 pub(crate) fn open_writer(
     format: SinkFormat,
     target: Target,
@@ -401,7 +405,7 @@ pub(crate) fn open_writer(
             target,
             schema,
             options::parquet_properties(options)?,
-            options::parquet_threads(options)?,
+            encoder_threads(options)?,
         )?),
         SinkFormat::IpcFile => {
             let out = target.open()?;
@@ -420,8 +424,11 @@ pub(crate) fn open_writer(
             })
         }
         SinkFormat::JsonLines => {
+            let encoders = (0..encoder_threads(options)?)
+                .map(|_| json::lines_encoder(schema))
+                .collect::<Result<Vec<_>, _>>()?;
             let out = target.open()?;
-            Box::new(json::JsonSink::new(schema, out, target, streaming)?)
+            Box::new(EncodedFile::open(encoders, out, target, streaming)?)
         }
         SinkFormat::Table => Box::new(TableSink {
             out: target.open()?,
@@ -521,62 +528,43 @@ impl BatchWriter for TableSink {
     }
 }
 
-/// Writes each row as one framed message, encoded by an [`Encoder`] (the `file` sink).
-pub(crate) struct MessageFileSink {
-    encoder: Box<dyn Encoder>,
+/// Opens `target` for rows written as framed messages, one a row (the `file` sink), each of
+/// `encoders` encoding a share of the batches on a thread of its own.
+pub(crate) fn open_message_file(
+    encoders: Vec<Box<dyn Encoder>>,
     framing: Framing,
-    out: Box<dyn Write + Send>,
-    messages: Vec<u8>,
-    ends: Vec<usize>,
-    framed: Vec<u8>,
     target: Target,
+) -> Result<Box<dyn BatchWriter>, SinkError> {
+    let encoders = encoders
+        .into_iter()
+        .map(|encoder| framed_encoder(encoder, framing, target.name()))
+        .collect();
+    let out = target.open()?;
+    Ok(Box::new(EncodedFile::open(encoders, out, target, false)?))
 }
 
-impl MessageFileSink {
-    /// A sink writing to `target` (created or truncated).
-    pub(crate) fn open(
-        encoder: Box<dyn Encoder>,
-        framing: Framing,
-        target: Target,
-    ) -> Result<Self, SinkError> {
-        Ok(Self {
-            encoder,
-            framing,
-            out: target.open()?,
-            messages: Vec::new(),
-            ends: Vec::new(),
-            framed: Vec::new(),
-            target,
-        })
-    }
-}
-
-impl BatchWriter for MessageFileSink {
-    fn write(&mut self, batch: &RecordBatch) -> Result<(), SinkError> {
-        self.messages.clear();
-        self.ends.clear();
-        self.framed.clear();
-        self.encoder
-            .encode_batch(batch, &mut self.messages, &mut self.ends)
+/// One thread's encoder of a batch's rows as framed messages.
+fn framed_encoder(mut encoder: Box<dyn Encoder>, framing: Framing, path: String) -> EncodeBatch {
+    let mut messages = Vec::new();
+    let mut ends = Vec::new();
+    Box::new(move |batch: &RecordBatch, framed: &mut Vec<u8>| {
+        messages.clear();
+        ends.clear();
+        encoder
+            .encode_batch(batch, &mut messages, &mut ends)
             .map_err(SinkError::Encode)?;
         let mut start = 0;
-        for &end in &self.ends {
-            self.framing
-                .write(&mut self.framed, &self.messages[start..end])
+        for &end in &ends {
+            framing
+                .write(framed, &messages[start..end])
                 .map_err(|source| SinkError::Frame {
-                    path: self.target.name(),
+                    path: path.clone(),
                     source,
                 })?;
             start = end;
         }
-        self.out
-            .write_all(&self.framed)
-            .map_err(|e| io(&self.target, e))
-    }
-
-    fn finish(&mut self) -> Result<(), SinkError> {
-        self.out.flush().map_err(|e| io(&self.target, e))
-    }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

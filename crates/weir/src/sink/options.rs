@@ -14,13 +14,13 @@ pub(crate) const SINK_CONNECTOR_OPTIONS: &[OptionSpec] = &[CONNECTOR];
 
 /// The `parquet` sink's options.
 pub(crate) const PARQUET_OPTIONS: &[OptionSpec] =
-    &[PATH, COMPRESSION, ROW_GROUP_SIZE, PARQUET_PARALLELISM];
+    &[PATH, COMPRESSION, ROW_GROUP_SIZE, SINK_PARALLELISM];
 /// The `ipc` sink's options.
 pub(crate) const IPC_OPTIONS: &[OptionSpec] = &[PATH, IPC_FORMAT];
 /// The `file` sink's options (besides its encoder's).
-pub(crate) const FILE_SINK_OPTIONS: &[OptionSpec] = &[PATH, ENCODING, FRAMING];
+pub(crate) const FILE_SINK_OPTIONS: &[OptionSpec] = &[PATH, ENCODING, FRAMING, SINK_PARALLELISM];
 /// The `stdout` sink's options.
-pub(crate) const STDOUT_OPTIONS: &[OptionSpec] = &[FORMAT];
+pub(crate) const STDOUT_OPTIONS: &[OptionSpec] = &[FORMAT, SINK_PARALLELISM];
 
 const CONNECTOR: OptionSpec = OptionSpec::new(
     "connector",
@@ -47,11 +47,13 @@ const ROW_GROUP_SIZE: OptionSpec = OptionSpec::new(
     "parquet: rows per row group",
 )
 .default_value("1048576");
-const PARQUET_PARALLELISM: OptionSpec = OptionSpec::new(
+const SINK_PARALLELISM: OptionSpec = OptionSpec::new(
     "sink.parallelism",
     OptionKind::Count,
-    "parquet: the threads that encode a file's columns, each a share of them (at most one a \
-     column); half the cores available to weir, at least one, when absent",
+    "the threads that encode the rows, beside the one that writes them: a Parquet file's \
+     threads each encode a share of its columns (at most one a column), those of messages and \
+     JSON lines each a share of the batches (written in the order they came); half the cores \
+     available to weir, at least one, when absent",
 );
 const IPC_FORMAT: OptionSpec = OptionSpec::new(
     "ipc.format",
@@ -205,13 +207,13 @@ pub(crate) fn parquet_properties(options: &Options) -> Result<WriterProperties, 
     Ok(props.build())
 }
 
-/// The threads that encode a Parquet file's columns: `'sink.parallelism'`, or half the cores
-/// this process may use (the readers decode on the others), at least one.
-pub(crate) fn parquet_threads(options: &Options) -> Result<usize, SinkError> {
-    match options.count(&PARQUET_PARALLELISM)? {
+/// The threads that encode a file's rows: `'sink.parallelism'`, or half the cores this
+/// process may use (the readers decode on the others), at least one.
+pub(crate) fn encoder_threads(options: &Options) -> Result<usize, SinkError> {
+    match options.count(&SINK_PARALLELISM)? {
         Some(0) => Err(OptionError::invalid(
-            &PARQUET_PARALLELISM,
-            PARQUET_PARALLELISM.key,
+            &SINK_PARALLELISM,
+            SINK_PARALLELISM.key,
             "0",
             "a positive number",
         )
