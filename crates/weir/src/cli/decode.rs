@@ -74,12 +74,13 @@ pub(crate) fn decode(a: DecodeArgs) -> Result<()> {
     super::runtime(Some(1))?.block_on(async {
         let result = engine.run_script(&script, &mut out).await;
         // The rows decoded before a bad message are printed before its error.
-        out.finish()?;
+        let output = out.finish();
         result.map_err(|e| match e {
             // The script is ours, not the user's: report what failed without its line.
             weir::EngineError::Statement { source, .. } => anyhow::Error::new(source),
             other => other.into(),
         })?;
+        output?;
         let r = engine.source_reports();
         if let Some(s) = r.first().filter(|s| s.skipped > 0) {
             eprintln!("skipped {} messages that did not decode", count(s.skipped));

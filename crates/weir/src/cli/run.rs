@@ -87,7 +87,7 @@ async fn run_script(
     progress.stop();
     // Sinks are completed even after an error, so what was written stays readable.
     let sinks = engine.finish().await;
-    out.finish()?;
+    let output = out.finish();
     if !quiet {
         report(engine, started);
         if let Ok(sinks) = &sinks {
@@ -101,7 +101,9 @@ async fn run_script(
             }
         }
     }
+    // The run's own error first: a sink's or the output's may follow from it.
     result?;
+    output?;
     sinks?;
     Ok(())
 }

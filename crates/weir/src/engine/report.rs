@@ -150,7 +150,8 @@ impl Engine {
             .collect()
     }
 
-    /// Completes every sink (file footers) and reports what each wrote.
+    /// Completes every sink (file footers) and reports what each wrote. A sink that fails does
+    /// not keep the others from being completed: the first error is returned after them all.
     pub async fn finish(&self) -> Result<Vec<SinkReport>, EngineError> {
         let sinks: Vec<_> = self
             .sinks
@@ -160,19 +161,26 @@ impl Engine {
             .map(|(n, s)| (n.clone(), Arc::clone(s)))
             .collect();
         let mut reports = Vec::new();
+        let mut first_error = None;
         for (name, state) in sinks {
             let mut st = state.lock().await;
-            st.finish().await.map_err(|source| EngineError::Sink {
-                sink: name.clone(),
-                source: Box::new(source),
-            })?;
+            if let Err(source) = st.finish().await {
+                first_error.get_or_insert(EngineError::Sink {
+                    sink: name,
+                    source: Box::new(source),
+                });
+                continue;
+            }
             reports.push(SinkReport {
                 name,
                 rows: st.rows,
                 path: st.settings.path.clone(),
             });
         }
-        Ok(reports)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(reports),
+        }
     }
 }
 

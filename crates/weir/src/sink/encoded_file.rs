@@ -37,7 +37,7 @@ pub(crate) struct EncodedFile {
     writer: Option<JoinHandle<Result<(), SinkError>>>,
     /// The encoder thread of the next batch.
     next: usize,
-    /// The error that stopped the threads, returned by every call after it.
+    /// The error that stopped the threads, once returned: later writes are refused with it.
     failed: Option<String>,
 }
 
@@ -116,7 +116,7 @@ impl EncodedFile {
         written.and(first)
     }
 
-    /// An earlier error, which every later call returns.
+    /// An earlier error, which every later write returns.
     fn check(&self) -> Result<(), SinkError> {
         match &self.failed {
             Some(e) => Err(SinkError::Options(format!(
@@ -127,7 +127,7 @@ impl EncodedFile {
         }
     }
 
-    /// The threads stopped on `e`: later calls say so too.
+    /// The threads stopped on `e`: later writes say so too.
     fn fail(&mut self, e: SinkError) -> SinkError {
         self.failed = Some(e.to_string());
         e
@@ -155,9 +155,11 @@ impl BatchWriter for EncodedFile {
         Ok(())
     }
 
+    /// Writes what is queued and ends the threads. After an error that a write already
+    /// returned, the file holds the batches before it and this is `Ok`: the error is reported
+    /// once, and the caller goes on to complete its other outputs.
     fn finish(&mut self) -> Result<(), SinkError> {
-        self.check()?;
-        if self.writer.is_none() {
+        if self.failed.is_some() || self.writer.is_none() {
             return Ok(());
         }
         self.stop().map_err(|e| self.fail(e))
@@ -165,10 +167,11 @@ impl BatchWriter for EncodedFile {
 }
 
 impl Drop for EncodedFile {
-    /// A file dropped unfinished (a failed run) stops its threads without waiting on them.
+    /// A file dropped unfinished (a failed run) still gets the batches handed to it, as a
+    /// buffered writer's drop writes what it holds: the threads end before the drop returns.
     fn drop(&mut self) {
-        for j in &mut self.jobs {
-            *j = None;
+        if self.writer.is_some() {
+            let _ = self.stop();
         }
     }
 }
@@ -365,10 +368,14 @@ mod tests {
                     break;
                 }
             }
-            let finished = file.finish();
-            let message = first_error
-                .or_else(|| finished.err().map(|e| e.to_string()))
-                .expect("the error is reported");
+            let finished = file.finish().err().map(|e| e.to_string());
+            // Reported once: by the write that met it, else by finish.
+            assert!(
+                first_error.is_none() || finished.is_none(),
+                "{first_error:?} then {finished:?}"
+            );
+            let message = first_error.or(finished).expect("the error is reported");
+            assert!(file.finish().is_ok(), "a second finish");
             assert!(message.contains(&format!("row {bad} ")), "{message}");
             let mut want = Vec::new();
             for b in input.iter().take(13) {
@@ -400,11 +407,31 @@ mod tests {
         if let Err(e) = file.finish() {
             errors.push(e.to_string());
         }
-        let first = errors.first().expect("the write error is reported");
+        assert_eq!(errors.len(), 1, "reported once: {errors:?}");
+        let first = &errors[0];
         assert!(
             first.contains("/out/x.jsonl") && first.contains("the disk is full"),
             "{first}"
         );
+    }
+
+    #[test]
+    fn a_file_dropped_unfinished_holds_every_batch_handed_to_it() {
+        let input = batches();
+        let schema = input[0].schema();
+        let mut want = Vec::new();
+        for b in &input {
+            want.extend(super::super::json_lines(b).unwrap());
+        }
+        let out = shared(usize::MAX);
+        let mut file =
+            EncodedFile::open(json(3, &schema), Box::new(out.clone()), target(), false).unwrap();
+        for b in &input {
+            file.write(b).unwrap();
+        }
+        drop(file);
+        let got = out.bytes.lock().unwrap().clone();
+        assert!(got == want, "{} of {} bytes", got.len(), want.len());
     }
 
     #[test]

@@ -597,6 +597,38 @@ async fn raw_encoding_and_registered_encodings() {
     let _ = got[0].column(0).len();
 }
 
+/// A sink that fails as it is completed does not keep the sinks after it from being completed:
+/// here a full disk (Linux's `/dev/full`) under one sink, and a Parquet file after it that must
+/// still get its footer.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_failing_at_the_end_does_not_keep_the_others_unfinished() {
+    let fx = Fixture::new();
+    let data = fx.quotes("q.bin", 50, 8, Framing::Varint);
+    let pq = fx.path("b.parquet");
+    let e = engine(1);
+    let script = format!(
+        "{}
+CREATE SINK a_full FROM (SELECT ticker, bid_price FROM q) WITH ('connector' = 'file', 'path' = '/dev/full', 'encoding' = 'json', 'framing' = 'lines');
+CREATE SINK b_lake FROM (SELECT ticker, bid_price FROM q) WITH ('connector' = 'parquet', 'path' = '{}');",
+        fx.source("q", "(ticker VARCHAR, bid_price DOUBLE)", &data, ""),
+        pq.display()
+    );
+    // 50 short lines stay in the file's buffer until the end, where the disk is found full.
+    run(&e, &script).await.unwrap();
+    let err = e.finish().await.unwrap_err().to_string();
+    assert!(err.contains("a_full") && err.contains("/dev/full"), "{err}");
+    let read: usize = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&pq).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+    .map(|b| b.unwrap().num_rows())
+    .sum();
+    assert_eq!(read, 50);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_sinks_write_messages_with_an_encoder() {
     let fx = Fixture::new();
