@@ -163,10 +163,15 @@ impl ResultOutput for ResultWriter {
     }
 
     fn end(&mut self) -> Result<(), SinkError> {
-        if matches!(self.destination, Destination::Stdout(_)) {
-            if let Some((_, mut w)) = self.writer.take() {
-                w.finish()?;
+        match (&self.destination, self.writer.as_mut()) {
+            (Destination::Stdout(_), Some(_)) => {
+                if let Some((_, mut w)) = self.writer.take() {
+                    w.finish()?;
+                }
             }
+            // The file stays open for the next statement; the rows of this one are written.
+            (Destination::File(..), Some((_, w))) => w.sync()?,
+            (_, None) => {}
         }
         Ok(())
     }

@@ -787,6 +787,11 @@ impl Engine {
                     std::sync::atomic::Ordering::Relaxed,
                 );
             }
+            // Rows still being encoded on a writer's threads: their errors are this statement's.
+            st.writer(&name, &schema, follow)
+                .map_err(fail)?
+                .sync()
+                .map_err(fail)?;
             Ok(())
         };
         self.run_pipeline(sink, query.start.line, pipeline).await

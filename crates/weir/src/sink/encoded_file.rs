@@ -11,6 +11,7 @@
 
 use std::io::Write;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use arrow::record_batch::RecordBatch;
@@ -28,6 +29,29 @@ pub(crate) type EncodeBatch =
 /// An encoded batch, or the error that stopped its encoder.
 type Encoded = Result<Vec<u8>, SinkError>;
 
+/// How far the writer thread has got, for [`BatchWriter::sync`].
+#[derive(Default)]
+struct Progress {
+    /// Batches written to the output.
+    written: u64,
+    /// The writer thread has ended (its queues closed, or on an error).
+    ended: bool,
+}
+
+/// [`Progress`], and its change signalled.
+type SharedProgress = Arc<(Mutex<Progress>, Condvar)>;
+
+/// Marks the writer ended when it returns, on whichever path.
+struct Ended<'a>(&'a SharedProgress);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        let (lock, changed) = &**self.0;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
+        changed.notify_all();
+    }
+}
+
 /// A file written by encoder threads and one writer thread.
 pub(crate) struct EncodedFile {
     target: Target,
@@ -37,6 +61,9 @@ pub(crate) struct EncodedFile {
     writer: Option<JoinHandle<Result<(), SinkError>>>,
     /// The encoder thread of the next batch.
     next: usize,
+    /// Batches handed to the encoders.
+    sent: u64,
+    progress: SharedProgress,
     /// The error that stopped the threads, once returned: later writes are refused with it.
     failed: Option<String>,
 }
@@ -74,9 +101,11 @@ impl EncodedFile {
             free.push(free_tx);
         }
         let name = target.clone();
+        let progress = SharedProgress::default();
+        let written = Arc::clone(&progress);
         let writer = std::thread::Builder::new()
             .name("weir-write".into())
-            .spawn(move || write_loop(out, &done, &free, streaming, &name))
+            .spawn(move || write_loop(out, &done, &free, streaming, &name, &written))
             .map_err(|e| io(&target, e))?;
         Ok(Self {
             target,
@@ -84,6 +113,8 @@ impl EncodedFile {
             encoders: handles,
             writer: Some(writer),
             next: 0,
+            sent: 0,
+            progress,
             failed: None,
         })
     }
@@ -152,7 +183,34 @@ impl BatchWriter for EncodedFile {
             return Err(self.fail(e));
         }
         self.next = (self.next + 1) % self.jobs.len();
+        self.sent += 1;
         Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), SinkError> {
+        self.check()?;
+        if self.writer.is_none() {
+            return Ok(());
+        }
+        let (lock, changed) = &*self.progress;
+        let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while p.written < self.sent && !p.ended {
+            p = changed.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+        let complete = p.written >= self.sent;
+        drop(p);
+        if complete {
+            return Ok(());
+        }
+        // The writer ended before writing them: on its error, or an encoder's panic.
+        let e = match self.stop() {
+            Err(e) => e,
+            Ok(()) => SinkError::Options(format!(
+                "{}: the writer thread ended early; this is a bug in weir",
+                self.target.name()
+            )),
+        };
+        Err(self.fail(e))
     }
 
     /// Writes what is queued and ends the threads. After an error that a write already
@@ -204,7 +262,9 @@ fn write_loop(
     free: &[Sender<Vec<u8>>],
     streaming: bool,
     target: &Target,
+    progress: &SharedProgress,
 ) -> Result<(), SinkError> {
+    let _ended = Ended(progress);
     for (encoded, back) in done.iter().zip(free).cycle() {
         let Ok(encoded) = encoded.recv() else { break };
         let bytes = encoded?;
@@ -212,6 +272,9 @@ fn write_loop(
         if streaming {
             out.flush().map_err(|e| io(target, e))?;
         }
+        let (lock, changed) = &**progress;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).written += 1;
+        changed.notify_all();
         // The encoder may have ended already; the buffer is then simply dropped.
         let _ = back.send(bytes);
     }
@@ -388,6 +451,47 @@ mod tests {
             );
             assert!(file.write(&input[0]).is_err());
         }
+    }
+
+    #[test]
+    fn sync_waits_for_the_batches_so_far_and_returns_their_error() {
+        let input = batches();
+        let schema = input[0].schema();
+        let out = shared(usize::MAX);
+        let mut encoders = json(3, &schema);
+        // The encoder of batch 13 fails on it; batches 0..=13 can all be handed out first.
+        let bad = 13 % 3;
+        let mut inner = std::mem::replace(&mut encoders[bad], Box::new(|_, _| Ok(())));
+        let mut seen = 0;
+        encoders[bad] = Box::new(move |b: &RecordBatch, buf: &mut Vec<u8>| {
+            seen += 1;
+            if seen == 5 {
+                return Err(SinkError::Options("batch 13 cannot be encoded".into()));
+            }
+            inner(b, buf)
+        });
+        let mut file = EncodedFile::open(encoders, Box::new(out.clone()), target(), false).unwrap();
+        let mut want = Vec::new();
+        for b in input.iter().take(10) {
+            file.write(b).unwrap();
+            want.extend(super::super::json_lines(b).unwrap());
+        }
+        file.sync().unwrap();
+        assert!(
+            *out.bytes.lock().unwrap() == want,
+            "every batch so far is written"
+        );
+        for b in &input[10..14] {
+            file.write(b).unwrap();
+        }
+        let e = file.sync().unwrap_err().to_string();
+        assert!(e.contains("batch 13 cannot be encoded"), "{e}");
+        for b in &input[10..13] {
+            want.extend(super::super::json_lines(b).unwrap());
+        }
+        assert!(*out.bytes.lock().unwrap() == want, "the batches before it");
+        assert!(file.write(&input[14]).is_err());
+        assert!(file.finish().is_ok(), "reported once");
     }
 
     #[test]

@@ -328,6 +328,12 @@ pub trait BatchWriter: Send {
     fn idle(&mut self) -> Result<(), SinkError> {
         Ok(())
     }
+    /// Waits until the batches written so far are encoded and handed to the output, and
+    /// returns the error one of them met: called when a statement's rows end, so that its
+    /// errors are its own. A writer that encodes on the calling thread has nothing to wait for.
+    fn sync(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
     /// Completes the output (file footers, a buffered table).
     fn finish(&mut self) -> Result<(), SinkError>;
 }

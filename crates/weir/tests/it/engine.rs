@@ -599,7 +599,7 @@ async fn raw_encoding_and_registered_encodings() {
 
 /// A sink that fails as it is completed does not keep the sinks after it from being completed:
 /// here a full disk (Linux's `/dev/full`) under one sink, and a Parquet file after it that must
-/// still get its footer.
+/// still get its footer. A failure while the rows are written fails their statement.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_failing_at_the_end_does_not_keep_the_others_unfinished() {
@@ -627,6 +627,23 @@ CREATE SINK b_lake FROM (SELECT ticker, bid_price FROM q) WITH ('connector' = 'p
     .map(|b| b.unwrap().num_rows())
     .sum();
     assert_eq!(read, 50);
+
+    // More than the file's 1 MiB buffer: the disk is found full while the statement runs, and
+    // the statement that wrote the rows fails, naming the sink.
+    let many = fx.quotes("many.bin", 40_000, 9, Framing::Varint);
+    let e = engine(1);
+    let err = run(
+        &e,
+        &format!(
+            "{}
+CREATE SINK a_full FROM (SELECT ticker, bid_price FROM m) WITH ('connector' = 'file', 'path' = '/dev/full', 'encoding' = 'json', 'framing' = 'lines');",
+            fx.source("m", "(ticker VARCHAR, bid_price DOUBLE)", &many, "")
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("a_full") && err.contains("/dev/full"), "{err}");
+    e.finish().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
