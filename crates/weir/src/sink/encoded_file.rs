@@ -362,6 +362,15 @@ mod tests {
         }
     }
 
+    /// The JSON lines of `batches`, written on one thread.
+    fn lines(batches: &[RecordBatch]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for b in batches {
+            out.extend(super::super::json_lines(b).unwrap());
+        }
+        out
+    }
+
     fn target() -> Target {
         Target::File("/out/x.jsonl".into())
     }
@@ -370,10 +379,7 @@ mod tests {
     fn writes_every_batch_in_order_on_any_number_of_threads() {
         let input = batches();
         let schema = input[0].schema();
-        let mut want = Vec::new();
-        for b in &input {
-            want.extend(super::super::json_lines(b).unwrap());
-        }
+        let want = lines(&input);
         for threads in [1, 2, 3, 8] {
             for streaming in [false, true] {
                 let out = shared(usize::MAX);
@@ -440,10 +446,7 @@ mod tests {
             let message = first_error.or(finished).expect("the error is reported");
             assert!(file.finish().is_ok(), "a second finish");
             assert!(message.contains(&format!("row {bad} ")), "{message}");
-            let mut want = Vec::new();
-            for b in input.iter().take(13) {
-                want.extend(super::super::json_lines(b).unwrap());
-            }
+            let want = lines(&input[..13]);
             let got = out.bytes.lock().unwrap().clone();
             assert!(
                 got == want,
@@ -471,14 +474,12 @@ mod tests {
             inner(b, buf)
         });
         let mut file = EncodedFile::open(encoders, Box::new(out.clone()), target(), false).unwrap();
-        let mut want = Vec::new();
-        for b in input.iter().take(10) {
+        for b in &input[..10] {
             file.write(b).unwrap();
-            want.extend(super::super::json_lines(b).unwrap());
         }
         file.sync().unwrap();
         assert!(
-            *out.bytes.lock().unwrap() == want,
+            *out.bytes.lock().unwrap() == lines(&input[..10]),
             "every batch so far is written"
         );
         for b in &input[10..14] {
@@ -486,10 +487,10 @@ mod tests {
         }
         let e = file.sync().unwrap_err().to_string();
         assert!(e.contains("batch 13 cannot be encoded"), "{e}");
-        for b in &input[10..13] {
-            want.extend(super::super::json_lines(b).unwrap());
-        }
-        assert!(*out.bytes.lock().unwrap() == want, "the batches before it");
+        assert!(
+            *out.bytes.lock().unwrap() == lines(&input[..13]),
+            "the batches before it"
+        );
         assert!(file.write(&input[14]).is_err());
         assert!(file.finish().is_ok(), "reported once");
     }
@@ -523,10 +524,7 @@ mod tests {
     fn a_file_dropped_unfinished_holds_every_batch_handed_to_it() {
         let input = batches();
         let schema = input[0].schema();
-        let mut want = Vec::new();
-        for b in &input {
-            want.extend(super::super::json_lines(b).unwrap());
-        }
+        let want = lines(&input);
         let out = shared(usize::MAX);
         let mut file =
             EncodedFile::open(json(3, &schema), Box::new(out.clone()), target(), false).unwrap();

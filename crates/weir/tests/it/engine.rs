@@ -62,6 +62,18 @@ async fn run(engine: &Engine, script: &str) -> Result<Vec<RecordBatch>, String> 
     Ok(out.batches)
 }
 
+/// The rows of a Parquet file, read whole (a file without its footer fails here).
+fn parquet_rows(path: &Path) -> usize {
+    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(path).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+    .map(|b| b.unwrap().num_rows())
+    .sum()
+}
+
 /// Per ticker: count, min bid, max ask, sum of bid sizes, straight from the generator.
 fn reference(n: u64, seed: u64) -> HashMap<String, (i64, f64, f64, u64)> {
     let mut g = QuoteGenerator::new(seed);
@@ -404,15 +416,7 @@ INSERT INTO everything SELECT ticker, bid_size FROM q WHERE tape = 1;",
     let by_name: HashMap<_, _> = reports.iter().map(|r| (r.name.as_str(), r.rows)).collect();
     assert_eq!(by_name["cheap"], cheap);
     assert_eq!(by_name["everything"], 3_000 + tape1);
-    let read: usize = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(&pq).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
-    .map(|b| b.unwrap().num_rows())
-    .sum();
-    assert_eq!(read as u64, cheap);
+    assert_eq!(parquet_rows(&pq) as u64, cheap);
     let read: usize =
         arrow::ipc::reader::FileReader::try_new(std::fs::File::open(&ipc).unwrap(), None)
             .unwrap()
@@ -618,15 +622,7 @@ CREATE SINK b_lake FROM (SELECT ticker, bid_price FROM q) WITH ('connector' = 'p
     run(&e, &script).await.unwrap();
     let err = e.finish().await.unwrap_err().to_string();
     assert!(err.contains("a_full") && err.contains("/dev/full"), "{err}");
-    let read: usize = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(&pq).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
-    .map(|b| b.unwrap().num_rows())
-    .sum();
-    assert_eq!(read, 50);
+    assert_eq!(parquet_rows(&pq), 50);
 
     // More than the file's 1 MiB buffer: the disk is found full while the statement runs, and
     // the statement that wrote the rows fails, naming the sink.
